@@ -1,0 +1,15 @@
+//! reckon's vocabulary. Everything here is pure: no database, no HTTP, no async runtime
+//! (an invariant written down in ARCHITECTURE.md), so the rules that decide what a row
+//! means can be unit-tested on their own.
+
+pub mod key;
+pub mod record;
+pub mod state;
+pub mod time;
+
+pub use key::OperationKey;
+pub use record::{
+    Decision, Limits, QuarantineReason, RawNum, RawRow, Rejected, SourceRecord, StoredSnapshot,
+    decide, validate_row,
+};
+pub use state::{Disappearance, State, UnresolvedKind};
