@@ -91,6 +91,8 @@ pub struct Rejected {
     pub key_bytes: Option<Vec<u8>>,
     /// A bounded excerpt of the row for the quarantine browser.
     pub excerpt: String,
+    /// SHA-256 of the whole raw row: the same hostile row read twice is one entry.
+    pub fingerprint: String,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -131,6 +133,26 @@ fn describe_num(n: &RawNum) -> String {
     }
 }
 
+fn fingerprint(row: &RawRow) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for b in [&row.key, &row.state, &row.request_hash, &row.response] {
+        match b {
+            None => h.update([0u8]),
+            Some(b) => {
+                h.update([1u8]);
+                h.update((b.len() as u64).to_le_bytes());
+                h.update(b);
+            }
+        }
+    }
+    for n in [&row.attempts, &row.created_at, &row.updated_at, &row.expires_at] {
+        h.update(describe_num(n).as_bytes());
+        h.update([0u8]);
+    }
+    hex::encode(h.finalize())
+}
+
 fn row_excerpt(row: &RawRow, max: usize) -> String {
     let field = |b: &Option<Vec<u8>>| match b {
         None => "NULL".to_string(),
@@ -166,6 +188,7 @@ pub fn validate_row(row: &RawRow, limits: &Limits) -> Result<SourceRecord, Rejec
             .filter(|k| k.len() <= limits.max_key_bytes)
             .cloned(),
         excerpt: row_excerpt(row, limits.max_excerpt_bytes),
+        fingerprint: fingerprint(row),
     };
 
     let text = |col: &str, v: &Option<Vec<u8>>| -> Result<String, Rejected> {

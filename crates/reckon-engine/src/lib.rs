@@ -1,1 +1,9 @@
+//! The work reckon does, as step functions the scheduler merely triggers and tests call
+//! directly: scan a source ([`scan::scan_source`]), take pushed records ([`push`]).
 
+pub mod push;
+pub mod scan;
+pub mod source_input;
+
+pub use scan::{ScanOptions, ScanReport, scan_source};
+pub use source_input::{SourceInput, new_source};

@@ -1,0 +1,171 @@
+//! reckon's own store. One trait, [`Ledger`], with two implementations chosen by URL scheme
+//! at start: SQLite (the embedded default) and PostgreSQL. Every method that touches tenant
+//! data takes a [`TenantId`], which only this crate can make (from a slug it looked up or a
+//! token it authenticated), so no caller can build a query without a tenant.
+
+mod crypto;
+mod model;
+mod plan;
+mod rows;
+mod postgres;
+mod sqlite;
+
+pub use crypto::{Keyring, KeyringError};
+pub use model::*;
+pub use plan::ingest_plan;
+
+use async_trait::async_trait;
+use reckon_domain::{Disappearance, Rejected, SourceRecord};
+use secrecy::SecretString;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0} already exists")]
+    Conflict(String),
+    #[error("invalid input: {0}")]
+    Invalid(String),
+    #[error("unsupported ledger URL scheme {0:?}: use a postgres:// URL, or leave RECKON_DATABASE_URL unset for the embedded SQLite ledger")]
+    UnsupportedScheme(String),
+    #[error("secret could not be decrypted (wrong master key, or the stored value was tampered with)")]
+    Decrypt,
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("ledger database error: {0}")]
+    Database(#[source] sqlx::Error),
+}
+
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        if let Some(db) = e.as_database_error()
+            && db.is_unique_violation()
+        {
+            return LedgerError::Conflict("a row with the same unique key".into());
+        }
+        LedgerError::Database(e)
+    }
+}
+
+pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// reckon's store. See ARCHITECTURE.md for the invariants every implementation keeps.
+#[async_trait]
+pub trait Ledger: Send + Sync + 'static {
+    fn backend(&self) -> Backend;
+
+    /// Apply the embedded migrations of this backend (idempotent).
+    async fn migrate(&self) -> Result<()>;
+
+    /// Cheap liveness query for `/readyz`.
+    async fn ping(&self) -> Result<()>;
+
+    // ---- tenants and tokens ----
+    async fn create_tenant(&self, slug: &str) -> Result<Tenant>;
+    async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant>;
+    async fn list_tenants(&self) -> Result<Vec<Tenant>>;
+    async fn create_token(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+    ) -> Result<i64>;
+    /// The tenant and role of a live token with this hash, if any.
+    async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>>;
+
+    // ---- sources ----
+    async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source>;
+    async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>>;
+    async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source>;
+    /// Every scanned source of every tenant, for the scheduler (operator scope).
+    async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>>;
+    /// The source's DSN, decrypted.
+    async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString>;
+    async fn record_scan_success(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        full: bool,
+    ) -> Result<()>;
+    async fn record_scan_failure(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        error: &str,
+    ) -> Result<()>;
+
+    // ---- ingest ----
+    /// Store a batch of records and quarantined rows, and (for scans) move the source's
+    /// cursor, all in one transaction.
+    async fn ingest(&self, tenant: TenantId, source_id: i64, batch: IngestBatch)
+    -> Result<IngestOutcome>;
+    /// A page of the keys of effects still present in the source (not gone), ordered by
+    /// effect id, for key-set comparison. Returns (last id, keys).
+    async fn present_keys(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>>;
+    /// Mark effects whose rows left the source; each gets one history event.
+    async fn mark_gone(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        keys: &[String],
+        at: f64,
+        origin: Origin,
+    ) -> Result<Vec<(String, Disappearance)>>;
+
+    // ---- reading ----
+    async fn list_effects(&self, tenant: TenantId, query: &EffectQuery) -> Result<Vec<Effect>>;
+    async fn get_effect(
+        &self,
+        tenant: TenantId,
+        source_name: &str,
+        key: &str,
+    ) -> Result<Option<EffectDetail>>;
+    /// Effects whose key is `text`, or one of whose key parts is exactly `text`.
+    async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>>;
+    async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>>;
+    async fn list_quarantine(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        limit: i64,
+    ) -> Result<Vec<QuarantineEntry>>;
+}
+
+/// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is
+/// `None`. An unknown scheme is an error, never a fallback.
+pub async fn connect(
+    url: Option<&str>,
+    data_dir: &Path,
+    keyring: Keyring,
+) -> Result<Arc<dyn Ledger>> {
+    match url {
+        None => Ok(Arc::new(
+            sqlite::SqliteLedger::open_file(&data_dir.join("reckon.db"), keyring).await?,
+        )),
+        Some(u) if u.starts_with("sqlite:") => Ok(Arc::new(
+            sqlite::SqliteLedger::open_url(u, keyring).await?,
+        )),
+        Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
+            Ok(Arc::new(postgres::PgLedger::open(u, keyring).await?))
+        }
+        Some(u) => {
+            let scheme = u.split_once(':').map(|(s, _)| s).unwrap_or(u);
+            Err(LedgerError::UnsupportedScheme(scheme.to_owned()))
+        }
+    }
+}
+
+/// Keep `SourceRecord` and `Rejected` reachable for implementors of ingest.
+pub type IngestRecord = SourceRecord;
+pub type IngestRejected = Rejected;

@@ -1,1 +1,10 @@
+//! The only crate that opens tenants' databases. It reads `justonce_keys` read-only (a
+//! read-only transaction, never DDL, never a write) in the three dialects of the justonce
+//! reference, and hands every row over undecoded ([`reckon_domain::RawRow`]) so the domain's
+//! rules alone decide what is a record and what goes to quarantine.
 
+pub mod dsn;
+mod scan;
+
+pub use dsn::{Dialect, DsnError, SourceDsn, validate_table_name};
+pub use scan::{ScanError, SourceConn};

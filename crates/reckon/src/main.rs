@@ -1,1 +1,325 @@
-fn main() {}
+//! The `reckon` binary: CLI, configuration, wiring. Everything it does is a call into the
+//! library crates; see ARCHITECTURE.md for the map.
+
+mod config;
+mod demo;
+mod output;
+mod serve;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use config::{Overrides, Settings};
+use reckon_engine::{ScanOptions, SourceInput, new_source, scan_source};
+use reckon_ledger::{Keyring, Ledger, Role};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "reckon", version, about = "Find out what really happened to every side effect.")]
+struct Cli {
+    /// Configuration file (optional).
+    #[arg(long, global = true, default_value = "reckon.toml")]
+    config: PathBuf,
+    /// Data directory for the embedded ledger (RECKON_DATA_DIR).
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    /// Ledger URL (RECKON_DATABASE_URL); postgres://... selects PostgreSQL.
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Csv,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the HTTP server and the scheduled scans.
+    Serve {
+        /// Listen address (RECKON_LISTEN), default 127.0.0.1:8080.
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Everything on an embedded ledger, a generated justonce store, in one command.
+    Demo {
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+        #[arg(long)]
+        listen: Option<String>,
+    },
+    /// Apply the ledger's migrations.
+    Migrate,
+    Tenant {
+        #[command(subcommand)]
+        cmd: TenantCmd,
+    },
+    Token {
+        #[command(subcommand)]
+        cmd: TokenCmd,
+    },
+    Source {
+        #[command(subcommand)]
+        cmd: SourceCmd,
+    },
+    /// Find effects by exact key, or by an exact key part (an order id).
+    Lookup {
+        #[arg(long)]
+        tenant: String,
+        text: String,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantCmd {
+    Create { slug: String },
+    List,
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Print a new API token once, alone on stdout.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, default_value = "viewer")]
+        role: String,
+        #[arg(long, default_value = "cli")]
+        label: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum SourceCmd {
+    Add {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        name: String,
+        /// sqlite | postgres | mysql | push
+        #[arg(long)]
+        kind: String,
+        #[arg(long)]
+        dsn: Option<String>,
+        #[arg(long)]
+        table: Option<String>,
+        /// e.g. 60s
+        #[arg(long)]
+        scan_interval: Option<String>,
+        /// Grace after a lease ends before a claim is abandoned, e.g. 5m.
+        #[arg(long)]
+        abandoned_after: Option<String>,
+        /// How far back each incremental scan re-reads, e.g. 60s.
+        #[arg(long)]
+        overlap: Option<String>,
+        /// How often key sets are compared to notice deleted rows, e.g. 1h.
+        #[arg(long)]
+        full_scan_every: Option<String>,
+    },
+    List {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    /// Scan one source, or every scanned source.
+    Scan {
+        #[arg(long, requires = "name")]
+        tenant: Option<String>,
+        #[arg(long, requires = "tenant")]
+        name: Option<String>,
+        /// Also compare key sets now (notices swept and released rows).
+        #[arg(long)]
+        full: bool,
+    },
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RECKON_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>> {
+    let keyring = match &settings.master_key {
+        Some(k) => Keyring::from_base64(k).context("reading RECKON_MASTER_KEY")?,
+        None => Keyring::load_or_create_file(&settings.data_dir.join("master.key"))
+            .context("loading the master key file")?,
+    };
+    reckon_ledger::connect(settings.database_url.as_deref(), &settings.data_dir, keyring)
+        .await
+        .context("opening the ledger")
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    init_tracing();
+    let cli = Cli::parse();
+    let listen = match &cli.cmd {
+        Cmd::Serve { listen } | Cmd::Demo { listen, .. } => listen.clone(),
+        _ => None,
+    };
+    let settings = Settings::load(
+        &cli.config,
+        Overrides {
+            data_dir: cli.data_dir.clone(),
+            database_url: cli.database_url.clone(),
+            listen,
+        },
+    )?;
+
+    match cli.cmd {
+        Cmd::Demo { seed, .. } => return demo::run(settings, seed).await,
+        Cmd::Serve { .. } => {
+            let ledger = open_ledger(&settings).await?;
+            return serve::run(settings, ledger, None).await;
+        }
+        _ => {}
+    }
+    let ledger = open_ledger(&settings).await?;
+    match cli.cmd {
+        Cmd::Serve { .. } | Cmd::Demo { .. } => unreachable!("handled above"),
+        Cmd::Migrate => {
+            ledger.migrate().await?;
+            eprintln!("ledger migrated");
+        }
+        Cmd::Tenant { cmd } => match cmd {
+            TenantCmd::Create { slug } => {
+                let t = ledger.create_tenant(&slug).await?;
+                eprintln!("tenant {} created", t.slug);
+            }
+            TenantCmd::List => {
+                for t in ledger.list_tenants().await? {
+                    println!("{}", t.slug);
+                }
+            }
+        },
+        Cmd::Token { cmd } => match cmd {
+            TokenCmd::Create {
+                tenant,
+                role,
+                label,
+            } => {
+                let role = Role::parse(&role).with_context(|| {
+                    format!("role {role:?} is not one of viewer, support, finance, admin")
+                })?;
+                let t = ledger.tenant_by_slug(&tenant).await?;
+                let (token, hash) = reckon_web::mint_token();
+                ledger.create_token(t.id, role, &hash, &label).await?;
+                // Alone on stdout so a script can capture it; it is shown only this once.
+                println!("{token}");
+            }
+        },
+        Cmd::Source { cmd } => source_cmd(&*ledger, cmd).await?,
+        Cmd::Lookup {
+            tenant,
+            text,
+            format,
+        } => {
+            let t = ledger.tenant_by_slug(&tenant).await?;
+            let found = ledger.lookup(t.id, &text, 1000).await?;
+            output::effects(&found, format)?;
+        }
+    }
+    Ok(())
+}
+
+async fn source_cmd(ledger: &dyn Ledger, cmd: SourceCmd) -> anyhow::Result<()> {
+    match cmd {
+        SourceCmd::Add {
+            tenant,
+            name,
+            kind,
+            dsn,
+            table,
+            scan_interval,
+            abandoned_after,
+            overlap,
+            full_scan_every,
+        } => {
+            let t = ledger.tenant_by_slug(&tenant).await?;
+            let new = new_source(SourceInput {
+                name,
+                kind,
+                dsn,
+                table,
+                scan_interval,
+                abandoned_after,
+                overlap,
+                full_scan_every,
+            })
+            .map_err(anyhow::Error::msg)?;
+            let s = ledger.add_source(t.id, new).await?;
+            eprintln!("source {} added ({})", s.name, s.kind.as_str());
+        }
+        SourceCmd::List { tenant, format } => {
+            let t = ledger.tenant_by_slug(&tenant).await?;
+            output::sources(&ledger.list_sources(t.id).await?, format)?;
+        }
+        SourceCmd::Scan { tenant, name, full } => {
+            let targets = match (tenant, name) {
+                (Some(t), Some(n)) => {
+                    let t = ledger.tenant_by_slug(&t).await?;
+                    let s = ledger.source_by_name(t.id, &n).await?;
+                    if !s.kind.is_scanned() {
+                        bail!("source {n:?} is a push source: nothing to scan");
+                    }
+                    vec![(t, s)]
+                }
+                _ => ledger.all_scanned_sources().await?,
+            };
+            let mut failed = 0;
+            for (t, s) in targets {
+                let bar = output::progress(&format!("{}/{}", t.slug, s.name));
+                let b = bar.clone();
+                let opts = ScanOptions {
+                    full,
+                    progress: Some(Arc::new(move |n| b.set_position(n))),
+                    ..Default::default()
+                };
+                let result = scan_source(ledger, &t, &s, &opts).await;
+                bar.finish_and_clear();
+                match result {
+                    Ok(r) => println!(
+                        "{}/{}: read {} rows: {} created, {} updated, {} unchanged, {} stale, {} quarantined{}{}",
+                        t.slug,
+                        s.name,
+                        r.rows_read,
+                        r.created,
+                        r.updated,
+                        r.unchanged,
+                        r.stale,
+                        r.quarantined,
+                        if r.full {
+                            format!("; key sets compared: {} gone", r.gone.len())
+                        } else {
+                            String::new()
+                        },
+                        if r.recovered > 0 {
+                            format!(", {} recovered", r.recovered)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    Err(e) => {
+                        failed += 1;
+                        eprintln!("{}/{}: scan failed: {e}", t.slug, s.name);
+                    }
+                }
+            }
+            if failed > 0 {
+                bail!("{failed} source scan(s) failed");
+            }
+        }
+    }
+    Ok(())
+}

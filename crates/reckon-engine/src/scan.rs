@@ -1,0 +1,329 @@
+//! One scan of one source: the step the scheduler triggers, `reckon source scan` runs, and
+//! tests call directly.
+//!
+//! Incremental part: rows are streamed in `(updated_at, key)` order from
+//! `cursor.updated_at - overlap` on, in batches; each batch is stored (or quarantined) in one
+//! ledger transaction that also moves the cursor to the batch's last row. A crash between
+//! batches loses nothing: the next scan starts again before the cursor, and the idempotent
+//! ingest absorbs the rows read twice. Why no row can be missed is written down in
+//! ARCHITECTURE.md.
+//!
+//! Full part (the first scan, every `full_scan_every`, or on demand): the key sets of the
+//! source and the ledger are compared. Keys gone from the source are marked swept / released
+//! (reckon never deletes an effect because the source did); keys in the source the ledger
+//! never stored (a row whose state or timestamp kept it out of the incremental query) are
+//! fetched and ingested. Memory stays bounded: the sets hold 64-bit hashes, and every
+//! candidate is confirmed against the source by exact key before anything is concluded.
+
+use futures::StreamExt;
+use reckon_domain::{Disappearance, Limits, RawNum, RawRow, time, validate_row};
+use reckon_ledger::{
+    Cursor, IngestBatch, IngestOutcome, Ledger, LedgerError, Origin, Source, Tenant,
+};
+use reckon_sources::{Dialect, ScanError, SourceConn, SourceDsn};
+use secrecy::ExposeSecret;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+
+pub type Progress = Arc<dyn Fn(u64) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct ScanOptions {
+    /// Compare key sets even if the source's full-scan interval has not passed.
+    pub full: bool,
+    pub batch_size: usize,
+    /// Called with the number of rows read so far.
+    pub progress: Option<Progress>,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            full: false,
+            batch_size: 2000,
+            progress: None,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ScanReport {
+    pub source: String,
+    pub rows_read: u64,
+    pub created: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    pub stale: u64,
+    pub quarantined: u64,
+    pub full: bool,
+    /// Keys noticed missing from the source in this scan, with what that means.
+    pub gone: Vec<(String, Disappearance)>,
+    /// Rows found by the key-set comparison that the incremental read had not stored.
+    pub recovered: u64,
+}
+
+impl ScanReport {
+    fn add(&mut self, o: &IngestOutcome) {
+        self.created += o.created;
+        self.updated += o.updated;
+        self.unchanged += o.unchanged;
+        self.stale += o.stale;
+        self.quarantined += o.quarantined;
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanFailure {
+    #[error("{0}")]
+    Source(#[from] ScanError),
+    #[error("ledger: {0}")]
+    Ledger(#[from] LedgerError),
+}
+
+/// Scan one source and record the result in its health (last success or last error).
+pub async fn scan_source(
+    ledger: &dyn Ledger,
+    tenant: &Tenant,
+    source: &Source,
+    opts: &ScanOptions,
+) -> Result<ScanReport, ScanFailure> {
+    let started = time::now();
+    match scan_inner(ledger, tenant, source, opts, started).await {
+        Ok(report) => {
+            ledger
+                .record_scan_success(tenant.id, source.id, started, report.full)
+                .await?;
+            Ok(report)
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            tracing::warn!(tenant = %tenant.slug, source = %source.name, error = %msg, "scan failed");
+            // A failure to record the failure is logged, and the original error returned.
+            if let Err(le) = ledger
+                .record_scan_failure(tenant.id, source.id, time::now(), &msg)
+                .await
+            {
+                tracing::error!(error = %le, "could not record scan failure");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn cursor_of(raw: &RawRow) -> Option<Cursor> {
+    let updated_at = match raw.updated_at {
+        RawNum::Real(f) if f.is_finite() => f,
+        RawNum::Int(i) => i as f64,
+        _ => return None,
+    };
+    Some(Cursor {
+        updated_at,
+        key: raw.key.clone()?,
+    })
+}
+
+fn hash_key(key: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
+}
+
+async fn scan_inner(
+    ledger: &dyn Ledger,
+    tenant: &Tenant,
+    source: &Source,
+    opts: &ScanOptions,
+    started: f64,
+) -> Result<ScanReport, ScanFailure> {
+    let dialect = Dialect::parse(source.kind.as_str()).ok_or_else(|| {
+        ScanError::Invalid(format!("source {:?} is a push source", source.name))
+    })?;
+    let dsn = ledger.source_dsn(tenant.id, source).await?;
+    let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
+        .map_err(|e| ScanError::Invalid(e.to_string()))?;
+    let mut conn = SourceConn::open(&dsn, &source.table_name).await?;
+    let result = scan_with(ledger, tenant, source, opts, started, &mut conn).await;
+    conn.close().await;
+    result
+}
+
+async fn scan_with(
+    ledger: &dyn Ledger,
+    tenant: &Tenant,
+    source: &Source,
+    opts: &ScanOptions,
+    started: f64,
+    conn: &mut SourceConn,
+) -> Result<ScanReport, ScanFailure> {
+    let limits = Limits::default();
+    let mut report = ScanReport {
+        source: source.name.clone(),
+        ..Default::default()
+    };
+    let since = source
+        .cursor
+        .as_ref()
+        .map(|c| c.updated_at - source.overlap_secs);
+    let batch_of = |records, rejected, cursor| IngestBatch {
+        origin: Origin::Scan,
+        observed_at: time::now(),
+        records,
+        rejected,
+        abandoned_after_secs: source.abandoned_after_secs,
+        cursor,
+    };
+
+    {
+        let mut rows = conn.rows(since);
+        let (mut records, mut rejected) = (Vec::new(), Vec::new());
+        let mut cursor: Option<Cursor> = None;
+        while let Some(raw) = rows.next().await {
+            let raw = raw?;
+            report.rows_read += 1;
+            if let Some(c) = cursor_of(&raw) {
+                cursor = Some(c);
+            }
+            match validate_row(&raw, &limits) {
+                Ok(r) => records.push(r),
+                Err(r) => rejected.push(r),
+            }
+            if records.len() + rejected.len() >= opts.batch_size {
+                let o = ledger
+                    .ingest(
+                        tenant.id,
+                        source.id,
+                        batch_of(
+                            std::mem::take(&mut records),
+                            std::mem::take(&mut rejected),
+                            cursor.clone(),
+                        ),
+                    )
+                    .await?;
+                report.add(&o);
+                if let Some(p) = &opts.progress {
+                    p(report.rows_read);
+                }
+            }
+        }
+        if !records.is_empty() || !rejected.is_empty() {
+            let o = ledger
+                .ingest(tenant.id, source.id, batch_of(records, rejected, cursor))
+                .await?;
+            report.add(&o);
+        }
+        if let Some(p) = &opts.progress {
+            p(report.rows_read);
+        }
+    }
+
+    let full_due = source.cursor.is_none()
+        || source
+            .last_full_scan_at
+            .is_none_or(|t| started - t >= source.full_scan_every_secs as f64);
+    if opts.full || full_due {
+        report.full = true;
+        compare_key_sets(ledger, tenant, source, conn, &limits, &mut report).await?;
+    }
+    Ok(report)
+}
+
+async fn compare_key_sets(
+    ledger: &dyn Ledger,
+    tenant: &Tenant,
+    source: &Source,
+    conn: &mut SourceConn,
+    limits: &Limits,
+    report: &mut ScanReport,
+) -> Result<(), ScanFailure> {
+    // The ledger's present keys, as hashes.
+    let mut in_ledger: HashSet<u64> = HashSet::new();
+    let mut after = 0;
+    loop {
+        let page = ledger.present_keys(tenant.id, source.id, after, 10_000).await?;
+        let Some((last, _)) = page.last() else { break };
+        after = *last;
+        in_ledger.extend(page.iter().map(|(_, k)| hash_key(k.as_bytes())));
+    }
+
+    // The source's keys, as hashes; keys the ledger lacks are kept to be fetched.
+    let mut in_source: HashSet<u64> = HashSet::new();
+    let mut not_in_ledger: Vec<Vec<u8>> = Vec::new();
+    {
+        let mut keys = conn.keys();
+        while let Some(k) = keys.next().await {
+            let k = k?;
+            let h = hash_key(&k);
+            in_source.insert(h);
+            if !in_ledger.contains(&h) {
+                not_in_ledger.push(k);
+            }
+        }
+    }
+    drop(in_ledger);
+
+    // Rows the incremental read did not store: ingest (or quarantine) them now.
+    for chunk in not_in_ledger.chunks(500) {
+        let raws = conn.rows_by_key(chunk).await?;
+        let (mut records, mut rejected) = (Vec::new(), Vec::new());
+        for raw in &raws {
+            match validate_row(raw, limits) {
+                Ok(r) => records.push(r),
+                Err(r) => rejected.push(r),
+            }
+        }
+        let o = ledger
+            .ingest(
+                tenant.id,
+                source.id,
+                IngestBatch {
+                    origin: Origin::FullScan,
+                    observed_at: time::now(),
+                    records,
+                    rejected,
+                    abandoned_after_secs: source.abandoned_after_secs,
+                    cursor: None,
+                },
+            )
+            .await?;
+        report.recovered += o.created + o.updated;
+        report.rows_read += raws.len() as u64;
+        report.add(&o);
+    }
+
+    // Keys the ledger holds that the source no longer has: confirm each by exact key, then
+    // mark it gone.
+    let mut after = 0;
+    loop {
+        let page = ledger.present_keys(tenant.id, source.id, after, 10_000).await?;
+        let Some((last, _)) = page.last() else { break };
+        after = *last;
+        let candidates: Vec<Vec<u8>> = page
+            .iter()
+            .filter(|(_, k)| !in_source.contains(&hash_key(k.as_bytes())))
+            .map(|(_, k)| k.clone().into_bytes())
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let still_there: HashSet<Vec<u8>> = conn
+            .rows_by_key(&candidates)
+            .await?
+            .into_iter()
+            .filter_map(|r| r.key)
+            .collect();
+        let gone: Vec<String> = candidates
+            .into_iter()
+            .filter(|k| !still_there.contains(k))
+            .map(|k| String::from_utf8(k).expect("ledger keys are UTF-8"))
+            .collect();
+        if !gone.is_empty() {
+            let marked = ledger
+                .mark_gone(tenant.id, source.id, &gone, time::now(), Origin::FullScan)
+                .await?;
+            report.gone.extend(marked);
+        }
+    }
+    Ok(())
+}

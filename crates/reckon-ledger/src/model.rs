@@ -1,0 +1,297 @@
+//! The ledger's types: what callers pass in and get back.
+
+use reckon_domain::{Rejected, SourceRecord, State, UnresolvedKind};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A tenant's id. Only the ledger makes these (from a slug it looked up or a token it
+/// authenticated): every query of tenant data needs one, so none can forget its tenant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TenantId(pub(crate) i64);
+
+impl TenantId {
+    pub fn get(self) -> i64 {
+        self.0
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Tenant {
+    #[serde(skip)]
+    pub id: TenantId,
+    pub slug: String,
+    pub created_at: f64,
+}
+
+/// A role within one tenant. The permission matrix lives with the auth issue; for now
+/// every API route needs a token of the tenant, and writes need `admin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Viewer,
+    Support,
+    Finance,
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Support => "support",
+            Role::Finance => "finance",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        [Role::Viewer, Role::Support, Role::Finance, Role::Admin]
+            .into_iter()
+            .find(|r| r.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct TokenGrant {
+    pub tenant: Tenant,
+    pub role: Role,
+    pub token_id: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    Sqlite,
+    Postgres,
+    Mysql,
+    Push,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Sqlite => "sqlite",
+            SourceKind::Postgres => "postgres",
+            SourceKind::Mysql => "mysql",
+            SourceKind::Push => "push",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SourceKind> {
+        [
+            SourceKind::Sqlite,
+            SourceKind::Postgres,
+            SourceKind::Mysql,
+            SourceKind::Push,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    pub fn is_scanned(self) -> bool {
+        self != SourceKind::Push
+    }
+}
+
+/// A new source. The DSN arrives in clear and leaves only sealed.
+#[derive(Debug)]
+pub struct NewSource {
+    pub name: String,
+    pub kind: SourceKind,
+    pub dsn: Option<secrecy::SecretString>,
+    /// Redacted DSN for display (no password).
+    pub dsn_display: Option<String>,
+    pub table_name: String,
+    pub scan_interval_secs: i64,
+    pub abandoned_after_secs: f64,
+    pub overlap_secs: f64,
+    pub full_scan_every_secs: i64,
+}
+
+/// Where a scan stands: the (updated_at, key) of the last row stored or quarantined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cursor {
+    pub updated_at: f64,
+    pub key: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Source {
+    #[serde(skip)]
+    pub id: i64,
+    pub name: String,
+    pub kind: SourceKind,
+    pub dsn_display: Option<String>,
+    pub table_name: String,
+    pub scan_interval_secs: i64,
+    pub abandoned_after_secs: f64,
+    pub overlap_secs: f64,
+    pub full_scan_every_secs: i64,
+    #[serde(skip)]
+    pub cursor: Option<Cursor>,
+    pub last_scan_at: Option<f64>,
+    pub last_success_at: Option<f64>,
+    pub last_full_scan_at: Option<f64>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<f64>,
+    pub consecutive_failures: i64,
+    pub created_at: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    Scan,
+    FullScan,
+    Push,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Scan => "scan",
+            Origin::FullScan => "full_scan",
+            Origin::Push => "push",
+        }
+    }
+}
+
+/// One batch for [`crate::Ledger::ingest`].
+#[derive(Debug, Clone)]
+pub struct IngestBatch {
+    pub origin: Origin,
+    pub observed_at: f64,
+    /// In source order for scans; request order for pushes.
+    pub records: Vec<SourceRecord>,
+    pub rejected: Vec<Rejected>,
+    /// The source's grace period after a lease ends before a claim counts as abandoned.
+    pub abandoned_after_secs: f64,
+    /// Where the scan stands after this batch; `None` leaves the cursor alone (pushes).
+    pub cursor: Option<Cursor>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    Created,
+    Updated,
+    Unchanged,
+    /// Older than what the ledger holds: ignored.
+    Stale,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IngestOutcome {
+    pub created: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    pub stale: u64,
+    /// Rows refused into quarantine (new entries and ones already there).
+    pub quarantined: u64,
+    /// One status per record, in batch order.
+    #[serde(skip)]
+    pub statuses: Vec<ItemStatus>,
+}
+
+impl IngestOutcome {
+    pub fn stored(&self) -> u64 {
+        self.created + self.updated + self.unchanged + self.stale
+    }
+}
+
+/// Filters and page for [`crate::Ledger::list_effects`]. Pages are keyed by effect id.
+#[derive(Debug, Clone, Default)]
+pub struct EffectQuery {
+    pub source: Option<String>,
+    pub state: Option<State>,
+    pub unresolved: Option<bool>,
+    pub operation: Option<String>,
+    pub updated_since: Option<f64>,
+    pub after_id: Option<i64>,
+    pub limit: i64,
+    /// "Now" for deciding which claims are abandoned.
+    pub now: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Effect {
+    pub id: i64,
+    pub source: String,
+    pub key: String,
+    pub operation: Option<String>,
+    pub key_version: Option<String>,
+    pub subject: Option<String>,
+    pub state: State,
+    pub request_hash: String,
+    /// The response as canonical JSON text (`None` = null).
+    #[serde(skip)]
+    pub response_json: Option<String>,
+    pub attempts: i64,
+    pub reclaimed: bool,
+    pub created_at: f64,
+    pub updated_at: f64,
+    pub expires_at: Option<f64>,
+    pub first_seen_at: f64,
+    pub last_changed_at: f64,
+    pub gone_at: Option<f64>,
+    pub gone_reason: Option<String>,
+    pub unresolved_kind: Option<UnresolvedKind>,
+    pub unresolved_since: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EffectEvent {
+    pub id: i64,
+    pub observed_at: f64,
+    pub origin: String,
+    pub kind: String,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub attempts: Option<i64>,
+    pub source_updated_at: Option<f64>,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EffectDetail {
+    pub effect: Effect,
+    pub history: Vec<EffectEvent>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuarantineCount {
+    pub source: String,
+    pub reason: String,
+    pub count: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct QuarantineEntry {
+    pub id: i64,
+    pub reason: String,
+    pub detail: String,
+    pub key_excerpt: String,
+    pub excerpt: String,
+    pub origin: String,
+    pub first_seen_at: f64,
+}
+
+/// Derived facts computed when an effect is read.
+pub(crate) fn finish_effect(e: &mut Effect, abandoned_at: Option<f64>, now: f64) {
+    e.reclaimed = e.attempts > 1;
+    // abandoned_at already includes the source's grace period, hence a grace of zero here:
+    // the rule itself lives in one place, reckon_domain::UnresolvedKind::derive.
+    e.unresolved_kind =
+        UnresolvedKind::derive(e.state, abandoned_at, e.gone_at.is_some(), 0.0, now);
+    e.unresolved_since = match e.unresolved_kind {
+        Some(UnresolvedKind::Unknown) => Some(e.updated_at),
+        // The claim's lease ended at expires_at: from then on nobody held it.
+        Some(UnresolvedKind::Abandoned) => e.expires_at,
+        None => None,
+    };
+}

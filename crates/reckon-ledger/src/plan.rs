@@ -1,0 +1,265 @@
+//! The backend-independent half of ingest: given what the ledger holds for a batch's keys,
+//! decide every write. Backends only execute the plan, inside one transaction.
+
+use crate::model::{IngestBatch, ItemStatus};
+use reckon_domain::{Decision, OperationKey, SourceRecord, StoredSnapshot, decide};
+use std::collections::HashMap;
+
+/// An effect row to insert or update.
+#[derive(Debug, Clone)]
+pub struct EffectWrite {
+    pub record: SourceRecord,
+    pub operation: Option<String>,
+    pub key_version: Option<String>,
+    pub subject: Option<String>,
+    /// Lookup parts beyond the subject itself (only for multi-part subjects).
+    pub extra_parts: Vec<String>,
+    pub abandoned_at: Option<f64>,
+}
+
+impl EffectWrite {
+    fn new(record: SourceRecord, abandoned_after_secs: f64) -> EffectWrite {
+        let parsed = OperationKey::parse(&record.key);
+        let abandoned_at = match record.state {
+            reckon_domain::State::InProgress => record.expires_at.map(|e| e + abandoned_after_secs),
+            _ => None,
+        };
+        let (operation, key_version, subject, extra_parts) = match parsed {
+            Some(k) => {
+                let extra = if k.parts.len() > 1 { k.parts } else { Vec::new() };
+                (Some(k.operation), Some(k.version), Some(k.subject), extra)
+            }
+            None => (None, None, None, Vec::new()),
+        };
+        EffectWrite {
+            record,
+            operation,
+            key_version,
+            subject,
+            extra_parts,
+            abandoned_at,
+        }
+    }
+}
+
+/// A history event to append, addressed by key until the effect's id is known.
+#[derive(Debug, Clone)]
+pub struct PlannedEvent {
+    pub key: String,
+    pub kind: &'static str,
+    pub from_state: Option<&'static str>,
+    pub to_state: Option<&'static str>,
+    pub attempts: Option<i64>,
+    pub source_updated_at: Option<f64>,
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct IngestPlan {
+    pub creates: Vec<EffectWrite>,
+    /// (effect id, new row)
+    pub updates: Vec<(i64, EffectWrite)>,
+    pub events: Vec<PlannedEvent>,
+    pub statuses: Vec<ItemStatus>,
+}
+
+/// Plan a batch against the ledger's current copies (`existing`: key -> (id, snapshot)).
+///
+/// A key may appear several times in one batch (a push that repeats itself): each
+/// occurrence is compared with the result of the previous ones, so the outcome is the
+/// same as ingesting the items one by one.
+pub fn ingest_plan(
+    batch: &IngestBatch,
+    existing: &HashMap<String, (i64, StoredSnapshot)>,
+) -> IngestPlan {
+    let mut plan = IngestPlan::default();
+    // key -> (index into creates, or effect id in updates) and the snapshot as planned.
+    enum Slot {
+        Create(usize),
+        Update(usize),
+        Existing,
+    }
+    let mut current: HashMap<&str, (Slot, StoredSnapshot)> = HashMap::new();
+
+    for rec in &batch.records {
+        let key = rec.key.as_str();
+        let snapshot = current
+            .get(key)
+            .map(|(_, s)| s.clone())
+            .or_else(|| existing.get(key).map(|(_, s)| s.clone()));
+        let decision = decide(snapshot.as_ref(), rec);
+        let status = match decision {
+            Decision::Create => ItemStatus::Created,
+            Decision::Update => ItemStatus::Updated,
+            Decision::Unchanged => ItemStatus::Unchanged,
+            Decision::Stale => ItemStatus::Stale,
+        };
+        plan.statuses.push(status);
+        match decision {
+            Decision::Unchanged | Decision::Stale => {}
+            Decision::Create => {
+                plan.events.push(PlannedEvent {
+                    key: rec.key.clone(),
+                    kind: "first_seen",
+                    from_state: None,
+                    to_state: Some(rec.state.as_str()),
+                    attempts: Some(rec.attempts),
+                    source_updated_at: Some(rec.updated_at),
+                    detail: None,
+                });
+                plan.creates
+                    .push(EffectWrite::new(rec.clone(), batch.abandoned_after_secs));
+                let snap = StoredSnapshot {
+                    record: rec.clone(),
+                    gone: false,
+                };
+                current.insert(key, (Slot::Create(plan.creates.len() - 1), snap));
+            }
+            Decision::Update => {
+                let prev = snapshot.expect("update implies a snapshot");
+                plan.events.push(PlannedEvent {
+                    key: rec.key.clone(),
+                    kind: if prev.gone { "reappeared" } else { "changed" },
+                    from_state: Some(prev.record.state.as_str()),
+                    to_state: Some(rec.state.as_str()),
+                    attempts: Some(rec.attempts),
+                    source_updated_at: Some(rec.updated_at),
+                    detail: change_detail(&prev.record, rec),
+                });
+                let write = EffectWrite::new(rec.clone(), batch.abandoned_after_secs);
+                let snap = StoredSnapshot {
+                    record: rec.clone(),
+                    gone: false,
+                };
+                let slot = match current.get(key).map(|(s, _)| s) {
+                    Some(Slot::Create(i)) => {
+                        plan.creates[*i] = write;
+                        Slot::Create(*i)
+                    }
+                    Some(Slot::Update(i)) => {
+                        plan.updates[*i].1 = write;
+                        Slot::Update(*i)
+                    }
+                    Some(Slot::Existing) | None => {
+                        let id = existing.get(key).map(|(id, _)| *id).expect("existing id");
+                        plan.updates.push((id, write));
+                        Slot::Update(plan.updates.len() - 1)
+                    }
+                };
+                current.insert(key, (slot, snap));
+            }
+        }
+        if let Some((_, snap)) = existing.get(key)
+            && !current.contains_key(key)
+        {
+            current.insert(key, (Slot::Existing, snap.clone()));
+        }
+    }
+    plan
+}
+
+/// Which fields changed, as a small JSON object for the history ("attempts 1 -> 2").
+fn change_detail(old: &SourceRecord, new: &SourceRecord) -> Option<String> {
+    let mut changed = serde_json::Map::new();
+    if old.attempts != new.attempts {
+        changed.insert("attempts".into(), serde_json::json!([old.attempts, new.attempts]));
+    }
+    if old.request_hash != new.request_hash {
+        changed.insert("request_hash".into(), serde_json::json!(true));
+    }
+    if old.response != new.response {
+        changed.insert("response".into(), serde_json::json!(true));
+    }
+    if old.expires_at != new.expires_at {
+        changed.insert(
+            "expires_at".into(),
+            serde_json::json!([old.expires_at, new.expires_at]),
+        );
+    }
+    if changed.is_empty() {
+        None
+    } else {
+        Some(serde_json::Value::Object(changed).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Origin;
+    use reckon_domain::State;
+
+    fn rec(key: &str, state: State, updated_at: f64) -> SourceRecord {
+        SourceRecord {
+            key: key.into(),
+            state,
+            request_hash: "1:x".into(),
+            response: None,
+            attempts: 1,
+            created_at: 1.0,
+            updated_at,
+            expires_at: Some(updated_at + 30.0),
+        }
+    }
+
+    fn batch(records: Vec<SourceRecord>) -> IngestBatch {
+        IngestBatch {
+            origin: Origin::Push,
+            observed_at: 100.0,
+            records,
+            rejected: vec![],
+            abandoned_after_secs: 300.0,
+            cursor: None,
+        }
+    }
+
+    #[test]
+    fn a_key_repeated_in_one_batch_is_created_once_with_one_event_per_change() {
+        let b = batch(vec![
+            rec("charge:v1:a", State::InProgress, 10.0),
+            rec("charge:v1:a", State::InProgress, 10.0),
+            rec("charge:v1:a", State::Succeeded, 11.0),
+            rec("charge:v1:a", State::InProgress, 9.0),
+        ]);
+        let plan = ingest_plan(&b, &HashMap::new());
+        assert_eq!(plan.creates.len(), 1);
+        assert_eq!(plan.creates[0].record.state, State::Succeeded);
+        assert_eq!(plan.events.len(), 2);
+        assert_eq!(
+            plan.statuses,
+            vec![
+                ItemStatus::Created,
+                ItemStatus::Unchanged,
+                ItemStatus::Updated,
+                ItemStatus::Stale
+            ]
+        );
+    }
+
+    #[test]
+    fn abandoned_at_is_lease_end_plus_grace_for_claims_only() {
+        let plan = ingest_plan(
+            &batch(vec![
+                rec("charge:v1:a", State::InProgress, 10.0),
+                rec("charge:v1:b", State::Succeeded, 10.0),
+            ]),
+            &HashMap::new(),
+        );
+        assert_eq!(plan.creates[0].abandoned_at, Some(10.0 + 30.0 + 300.0));
+        assert_eq!(plan.creates[1].abandoned_at, None);
+    }
+
+    #[test]
+    fn multi_part_subjects_get_lookup_parts() {
+        let plan = ingest_plan(
+            &batch(vec![
+                rec("refund:v1:cus_9:ORD-17", State::Succeeded, 1.0),
+                rec("charge:v1:ORD-17", State::Succeeded, 1.0),
+            ]),
+            &HashMap::new(),
+        );
+        assert_eq!(plan.creates[0].extra_parts, vec!["cus_9", "ORD-17"]);
+        assert!(plan.creates[1].extra_parts.is_empty());
+        assert_eq!(plan.creates[1].subject.as_deref(), Some("ORD-17"));
+    }
+}

@@ -1,0 +1,210 @@
+//! Row mapping shared by both backends: the column lists are the same, only the driver
+//! differs, so one generic function per type reads them.
+
+use crate::model::{
+    Cursor, Effect, EffectEvent, QuarantineEntry, Source, SourceKind, Tenant, TenantId,
+    finish_effect,
+};
+use crate::{LedgerError, Result};
+use reckon_domain::{SourceRecord, State, StoredSnapshot};
+use sqlx::{ColumnIndex, Database, Decode, Row, Type};
+
+fn state(s: &str) -> Result<State> {
+    State::parse(s).ok_or_else(|| LedgerError::Invalid(format!("stored state {s:?}")))
+}
+
+pub(crate) const EFFECT_COLUMNS: &str = "e.id, s.name AS source_name, e.key, e.operation, \
+    e.key_version, e.subject, e.state, e.request_hash, e.response, e.attempts, e.created_at, \
+    e.updated_at, e.expires_at, e.abandoned_at, e.first_seen_at, e.last_changed_at, e.gone_at, \
+    e.gone_reason";
+
+pub(crate) fn effect<DB: Database>(row: &DB::Row, now: f64) -> Result<Effect>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    let mut e = Effect {
+        id: row.try_get("id")?,
+        source: row.try_get("source_name")?,
+        key: row.try_get("key")?,
+        operation: row.try_get("operation")?,
+        key_version: row.try_get("key_version")?,
+        subject: row.try_get("subject")?,
+        state: state(&row.try_get::<String, _>("state")?)?,
+        request_hash: row.try_get("request_hash")?,
+        response_json: row.try_get("response")?,
+        attempts: row.try_get("attempts")?,
+        reclaimed: false,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        expires_at: row.try_get("expires_at")?,
+        first_seen_at: row.try_get("first_seen_at")?,
+        last_changed_at: row.try_get("last_changed_at")?,
+        gone_at: row.try_get("gone_at")?,
+        gone_reason: row.try_get("gone_reason")?,
+        unresolved_kind: None,
+        unresolved_since: None,
+    };
+    let abandoned_at: Option<f64> = row.try_get("abandoned_at")?;
+    finish_effect(&mut e, abandoned_at, now);
+    Ok(e)
+}
+
+pub(crate) const SNAPSHOT_COLUMNS: &str = "id, key, state, request_hash, response, attempts, \
+    created_at, updated_at, expires_at, gone_at";
+
+pub(crate) fn snapshot<DB: Database>(row: &DB::Row) -> Result<(i64, StoredSnapshot)>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    let gone_at: Option<f64> = row.try_get("gone_at")?;
+    Ok((
+        row.try_get("id")?,
+        StoredSnapshot {
+            record: SourceRecord {
+                key: row.try_get("key")?,
+                state: state(&row.try_get::<String, _>("state")?)?,
+                request_hash: row.try_get("request_hash")?,
+                response: row.try_get("response")?,
+                attempts: row.try_get("attempts")?,
+                created_at: row.try_get("created_at")?,
+                updated_at: row.try_get("updated_at")?,
+                expires_at: row.try_get("expires_at")?,
+            },
+            gone: gone_at.is_some(),
+        },
+    ))
+}
+
+pub(crate) const SOURCE_COLUMNS: &str = "id, name, kind, dsn_display, table_name, \
+    scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, \
+    cursor_updated_at, cursor_key, last_scan_at, last_success_at, last_full_scan_at, \
+    last_error, last_error_at, consecutive_failures, created_at";
+
+pub(crate) fn source<DB: Database>(row: &DB::Row) -> Result<Source>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    let kind: String = row.try_get("kind")?;
+    let cursor_updated_at: Option<f64> = row.try_get("cursor_updated_at")?;
+    let cursor_key: Option<Vec<u8>> = row.try_get("cursor_key")?;
+    Ok(Source {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        kind: SourceKind::parse(&kind)
+            .ok_or_else(|| LedgerError::Invalid(format!("stored source kind {kind:?}")))?,
+        dsn_display: row.try_get("dsn_display")?,
+        table_name: row.try_get("table_name")?,
+        scan_interval_secs: row.try_get("scan_interval_secs")?,
+        abandoned_after_secs: row.try_get("abandoned_after_secs")?,
+        overlap_secs: row.try_get("overlap_secs")?,
+        full_scan_every_secs: row.try_get("full_scan_every_secs")?,
+        cursor: match (cursor_updated_at, cursor_key) {
+            (Some(updated_at), Some(key)) => Some(Cursor { updated_at, key }),
+            _ => None,
+        },
+        last_scan_at: row.try_get("last_scan_at")?,
+        last_success_at: row.try_get("last_success_at")?,
+        last_full_scan_at: row.try_get("last_full_scan_at")?,
+        last_error: row.try_get("last_error")?,
+        last_error_at: row.try_get("last_error_at")?,
+        consecutive_failures: row.try_get("consecutive_failures")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+pub(crate) fn tenant<DB: Database>(row: &DB::Row) -> Result<Tenant>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(Tenant {
+        id: TenantId(row.try_get("id")?),
+        slug: row.try_get("slug")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+pub(crate) const EVENT_COLUMNS: &str = "id, observed_at, origin, kind, from_state, to_state, \
+    attempts, source_updated_at, detail";
+
+pub(crate) fn event<DB: Database>(row: &DB::Row) -> Result<EffectEvent>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(EffectEvent {
+        id: row.try_get("id")?,
+        observed_at: row.try_get("observed_at")?,
+        origin: row.try_get("origin")?,
+        kind: row.try_get("kind")?,
+        from_state: row.try_get("from_state")?,
+        to_state: row.try_get("to_state")?,
+        attempts: row.try_get("attempts")?,
+        source_updated_at: row.try_get("source_updated_at")?,
+        detail: row.try_get("detail")?,
+    })
+}
+
+pub(crate) const QUARANTINE_COLUMNS: &str =
+    "id, reason, detail, key_excerpt, excerpt, origin, first_seen_at";
+
+pub(crate) fn quarantine<DB: Database>(row: &DB::Row) -> Result<QuarantineEntry>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(QuarantineEntry {
+        id: row.try_get("id")?,
+        reason: row.try_get("reason")?,
+        detail: row.try_get("detail")?,
+        key_excerpt: row.try_get("key_excerpt")?,
+        excerpt: row.try_get("excerpt")?,
+        origin: row.try_get("origin")?,
+        first_seen_at: row.try_get("first_seen_at")?,
+    })
+}
+
+/// Validate a source name or tenant slug: short, plain, safe in URLs and labels.
+pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
+    let ok = !s.is_empty()
+        && s.len() <= 63
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(LedgerError::Invalid(format!(
+            "{what} {s:?} must be 1-63 characters of a-z, 0-9, '-' and '_', starting with a letter or digit"
+        )))
+    }
+}
+
+pub(crate) fn cursor_parts(c: &Option<Cursor>) -> (Option<f64>, Option<Vec<u8>>) {
+    match c {
+        Some(c) => (Some(c.updated_at), Some(c.key.clone())),
+        None => (None, None),
+    }
+}

@@ -1,0 +1,710 @@
+//! The embedded ledger: one SQLite file in WAL mode. Writes take the write lock up front
+//! (`BEGIN IMMEDIATE`) so two writers queue on the busy timeout instead of failing on a
+//! lock upgrade.
+
+use crate::crypto::{Keyring, dsn_aad};
+use crate::model::*;
+use crate::plan::{IngestPlan, ingest_plan};
+use crate::rows::{self, check_name, cursor_parts};
+use crate::{Ledger, LedgerError, Result};
+use async_trait::async_trait;
+use reckon_domain::{Disappearance, State, time};
+use secrecy::{ExposeSecret, SecretString};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, QueryBuilder, Row, Sqlite};
+use std::collections::HashMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+pub struct SqliteLedger {
+    pool: SqlitePool,
+    keyring: Keyring,
+}
+
+impl SqliteLedger {
+    pub async fn open_file(path: &Path, keyring: Keyring) -> Result<SqliteLedger> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                LedgerError::Invalid(format!("cannot create data directory {dir:?}: {e}"))
+            })?;
+        }
+        Self::open_options(SqliteConnectOptions::new().filename(path), keyring).await
+    }
+
+    pub async fn open_url(url: &str, keyring: Keyring) -> Result<SqliteLedger> {
+        let opts = SqliteConnectOptions::from_str(url).map_err(LedgerError::Database)?;
+        Self::open_options(opts, keyring).await
+    }
+
+    async fn open_options(opts: SqliteConnectOptions, keyring: Keyring) -> Result<SqliteLedger> {
+        let opts = opts
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts)
+            .await?;
+        let ledger = SqliteLedger { pool, keyring };
+        ledger.migrate().await?;
+        Ok(ledger)
+    }
+
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    async fn execute_plan(
+        tx: &mut sqlx::SqliteConnection,
+        tenant: TenantId,
+        source_id: i64,
+        batch: &IngestBatch,
+        plan: &IngestPlan,
+    ) -> Result<()> {
+        let now = batch.observed_at;
+        let mut ids: HashMap<&str, i64> = HashMap::new();
+        for w in &plan.creates {
+            let r = &w.record;
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, \
+                 state, request_hash, response, attempts, created_at, updated_at, expires_at, \
+                 abandoned_at, first_seen_at, last_changed_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
+                 RETURNING id",
+            )
+            .bind(tenant.0)
+            .bind(source_id)
+            .bind(&r.key)
+            .bind(&w.operation)
+            .bind(&w.key_version)
+            .bind(&w.subject)
+            .bind(r.state.as_str())
+            .bind(&r.request_hash)
+            .bind(&r.response)
+            .bind(r.attempts)
+            .bind(r.created_at)
+            .bind(r.updated_at)
+            .bind(r.expires_at)
+            .bind(w.abandoned_at)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+            for part in &w.extra_parts {
+                sqlx::query(
+                    "INSERT OR IGNORE INTO effect_key_part (effect_id, tenant_id, part) \
+                     VALUES ($1, $2, $3)",
+                )
+                .bind(id)
+                .bind(tenant.0)
+                .bind(part)
+                .execute(&mut *tx)
+                .await?;
+            }
+            ids.insert(r.key.as_str(), id);
+        }
+        for (id, w) in &plan.updates {
+            let r = &w.record;
+            sqlx::query(
+                "UPDATE effect SET state = $1, request_hash = $2, response = $3, attempts = $4, \
+                 created_at = $5, updated_at = $6, expires_at = $7, abandoned_at = $8, \
+                 last_changed_at = $9, gone_at = NULL, gone_reason = NULL \
+                 WHERE id = $10 AND tenant_id = $11",
+            )
+            .bind(r.state.as_str())
+            .bind(&r.request_hash)
+            .bind(&r.response)
+            .bind(r.attempts)
+            .bind(r.created_at)
+            .bind(r.updated_at)
+            .bind(r.expires_at)
+            .bind(w.abandoned_at)
+            .bind(now)
+            .bind(id)
+            .bind(tenant.0)
+            .execute(&mut *tx)
+            .await?;
+            ids.insert(r.key.as_str(), *id);
+        }
+        for ev in &plan.events {
+            let id = ids[ev.key.as_str()];
+            sqlx::query(
+                "INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
+                 from_state, to_state, attempts, source_updated_at, detail) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            )
+            .bind(tenant.0)
+            .bind(id)
+            .bind(now)
+            .bind(batch.origin.as_str())
+            .bind(ev.kind)
+            .bind(ev.from_state)
+            .bind(ev.to_state)
+            .bind(ev.attempts)
+            .bind(ev.source_updated_at)
+            .bind(&ev.detail)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Ledger for SqliteLedger {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        sqlx::migrate!("../../migrations/sqlite")
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
+        check_name("tenant slug", slug)?;
+        let row = sqlx::query(
+            "INSERT INTO tenant (slug, created_at) VALUES ($1, $2) \
+             RETURNING id, slug, created_at",
+        )
+        .bind(slug)
+        .bind(time::now())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| match LedgerError::from(e) {
+            LedgerError::Conflict(_) => LedgerError::Conflict(format!("tenant {slug:?}")),
+            other => other,
+        })?;
+        rows::tenant::<Sqlite>(&row)
+    }
+
+    async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
+        let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE slug = $1")
+            .bind(slug)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| LedgerError::NotFound(format!("tenant {slug:?}")))?;
+        rows::tenant::<Sqlite>(&row)
+    }
+
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY slug")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::tenant::<Sqlite>)
+            .collect()
+    }
+
+    async fn create_token(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+    ) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        )
+        .bind(tenant.0)
+        .bind(role.as_str())
+        .bind(token_hash)
+        .bind(label)
+        .bind(time::now())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>> {
+        let Some(row) = sqlx::query(
+            "SELECT k.id AS token_id, k.role, k.last_used_at, t.id, t.slug, t.created_at \
+             FROM api_token k JOIN tenant t ON t.id = k.tenant_id \
+             WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let token_id: i64 = row.try_get("token_id")?;
+        let role: String = row.try_get("role")?;
+        let last_used: Option<f64> = row.try_get("last_used_at")?;
+        let now = time::now();
+        // Write last_used_at at most once a minute: a busy client must not turn every
+        // request into a write.
+        if last_used.is_none_or(|t| now - t > 60.0) {
+            sqlx::query("UPDATE api_token SET last_used_at = $1 WHERE id = $2")
+                .bind(now)
+                .bind(token_id)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(Some(TokenGrant {
+            tenant: rows::tenant::<Sqlite>(&row)?,
+            role: Role::parse(&role)
+                .ok_or_else(|| LedgerError::Invalid(format!("stored role {role:?}")))?,
+            token_id,
+        }))
+    }
+
+    async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
+        check_name("source name", &new.name)?;
+        let sealed = new
+            .dsn
+            .as_ref()
+            .map(|d| self.keyring.seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes()));
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO source (tenant_id, name, kind, dsn_ciphertext, dsn_display, table_name, \
+             scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {}",
+            rows::SOURCE_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(&new.name)
+        .bind(new.kind.as_str())
+        .bind(sealed)
+        .bind(&new.dsn_display)
+        .bind(&new.table_name)
+        .bind(new.scan_interval_secs)
+        .bind(new.abandoned_after_secs)
+        .bind(new.overlap_secs)
+        .bind(new.full_scan_every_secs)
+        .bind(time::now())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| match LedgerError::from(e) {
+            LedgerError::Conflict(_) => LedgerError::Conflict(format!("source {:?}", new.name)),
+            other => other,
+        })?;
+        rows::source::<Sqlite>(&row)
+    }
+
+    async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM source WHERE tenant_id = $1 ORDER BY name",
+            rows::SOURCE_COLUMNS
+        )))
+        .bind(tenant.0)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::source::<Sqlite>)
+        .collect()
+    }
+
+    async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM source WHERE tenant_id = $1 AND name = $2",
+            rows::SOURCE_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
+        rows::source::<Sqlite>(&row)
+    }
+
+    async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
+        let tenants = self.list_tenants().await?;
+        let mut out = Vec::new();
+        for t in tenants {
+            for s in self.list_sources(t.id).await? {
+                if s.kind.is_scanned() {
+                    out.push((t.clone(), s));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
+        let sealed: Option<Vec<u8>> = sqlx::query_scalar(
+            "SELECT dsn_ciphertext FROM source WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(tenant.0)
+        .bind(source.id)
+        .fetch_optional(&self.pool)
+        .await?
+        .flatten();
+        let sealed = sealed.ok_or_else(|| LedgerError::NotFound("source DSN".into()))?;
+        let plain = self
+            .keyring
+            .open(&dsn_aad(tenant.0, &source.name), &sealed)
+            .ok_or(LedgerError::Decrypt)?;
+        String::from_utf8(plain)
+            .map(SecretString::from)
+            .map_err(|_| LedgerError::Decrypt)
+    }
+
+    async fn record_scan_success(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        full: bool,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
+             last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
+             WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(at)
+        .bind(full)
+        .bind(tenant.0)
+        .bind(source_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn record_scan_failure(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        error: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
+             consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(at)
+        .bind(error)
+        .bind(tenant.0)
+        .bind(source_id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn ingest(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        batch: IngestBatch,
+    ) -> Result<IngestOutcome> {
+        let mut tx = self.write_tx().await?;
+        // The source id comes from the caller: it must be one of this tenant's sources, or
+        // the batch would be written under this tenant into another tenant's source.
+        let owned: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM source WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant.0)
+                .bind(source_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if owned.is_none() {
+            return Err(LedgerError::NotFound(format!("source {source_id}")));
+        }
+        let keys: Vec<&str> = batch.records.iter().map(|r| r.key.as_str()).collect();
+        let mut existing = HashMap::new();
+        if !keys.is_empty() {
+            let keys_json = serde_json::to_string(&keys).expect("strings serialize");
+            let found = sqlx::query(AssertSqlSafe(format!(
+                "SELECT {} FROM effect WHERE tenant_id = $1 AND source_id = $2 \
+                 AND key IN (SELECT value FROM json_each($3))",
+                rows::SNAPSHOT_COLUMNS
+            )))
+            .bind(tenant.0)
+            .bind(source_id)
+            .bind(keys_json)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in &found {
+                let (id, snap) = rows::snapshot::<Sqlite>(row)?;
+                existing.insert(snap.record.key.clone(), (id, snap));
+            }
+        }
+        let plan = ingest_plan(&batch, &existing);
+        Self::execute_plan(&mut tx, tenant, source_id, &batch, &plan).await?;
+
+        for rej in &batch.rejected {
+            sqlx::query(
+                "INSERT INTO quarantine (tenant_id, source_id, reason, detail, key_excerpt, \
+                 key_bytes, excerpt, fingerprint, origin, first_seen_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (source_id, fingerprint) DO NOTHING",
+            )
+            .bind(tenant.0)
+            .bind(source_id)
+            .bind(rej.reason.as_str())
+            .bind(&rej.detail)
+            .bind(&rej.key_excerpt)
+            .bind(&rej.key_bytes)
+            .bind(&rej.excerpt)
+            .bind(&rej.fingerprint)
+            .bind(batch.origin.as_str())
+            .bind(batch.observed_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if batch.cursor.is_some() {
+            let (u, k) = cursor_parts(&batch.cursor);
+            sqlx::query(
+                "UPDATE source SET cursor_updated_at = $1, cursor_key = $2 \
+                 WHERE tenant_id = $3 AND id = $4",
+            )
+            .bind(u)
+            .bind(k)
+            .bind(tenant.0)
+            .bind(source_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(outcome(&plan, batch.rejected.len()))
+    }
+
+    async fn present_keys(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        let rows = sqlx::query(
+            "SELECT id, key FROM effect WHERE tenant_id = $1 AND source_id = $2 AND id > $3 \
+             AND gone_at IS NULL ORDER BY id LIMIT $4",
+        )
+        .bind(tenant.0)
+        .bind(source_id)
+        .bind(after_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("id")?, r.try_get("key")?)))
+            .collect()
+    }
+
+    async fn mark_gone(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        keys: &[String],
+        at: f64,
+        origin: Origin,
+    ) -> Result<Vec<(String, Disappearance)>> {
+        let mut tx = self.write_tx().await?;
+        let mut out = Vec::new();
+        for key in keys {
+            let row = sqlx::query(
+                "SELECT id, state FROM effect WHERE tenant_id = $1 AND source_id = $2 \
+                 AND key = $3 AND gone_at IS NULL",
+            )
+            .bind(tenant.0)
+            .bind(source_id)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(row) = row else { continue };
+            let id: i64 = row.try_get("id")?;
+            let state: String = row.try_get("state")?;
+            let state = State::parse(&state)
+                .ok_or_else(|| LedgerError::Invalid(format!("stored state {state:?}")))?;
+            let why = Disappearance::for_last_state(state);
+            sqlx::query("UPDATE effect SET gone_at = $1, gone_reason = $2, last_changed_at = $1 WHERE id = $3")
+                .bind(at)
+                .bind(why.as_str())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
+                 from_state, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(tenant.0)
+            .bind(id)
+            .bind(at)
+            .bind(origin.as_str())
+            .bind(why.as_str())
+            .bind(state.as_str())
+            .bind(Option::<String>::None)
+            .execute(&mut *tx)
+            .await?;
+            out.push((key.clone(), why));
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn list_effects(&self, tenant: TenantId, q: &EffectQuery) -> Result<Vec<Effect>> {
+        let mut qb = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.tenant_id = ",
+            rows::EFFECT_COLUMNS
+        ));
+        qb.push_bind(tenant.0);
+        push_filters(&mut qb, q);
+        let rows = qb.build().fetch_all(&self.pool).await?;
+        rows.iter().map(|r| rows::effect::<Sqlite>(r, q.now)).collect()
+    }
+
+    async fn get_effect(
+        &self,
+        tenant: TenantId,
+        source_name: &str,
+        key: &str,
+    ) -> Result<Option<EffectDetail>> {
+        let now = time::now();
+        let Some(row) = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
+             WHERE e.tenant_id = $1 AND s.name = $2 AND e.key = $3",
+            rows::EFFECT_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(source_name)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let effect = rows::effect::<Sqlite>(&row, now)?;
+        let history = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM effect_event WHERE tenant_id = $1 AND effect_id = $2 ORDER BY id",
+            rows::EVENT_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(effect.id)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::event::<Sqlite>)
+        .collect::<Result<Vec<_>>>()?;
+        Ok(Some(EffectDetail { effect, history }))
+    }
+
+    async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>> {
+        let now = time::now();
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.id IN ( \
+               SELECT id FROM effect WHERE tenant_id = $1 AND key = $2 \
+               UNION SELECT id FROM effect WHERE tenant_id = $1 AND subject = $2 \
+               UNION SELECT effect_id FROM effect_key_part WHERE tenant_id = $1 AND part = $2) \
+             ORDER BY e.id LIMIT $3",
+            rows::EFFECT_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(text)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|r| rows::effect::<Sqlite>(r, now))
+        .collect()
+    }
+
+    async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>> {
+        let rows = sqlx::query(
+            "SELECT s.name, q.reason, COUNT(*) AS n FROM quarantine q \
+             JOIN source s ON s.id = q.source_id WHERE q.tenant_id = $1 \
+             GROUP BY s.name, q.reason ORDER BY s.name, q.reason",
+        )
+        .bind(tenant.0)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QuarantineCount {
+                    source: r.try_get("name")?,
+                    reason: r.try_get("reason")?,
+                    count: r.try_get("n")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn list_quarantine(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        limit: i64,
+    ) -> Result<Vec<QuarantineEntry>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM quarantine WHERE tenant_id = $1 AND source_id = $2 ORDER BY id LIMIT $3",
+            rows::QUARANTINE_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(source_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(rows::quarantine::<Sqlite>)
+        .collect()
+    }
+}
+
+pub(crate) fn outcome(plan: &IngestPlan, rejected: usize) -> IngestOutcome {
+    let mut o = IngestOutcome {
+        quarantined: rejected as u64,
+        statuses: plan.statuses.clone(),
+        ..Default::default()
+    };
+    for s in &plan.statuses {
+        match s {
+            ItemStatus::Created => o.created += 1,
+            ItemStatus::Updated => o.updated += 1,
+            ItemStatus::Unchanged => o.unchanged += 1,
+            ItemStatus::Stale => o.stale += 1,
+        }
+    }
+    o
+}
+
+/// The WHERE tail and page of an effect listing; the SQL is the same on both backends.
+pub(crate) fn push_filters<DB: sqlx::Database>(qb: &mut QueryBuilder<DB>, q: &EffectQuery)
+where
+    for<'a> i64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> f64: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+    for<'a> String: sqlx::Encode<'a, DB> + sqlx::Type<DB>,
+{
+    if let Some(s) = &q.source {
+        qb.push(" AND s.name = ").push_bind(s.clone());
+    }
+    if let Some(st) = q.state {
+        qb.push(" AND e.state = ").push_bind(st.as_str().to_owned());
+    }
+    if let Some(op) = &q.operation {
+        qb.push(" AND e.operation = ").push_bind(op.clone());
+    }
+    if let Some(since) = q.updated_since {
+        qb.push(" AND e.updated_at >= ").push_bind(since);
+    }
+    match q.unresolved {
+        Some(true) => {
+            qb.push(
+                " AND (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL \
+                 AND e.abandoned_at <= ",
+            )
+            .push_bind(q.now)
+            .push("))");
+        }
+        Some(false) => {
+            qb.push(
+                " AND NOT (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL \
+                 AND e.abandoned_at IS NOT NULL AND e.abandoned_at <= ",
+            )
+            .push_bind(q.now)
+            .push("))");
+        }
+        None => {}
+    }
+    if let Some(after) = q.after_id {
+        qb.push(" AND e.id > ").push_bind(after);
+    }
+    qb.push(" ORDER BY e.id LIMIT ").push_bind(q.limit.clamp(1, 1000));
+}

@@ -1,0 +1,425 @@
+//! Reading `justonce_keys`, read-only, in the three dialects of the reference.
+//!
+//! Every read runs inside a read-only transaction (PostgreSQL `READ ONLY` with a
+//! statement timeout, MySQL `READ ONLY` with a consistent snapshot, SQLite opened
+//! read-only with `query_only` and `trusted_schema=OFF`), so a scan can neither write nor
+//! be tricked into running functions a hostile schema hides in views or triggers.
+//! Columns are fetched as bytes and numbers as the source actually stored them, and decoded
+//! by `reckon_domain::validate_row`.
+
+use crate::dsn::{Dialect, SourceDsn, validate_table_name};
+use futures::stream::{BoxStream, StreamExt};
+use reckon_domain::{RawNum, RawRow};
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{AssertSqlSafe, ConnectOptions, Connection, Executor, Row};
+use std::str::FromStr;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error("cannot connect to the source: {0}")]
+    Connect(String),
+    #[error("cannot read the source table: {0}")]
+    Query(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// sqlx errors can carry connection details; keep only the database's own message.
+fn describe(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        sqlx::Error::Io(io) => format!("I/O error: {}", io.kind()),
+        sqlx::Error::Tls(_) => "TLS error".into(),
+        sqlx::Error::PoolTimedOut => "timed out".into(),
+        sqlx::Error::ColumnDecode { index, source } => {
+            format!("column {index} has an unexpected type ({source})")
+        }
+        sqlx::Error::ColumnNotFound(c) => format!("column {c} not found"),
+        other => {
+            // Variants without connection details: safe to show.
+            let s = other.to_string();
+            s.chars().take(300).collect()
+        }
+    }
+}
+
+fn query_err(e: sqlx::Error) -> ScanError {
+    ScanError::Query(describe(&e))
+}
+
+enum Inner {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection),
+    Mysql(sqlx::MySqlConnection),
+}
+
+/// One open, read-only connection to a source's table.
+pub struct SourceConn {
+    inner: Inner,
+    /// The table name, validated and quoted for the dialect.
+    table: String,
+}
+
+const KNOWN_STATES: [&str; 4] = ["in_progress", "succeeded", "failed", "unknown"];
+
+fn quote(dialect: Dialect, table: &str) -> String {
+    let q = if dialect == Dialect::Mysql { '`' } else { '"' };
+    table
+        .split('.')
+        .map(|p| format!("{q}{p}{q}"))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+impl SourceConn {
+    pub async fn open(dsn: &SourceDsn, table: &str) -> Result<SourceConn, ScanError> {
+        validate_table_name(table).map_err(|e| ScanError::Invalid(e.to_string()))?;
+        let table = quote(dsn.dialect(), table);
+        let connect_err = |e: sqlx::Error| ScanError::Connect(describe(&e));
+        let inner = match dsn {
+            SourceDsn::Sqlite { path } => {
+                if !path.is_file() {
+                    return Err(ScanError::Connect(format!(
+                        "no database file at {}",
+                        path.display()
+                    )));
+                }
+                let opts = SqliteConnectOptions::new()
+                    .filename(path)
+                    .read_only(true)
+                    .create_if_missing(false)
+                    .pragma("query_only", "ON")
+                    .pragma("trusted_schema", "OFF")
+                    .busy_timeout(Duration::from_secs(10));
+                let mut conn = opts.connect().await.map_err(connect_err)?;
+                // A deferred read transaction: every query of this scan sees one snapshot.
+                conn.execute("BEGIN").await.map_err(query_err)?;
+                Inner::Sqlite(conn)
+            }
+            SourceDsn::Network {
+                dialect: Dialect::Postgres,
+                host,
+                port,
+                user,
+                database,
+                ssl_mode,
+                ..
+            } => {
+                let ssl = match ssl_mode.as_deref() {
+                    None => PgSslMode::Prefer,
+                    Some(m) => PgSslMode::from_str(m).map_err(connect_err)?,
+                };
+                let opts = PgConnectOptions::new_without_pgpass()
+                    .host(host)
+                    .port(*port)
+                    .username(user)
+                    // Always set, even empty: an absent password must not be filled
+                    // from the service's own PGPASSWORD.
+                    .password(dsn.password())
+                    .database(database)
+                    .ssl_mode(ssl)
+                    .application_name("reckon-scan");
+                let mut conn = tokio::time::timeout(Duration::from_secs(15), opts.connect())
+                    .await
+                    .map_err(|_| ScanError::Connect("timed out after 15s".into()))?
+                    .map_err(connect_err)?;
+                conn.execute(
+                    "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+                     SET LOCAL statement_timeout = '15min'",
+                )
+                .await
+                .map_err(query_err)?;
+                Inner::Postgres(conn)
+            }
+            SourceDsn::Network {
+                host,
+                port,
+                user,
+                database,
+                ssl_mode,
+                ..
+            } => {
+                let ssl = match ssl_mode.as_deref() {
+                    None => MySqlSslMode::Preferred,
+                    Some(m) => MySqlSslMode::from_str(m).map_err(connect_err)?,
+                };
+                let opts = MySqlConnectOptions::new()
+                    .host(host)
+                    .port(*port)
+                    .username(user)
+                    .password(dsn.password())
+                    .database(database)
+                    .ssl_mode(ssl)
+                    .charset("utf8mb4");
+                let mut conn = tokio::time::timeout(Duration::from_secs(15), opts.connect())
+                    .await
+                    .map_err(|_| ScanError::Connect("timed out after 15s".into()))?
+                    .map_err(connect_err)?;
+                conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+                    .await
+                    .map_err(query_err)?;
+                Inner::Mysql(conn)
+            }
+        };
+        Ok(SourceConn { inner, table })
+    }
+
+    /// Rows in `(updated_at, key)` order. With `since`, only rows of the four known states
+    /// whose `updated_at >= since` (the form justonce's `(state, updated_at)` index serves);
+    /// without it, every row of the table, whatever it holds.
+    pub fn rows(&mut self, since: Option<f64>) -> BoxStream<'_, Result<RawRow, ScanError>> {
+        let table = &self.table;
+        match &mut self.inner {
+            Inner::Sqlite(c) => {
+                let filter = if since.is_some() {
+                    "WHERE state IN ('in_progress', 'succeeded', 'failed', 'unknown') \
+                     AND updated_at >= $1"
+                } else {
+                    ""
+                };
+                let sql = format!(
+                    "SELECT {SQLITE_COLUMNS} FROM {table} {filter} \
+                     ORDER BY updated_at, CAST(key AS BLOB)"
+                );
+                let q = sqlx::query(AssertSqlSafe(sql));
+                let q = match since {
+                    Some(s) => q.bind(s),
+                    None => q,
+                };
+                q.fetch(c)
+                    .map(|r| r.map_err(query_err).and_then(|row| sqlite_row(&row)))
+                    .boxed()
+            }
+            Inner::Postgres(c) => {
+                let filter = if since.is_some() {
+                    "WHERE state = ANY($1) AND updated_at >= $2"
+                } else {
+                    ""
+                };
+                let sql =
+                    format!("SELECT {PG_COLUMNS} FROM {table} {filter} ORDER BY updated_at, key");
+                let q = sqlx::query(AssertSqlSafe(sql));
+                let q = match since {
+                    Some(s) => q.bind(KNOWN_STATES.map(String::from).to_vec()).bind(s),
+                    None => q,
+                };
+                q.fetch(c)
+                    .map(|r| r.map_err(query_err).and_then(|row| pg_row(&row)))
+                    .boxed()
+            }
+            Inner::Mysql(c) => {
+                let filter = if since.is_some() {
+                    "WHERE state IN ('in_progress', 'succeeded', 'failed', 'unknown') \
+                     AND updated_at >= ?"
+                } else {
+                    ""
+                };
+                let sql = format!(
+                    "SELECT {MYSQL_COLUMNS} FROM {table} {filter} ORDER BY updated_at, `key`"
+                );
+                let q = sqlx::query(AssertSqlSafe(sql));
+                let q = match since {
+                    Some(s) => q.bind(s),
+                    None => q,
+                };
+                q.fetch(c)
+                    .map(|r| r.map_err(query_err).and_then(|row| mysql_row(&row)))
+                    .boxed()
+            }
+        }
+    }
+
+    /// Every key of the table, as bytes, in no particular order.
+    pub fn keys(&mut self) -> BoxStream<'_, Result<Vec<u8>, ScanError>> {
+        let table = &self.table;
+        match &mut self.inner {
+            Inner::Sqlite(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(
+                format!("SELECT CAST(key AS BLOB) FROM {table}"),
+            ))
+            .fetch(c)
+            .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
+            .boxed(),
+            Inner::Postgres(c) => sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(
+                format!("SELECT key::text FROM {table}"),
+            ))
+            .fetch(c)
+            .map(|r| {
+                r.map(|k| k.unwrap_or_default().into_bytes())
+                    .map_err(query_err)
+            })
+            .boxed(),
+            Inner::Mysql(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(
+                format!("SELECT CAST(`key` AS BINARY) FROM {table}"),
+            ))
+            .fetch(c)
+            .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
+            .boxed(),
+        }
+    }
+
+    /// The rows with exactly these keys (those still present).
+    pub async fn rows_by_key(&mut self, keys: &[Vec<u8>]) -> Result<Vec<RawRow>, ScanError> {
+        let table = self.table.clone();
+        let mut out = Vec::new();
+        for key in keys {
+            let row = match &mut self.inner {
+                Inner::Sqlite(c) => sqlx::query(AssertSqlSafe(format!(
+                    "SELECT {SQLITE_COLUMNS} FROM {table} WHERE key = CAST($1 AS TEXT)"
+                )))
+                .bind(key.clone())
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(query_err)?
+                .map(|r| sqlite_row(&r))
+                .transpose()?,
+                Inner::Postgres(c) => {
+                    let Ok(k) = std::str::from_utf8(key) else {
+                        continue;
+                    };
+                    sqlx::query(AssertSqlSafe(format!(
+                        "SELECT {PG_COLUMNS} FROM {table} WHERE key = $1"
+                    )))
+                    .bind(k.to_owned())
+                    .fetch_optional(&mut *c)
+                    .await
+                    .map_err(query_err)?
+                    .map(|r| pg_row(&r))
+                    .transpose()?
+                }
+                Inner::Mysql(c) => sqlx::query(AssertSqlSafe(format!(
+                    "SELECT {MYSQL_COLUMNS} FROM {table} WHERE CAST(`key` AS BINARY) = ?"
+                )))
+                .bind(key.clone())
+                .fetch_optional(&mut *c)
+                .await
+                .map_err(query_err)?
+                .map(|r| mysql_row(&r))
+                .transpose()?,
+            };
+            out.extend(row);
+        }
+        Ok(out)
+    }
+
+    /// End the read-only transaction and the connection.
+    pub async fn close(self) {
+        match self.inner {
+            Inner::Sqlite(mut c) => {
+                let _ = c.execute("ROLLBACK").await;
+                let _ = c.close().await;
+            }
+            Inner::Postgres(mut c) => {
+                let _ = c.execute("ROLLBACK").await;
+                let _ = c.close().await;
+            }
+            Inner::Mysql(mut c) => {
+                let _ = c.execute("ROLLBACK").await;
+                let _ = c.close().await;
+            }
+        }
+    }
+}
+
+/// SQLite is dynamically typed: a REAL column can hold text. Each numeric column is read as
+/// its storage class plus its value, so nothing is silently coerced.
+const SQLITE_COLUMNS: &str = "CAST(key AS BLOB) AS k, CAST(state AS BLOB) AS st, \
+    CAST(request_hash AS BLOB) AS rh, CAST(response AS BLOB) AS resp, \
+    typeof(attempts) AS t_a, CASE WHEN typeof(attempts) = 'integer' THEN attempts END AS i_a, \
+    CASE WHEN typeof(attempts) = 'real' THEN attempts END AS r_a, \
+    typeof(created_at) AS t_c, CASE WHEN typeof(created_at) = 'integer' THEN created_at END AS i_c, \
+    CASE WHEN typeof(created_at) = 'real' THEN created_at END AS r_c, \
+    typeof(updated_at) AS t_u, CASE WHEN typeof(updated_at) = 'integer' THEN updated_at END AS i_u, \
+    CASE WHEN typeof(updated_at) = 'real' THEN updated_at END AS r_u, \
+    typeof(expires_at) AS t_e, CASE WHEN typeof(expires_at) = 'integer' THEN expires_at END AS i_e, \
+    CASE WHEN typeof(expires_at) = 'real' THEN expires_at END AS r_e";
+
+fn sqlite_row(row: &sqlx::sqlite::SqliteRow) -> Result<RawRow, ScanError> {
+    let num = |t: &str, i: &str, r: &str| -> Result<RawNum, ScanError> {
+        let ty: String = row.try_get(t).map_err(query_err)?;
+        Ok(match ty.as_str() {
+            "null" => RawNum::Null,
+            "integer" => RawNum::Int(row.try_get(i).map_err(query_err)?),
+            "real" => RawNum::Real(row.try_get(r).map_err(query_err)?),
+            other => RawNum::NotNumber(format!("SQLite {other} value")),
+        })
+    };
+    Ok(RawRow {
+        key: row.try_get("k").map_err(query_err)?,
+        state: row.try_get("st").map_err(query_err)?,
+        request_hash: row.try_get("rh").map_err(query_err)?,
+        response: row.try_get("resp").map_err(query_err)?,
+        attempts: num("t_a", "i_a", "r_a")?,
+        created_at: num("t_c", "i_c", "r_c")?,
+        updated_at: num("t_u", "i_u", "r_u")?,
+        expires_at: num("t_e", "i_e", "r_e")?,
+    })
+}
+
+/// PostgreSQL: `response::text`, because a JSONB string and a still-encoded string are
+/// otherwise indistinguishable; casts so a drifted column type fails the scan clearly.
+const PG_COLUMNS: &str = "key::text AS k, state::text AS st, request_hash::text AS rh, \
+    response::text AS resp, attempts::int8 AS a, created_at::float8 AS c, \
+    updated_at::float8 AS u, expires_at::float8 AS e";
+
+fn pg_row(row: &sqlx::postgres::PgRow) -> Result<RawRow, ScanError> {
+    let bytes = |c: &str| -> Result<Option<Vec<u8>>, ScanError> {
+        Ok(row
+            .try_get::<Option<String>, _>(c)
+            .map_err(query_err)?
+            .map(String::into_bytes))
+    };
+    let real = |c: &str| -> Result<RawNum, ScanError> {
+        Ok(match row.try_get::<Option<f64>, _>(c).map_err(query_err)? {
+            None => RawNum::Null,
+            Some(f) => RawNum::Real(f),
+        })
+    };
+    Ok(RawRow {
+        key: bytes("k")?,
+        state: bytes("st")?,
+        request_hash: bytes("rh")?,
+        response: bytes("resp")?,
+        attempts: match row.try_get::<Option<i64>, _>("a").map_err(query_err)? {
+            None => RawNum::Null,
+            Some(i) => RawNum::Int(i),
+        },
+        created_at: real("c")?,
+        updated_at: real("u")?,
+        expires_at: real("e")?,
+    })
+}
+
+/// MySQL/MariaDB (the Django store): `key` needs backquotes; text is read as bytes so the
+/// connection's character set cannot reinterpret it.
+const MYSQL_COLUMNS: &str = "CAST(`key` AS BINARY) AS k, CAST(state AS BINARY) AS st, \
+    CAST(request_hash AS BINARY) AS rh, CAST(response AS BINARY) AS resp, \
+    CAST(attempts AS SIGNED) AS a, CAST(created_at AS DOUBLE) AS c, \
+    CAST(updated_at AS DOUBLE) AS u, CAST(expires_at AS DOUBLE) AS e";
+
+fn mysql_row(row: &sqlx::mysql::MySqlRow) -> Result<RawRow, ScanError> {
+    let bytes = |c: &str| -> Result<Option<Vec<u8>>, ScanError> {
+        row.try_get::<Option<Vec<u8>>, _>(c).map_err(query_err)
+    };
+    let real = |c: &str| -> Result<RawNum, ScanError> {
+        Ok(match row.try_get::<Option<f64>, _>(c).map_err(query_err)? {
+            None => RawNum::Null,
+            Some(f) => RawNum::Real(f),
+        })
+    };
+    Ok(RawRow {
+        key: bytes("k")?,
+        state: bytes("st")?,
+        request_hash: bytes("rh")?,
+        response: bytes("resp")?,
+        attempts: match row.try_get::<Option<i64>, _>("a").map_err(query_err)? {
+            None => RawNum::Null,
+            Some(i) => RawNum::Int(i),
+        },
+        created_at: real("c")?,
+        updated_at: real("u")?,
+        expires_at: real("e")?,
+    })
+}

@@ -1,0 +1,143 @@
+//! Table, JSON and CSV output for the CLI, and progress on a terminal.
+
+use crate::Format;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use reckon_ledger::{Effect, Source};
+use std::io::IsTerminal;
+
+/// A spinner with a row count on stderr, drawn only when stderr is a terminal.
+pub fn progress(label: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg}: {pos} rows read ({per_sec})")
+            .expect("static template"),
+    );
+    bar.set_message(label.to_owned());
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
+}
+
+fn when(t: Option<f64>) -> String {
+    t.map(|t| format!("{t:.3}")).unwrap_or_default()
+}
+
+fn effect_row(e: &Effect) -> Vec<String> {
+    vec![
+        e.source.clone(),
+        e.key.clone(),
+        e.state.as_str().to_owned(),
+        e.unresolved_kind
+            .map(|k| k.as_str().to_owned())
+            .unwrap_or_default(),
+        e.attempts.to_string(),
+        format!("{:.3}", e.updated_at),
+        e.gone_reason.clone().unwrap_or_default(),
+    ]
+}
+
+const EFFECT_HEADER: [&str; 7] = [
+    "source",
+    "key",
+    "state",
+    "unresolved",
+    "attempts",
+    "updated_at",
+    "gone",
+];
+
+pub fn effects(list: &[Effect], format: Format) -> anyhow::Result<()> {
+    match format {
+        Format::Json => {
+            let v: Vec<serde_json::Value> = list
+                .iter()
+                .map(|e| {
+                    let mut v = serde_json::to_value(e).expect("effects serialize");
+                    v["response"] = e
+                        .response_json
+                        .as_deref()
+                        .map(serde_json::from_str)
+                        .transpose()
+                        .ok()
+                        .flatten()
+                        .unwrap_or(serde_json::Value::Null);
+                    v
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        Format::Csv => {
+            let mut w = csv::Writer::from_writer(std::io::stdout());
+            w.write_record(EFFECT_HEADER)?;
+            for e in list {
+                w.write_record(effect_row(e).iter().map(|c| neutralise(c)))?;
+            }
+            w.flush()?;
+        }
+        Format::Table => {
+            if list.is_empty() {
+                eprintln!("no effects found");
+                return Ok(());
+            }
+            let mut b = tabled::builder::Builder::default();
+            b.push_record(EFFECT_HEADER);
+            for e in list {
+                b.push_record(effect_row(e));
+            }
+            println!("{}", b.build());
+        }
+    }
+    Ok(())
+}
+
+pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
+    let header = [
+        "name",
+        "kind",
+        "dsn",
+        "last_success_at",
+        "last_error",
+        "failures",
+    ];
+    let row = |s: &Source| {
+        vec![
+            s.name.clone(),
+            s.kind.as_str().to_owned(),
+            s.dsn_display.clone().unwrap_or_default(),
+            when(s.last_success_at),
+            s.last_error.clone().unwrap_or_default(),
+            s.consecutive_failures.to_string(),
+        ]
+    };
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(list)?),
+        Format::Csv => {
+            let mut w = csv::Writer::from_writer(std::io::stdout());
+            w.write_record(header)?;
+            for s in list {
+                w.write_record(row(s).iter().map(|c| neutralise(c)))?;
+            }
+            w.flush()?;
+        }
+        Format::Table => {
+            let mut b = tabled::builder::Builder::default();
+            b.push_record(header);
+            for s in list {
+                b.push_record(row(s));
+            }
+            println!("{}", b.build());
+        }
+    }
+    Ok(())
+}
+
+/// Spreadsheet formula injection: a cell starting with = + - @ tab or CR is prefixed with
+/// a quote, so a hostile key cannot run as a formula when finance opens the file.
+fn neutralise(cell: &str) -> String {
+    match cell.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}"),
+        _ => cell.to_owned(),
+    }
+}
