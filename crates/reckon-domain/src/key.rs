@@ -27,8 +27,7 @@ impl OperationKey {
         let word = |s: &str| {
             !s.is_empty()
                 && s.len() <= 128
-                && s
-                    .chars()
+                && s.chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
         };
         let version_ok = version.len() >= 2

@@ -5,6 +5,10 @@
 //! defaulted or guessed: a row that is not exactly a record goes to quarantine with a reason,
 //! and the scan goes on (rule 7).
 
+// A rejected row carries its excerpt and fingerprint by value: rejection is the rare, cold path,
+// and boxing it would only add an allocation to every caller.
+#![allow(clippy::result_large_err)]
+
 use crate::state::State;
 use serde::Serialize;
 
@@ -146,7 +150,12 @@ fn fingerprint(row: &RawRow) -> String {
             }
         }
     }
-    for n in [&row.attempts, &row.created_at, &row.updated_at, &row.expires_at] {
+    for n in [
+        &row.attempts,
+        &row.created_at,
+        &row.updated_at,
+        &row.expires_at,
+    ] {
         h.update(describe_num(n).as_bytes());
         h.update([0u8]);
     }
@@ -275,7 +284,11 @@ pub fn validate_row(row: &RawRow, limits: &Limits) -> Result<SourceRecord, Rejec
                 ));
             }
             // A JSON `null` text is the same answer as SQL NULL.
-            if value.is_null() { None } else { Some(canonical) }
+            if value.is_null() {
+                None
+            } else {
+                Some(canonical)
+            }
         }
     };
 
@@ -400,21 +413,34 @@ mod tests {
     #[test]
     fn a_good_row_is_decoded_once() {
         let r = validate_row(&good(), &Limits::default()).unwrap();
-        assert_eq!(r.response.as_deref(), Some(r#"{"amount":2000,"id":"ch_1"}"#));
+        assert_eq!(
+            r.response.as_deref(),
+            Some(r#"{"amount":2000,"id":"ch_1"}"#)
+        );
         assert_eq!(r.updated_at, 1_700_000_001.5);
         let mut row = good();
         row.response = Some(br#""done""#.to_vec());
         let r = validate_row(&row, &Limits::default()).unwrap();
-        assert_eq!(r.response.as_deref(), Some(r#""done""#), "a JSON string stays one string");
+        assert_eq!(
+            r.response.as_deref(),
+            Some(r#""done""#),
+            "a JSON string stays one string"
+        );
     }
 
     #[test]
     fn json_null_and_sql_null_are_the_same_answer() {
         let mut row = good();
         row.response = Some(b"null".to_vec());
-        assert_eq!(validate_row(&row, &Limits::default()).unwrap().response, None);
+        assert_eq!(
+            validate_row(&row, &Limits::default()).unwrap().response,
+            None
+        );
         row.response = None;
-        assert_eq!(validate_row(&row, &Limits::default()).unwrap().response, None);
+        assert_eq!(
+            validate_row(&row, &Limits::default()).unwrap().response,
+            None
+        );
     }
 
     #[test]
@@ -463,7 +489,10 @@ mod tests {
     #[test]
     fn an_older_observation_never_overwrites_a_newer_one() {
         let rec = validate_row(&good(), &Limits::default()).unwrap();
-        let stored = StoredSnapshot { record: rec.clone(), gone: false };
+        let stored = StoredSnapshot {
+            record: rec.clone(),
+            gone: false,
+        };
         assert_eq!(decide(None, &rec), Decision::Create);
         assert_eq!(decide(Some(&stored), &rec), Decision::Unchanged);
         let mut older = rec.clone();
@@ -473,7 +502,14 @@ mod tests {
         let mut newer = rec.clone();
         newer.updated_at += 1.0;
         assert_eq!(decide(Some(&stored), &newer), Decision::Update);
-        let gone = StoredSnapshot { record: rec.clone(), gone: true };
-        assert_eq!(decide(Some(&gone), &rec), Decision::Update, "a row that came back");
+        let gone = StoredSnapshot {
+            record: rec.clone(),
+            gone: true,
+        };
+        assert_eq!(
+            decide(Some(&gone), &rec),
+            Decision::Update,
+            "a row that came back"
+        );
     }
 }

@@ -148,5 +148,8 @@ pub async fn ingest_push(
             error: None,
         });
     }
-    Ok(results.into_iter().map(|r| r.expect("every item judged")).collect())
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every item judged"))
+        .collect())
 }

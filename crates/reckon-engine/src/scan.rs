@@ -137,9 +137,8 @@ async fn scan_inner(
     opts: &ScanOptions,
     started: f64,
 ) -> Result<ScanReport, ScanFailure> {
-    let dialect = Dialect::parse(source.kind.as_str()).ok_or_else(|| {
-        ScanError::Invalid(format!("source {:?} is a push source", source.name))
-    })?;
+    let dialect = Dialect::parse(source.kind.as_str())
+        .ok_or_else(|| ScanError::Invalid(format!("source {:?} is a push source", source.name)))?;
     let dsn = ledger.source_dsn(tenant.id, source).await?;
     let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
         .map_err(|e| ScanError::Invalid(e.to_string()))?;
@@ -241,7 +240,9 @@ async fn compare_key_sets(
     let mut in_ledger: HashSet<u64> = HashSet::new();
     let mut after = 0;
     loop {
-        let page = ledger.present_keys(tenant.id, source.id, after, 10_000).await?;
+        let page = ledger
+            .present_keys(tenant.id, source.id, after, 10_000)
+            .await?;
         let Some((last, _)) = page.last() else { break };
         after = *last;
         in_ledger.extend(page.iter().map(|(_, k)| hash_key(k.as_bytes())));
@@ -296,7 +297,9 @@ async fn compare_key_sets(
     // mark it gone.
     let mut after = 0;
     loop {
-        let page = ledger.present_keys(tenant.id, source.id, after, 10_000).await?;
+        let page = ledger
+            .present_keys(tenant.id, source.id, after, 10_000)
+            .await?;
         let Some((last, _)) = page.last() else { break };
         after = *last;
         let candidates: Vec<Vec<u8>> = page

@@ -61,7 +61,11 @@ pub fn new_source(input: SourceInput) -> Result<NewSource, String> {
             (Some(SecretString::from(d)), Some(parsed.redacted()))
         }
     };
-    let scan_interval = duration("scan_interval", &input.scan_interval, Duration::from_secs(60))?;
+    let scan_interval = duration(
+        "scan_interval",
+        &input.scan_interval,
+        Duration::from_secs(60),
+    )?;
     let abandoned_after = duration(
         "abandoned_after",
         &input.abandoned_after,

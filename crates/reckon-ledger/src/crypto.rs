@@ -152,13 +152,19 @@ mod tests {
             k.open(&dsn_aad(1, "shop"), &sealed).unwrap(),
             b"postgres://u:canary@h/db"
         );
-        assert!(k.open(&dsn_aad(2, "shop"), &sealed).is_none(), "other tenant");
+        assert!(
+            k.open(&dsn_aad(2, "shop"), &sealed).is_none(),
+            "other tenant"
+        );
         assert!(k.open(&dsn_aad(1, "other"), &sealed).is_none(), "other row");
         let mut flipped = sealed.clone();
         *flipped.last_mut().unwrap() ^= 1;
         assert!(k.open(&dsn_aad(1, "shop"), &flipped).is_none(), "tampered");
         let other = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
-        assert!(other.open(&dsn_aad(1, "shop"), &sealed).is_none(), "wrong key");
+        assert!(
+            other.open(&dsn_aad(1, "shop"), &sealed).is_none(),
+            "wrong key"
+        );
         assert!(!String::from_utf8_lossy(&sealed).contains("canary"));
     }
 

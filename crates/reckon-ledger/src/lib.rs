@@ -6,8 +6,8 @@
 mod crypto;
 mod model;
 mod plan;
-mod rows;
 mod postgres;
+mod rows;
 mod sqlite;
 
 pub use crypto::{Keyring, KeyringError};
@@ -28,9 +28,13 @@ pub enum LedgerError {
     Conflict(String),
     #[error("invalid input: {0}")]
     Invalid(String),
-    #[error("unsupported ledger URL scheme {0:?}: use a postgres:// URL, or leave RECKON_DATABASE_URL unset for the embedded SQLite ledger")]
+    #[error(
+        "unsupported ledger URL scheme {0:?}: use a postgres:// URL, or leave RECKON_DATABASE_URL unset for the embedded SQLite ledger"
+    )]
     UnsupportedScheme(String),
-    #[error("secret could not be decrypted (wrong master key, or the stored value was tampered with)")]
+    #[error(
+        "secret could not be decrypted (wrong master key, or the stored value was tampered with)"
+    )]
     Decrypt,
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -102,8 +106,12 @@ pub trait Ledger: Send + Sync + 'static {
     // ---- ingest ----
     /// Store a batch of records and quarantined rows, and (for scans) move the source's
     /// cursor, all in one transaction.
-    async fn ingest(&self, tenant: TenantId, source_id: i64, batch: IngestBatch)
-    -> Result<IngestOutcome>;
+    async fn ingest(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        batch: IngestBatch,
+    ) -> Result<IngestOutcome>;
     /// A page of the keys of effects still present in the source (not gone), ordered by
     /// effect id, for key-set comparison. Returns (last id, keys).
     async fn present_keys(
@@ -153,9 +161,9 @@ pub async fn connect(
         None => Ok(Arc::new(
             sqlite::SqliteLedger::open_file(&data_dir.join("reckon.db"), keyring).await?,
         )),
-        Some(u) if u.starts_with("sqlite:") => Ok(Arc::new(
-            sqlite::SqliteLedger::open_url(u, keyring).await?,
-        )),
+        Some(u) if u.starts_with("sqlite:") => {
+            Ok(Arc::new(sqlite::SqliteLedger::open_url(u, keyring).await?))
+        }
         Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
             Ok(Arc::new(postgres::PgLedger::open(u, keyring).await?))
         }

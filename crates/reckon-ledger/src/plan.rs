@@ -26,7 +26,11 @@ impl EffectWrite {
         };
         let (operation, key_version, subject, extra_parts) = match parsed {
             Some(k) => {
-                let extra = if k.parts.len() > 1 { k.parts } else { Vec::new() };
+                let extra = if k.parts.len() > 1 {
+                    k.parts
+                } else {
+                    Vec::new()
+                };
                 (Some(k.operation), Some(k.version), Some(k.subject), extra)
             }
             None => (None, None, None, Vec::new()),
@@ -162,7 +166,10 @@ pub fn ingest_plan(
 fn change_detail(old: &SourceRecord, new: &SourceRecord) -> Option<String> {
     let mut changed = serde_json::Map::new();
     if old.attempts != new.attempts {
-        changed.insert("attempts".into(), serde_json::json!([old.attempts, new.attempts]));
+        changed.insert(
+            "attempts".into(),
+            serde_json::json!([old.attempts, new.attempts]),
+        );
     }
     if old.request_hash != new.request_hash {
         changed.insert("request_hash".into(), serde_json::json!(true));

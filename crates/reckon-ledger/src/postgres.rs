@@ -65,9 +65,21 @@ impl PgLedger {
             .bind(c.iter().map(|w| w.operation.clone()).collect::<Vec<_>>())
             .bind(c.iter().map(|w| w.key_version.clone()).collect::<Vec<_>>())
             .bind(c.iter().map(|w| w.subject.clone()).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.record.state.as_str()).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.record.request_hash.clone()).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.record.response.clone()).collect::<Vec<_>>())
+            .bind(
+                c.iter()
+                    .map(|w| w.record.state.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                c.iter()
+                    .map(|w| w.record.request_hash.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                c.iter()
+                    .map(|w| w.record.response.clone())
+                    .collect::<Vec<_>>(),
+            )
             .bind(c.iter().map(|w| w.record.attempts).collect::<Vec<_>>())
             .bind(c.iter().map(|w| w.record.created_at).collect::<Vec<_>>())
             .bind(c.iter().map(|w| w.record.updated_at).collect::<Vec<_>>())
@@ -257,10 +269,10 @@ impl Ledger for PgLedger {
 
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
         check_name("source name", &new.name)?;
-        let sealed = new
-            .dsn
-            .as_ref()
-            .map(|d| self.keyring.seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes()));
+        let sealed = new.dsn.as_ref().map(|d| {
+            self.keyring
+                .seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes())
+        });
         let row = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO source (tenant_id, name, kind, dsn_ciphertext, dsn_display, table_name, \
              scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
@@ -543,7 +555,9 @@ impl Ledger for PgLedger {
         qb.push_bind(tenant.0);
         push_filters(&mut qb, q);
         let rows = qb.build().fetch_all(&self.pool).await?;
-        rows.iter().map(|r| rows::effect::<Postgres>(r, q.now)).collect()
+        rows.iter()
+            .map(|r| rows::effect::<Postgres>(r, q.now))
+            .collect()
     }
 
     async fn get_effect(
@@ -641,4 +655,3 @@ impl Ledger for PgLedger {
         .collect()
     }
 }
-

@@ -190,8 +190,7 @@ pub(crate) fn check_name(what: &str, s: &str) -> Result<()> {
     let ok = !s.is_empty()
         && s.len() <= 63
         && s.as_bytes()[0].is_ascii_alphanumeric()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
     if ok {
         Ok(())

@@ -262,10 +262,10 @@ impl Ledger for SqliteLedger {
 
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
         check_name("source name", &new.name)?;
-        let sealed = new
-            .dsn
-            .as_ref()
-            .map(|d| self.keyring.seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes()));
+        let sealed = new.dsn.as_ref().map(|d| {
+            self.keyring
+                .seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes())
+        });
         let row = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO source (tenant_id, name, kind, dsn_ciphertext, dsn_display, table_name, \
              scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
@@ -549,7 +549,9 @@ impl Ledger for SqliteLedger {
         qb.push_bind(tenant.0);
         push_filters(&mut qb, q);
         let rows = qb.build().fetch_all(&self.pool).await?;
-        rows.iter().map(|r| rows::effect::<Sqlite>(r, q.now)).collect()
+        rows.iter()
+            .map(|r| rows::effect::<Sqlite>(r, q.now))
+            .collect()
     }
 
     async fn get_effect(
@@ -706,5 +708,6 @@ where
     if let Some(after) = q.after_id {
         qb.push(" AND e.id > ").push_bind(after);
     }
-    qb.push(" ORDER BY e.id LIMIT ").push_bind(q.limit.clamp(1, 1000));
+    qb.push(" ORDER BY e.id LIMIT ")
+        .push_bind(q.limit.clamp(1, 1000));
 }

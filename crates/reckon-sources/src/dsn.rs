@@ -78,7 +78,9 @@ impl SourceDsn {
                     .or_else(|| dsn.strip_prefix("sqlite:"))
                     .unwrap_or(dsn);
                 if path.is_empty() || path.contains(":memory:") || path.starts_with("file:") {
-                    return Err(err("a SQLite source is a path to an existing database file"));
+                    return Err(err(
+                        "a SQLite source is a path to an existing database file",
+                    ));
                 }
                 if path.contains('?') || path.contains('\0') {
                     return Err(err(
@@ -92,8 +94,7 @@ impl SourceDsn {
                 Ok(SourceDsn::Sqlite { path })
             }
             Dialect::Postgres | Dialect::Mysql => {
-                let url = url::Url::parse(dsn)
-                    .map_err(|e| DsnError(format!("not a URL ({e})")))?;
+                let url = url::Url::parse(dsn).map_err(|e| DsnError(format!("not a URL ({e})")))?;
                 let schemes: &[&str] = match dialect {
                     Dialect::Postgres => &["postgres", "postgresql"],
                     _ => &["mysql", "mariadb"],
@@ -261,9 +262,7 @@ mod tests {
         ] {
             assert!(SourceDsn::parse(Dialect::Postgres, bad).is_err(), "{bad}");
         }
-        assert!(
-            SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?local_infile=1").is_err()
-        );
+        assert!(SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?local_infile=1").is_err());
         assert!(SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?ssl-mode=REQUIRED").is_ok());
     }
 
@@ -271,7 +270,13 @@ mod tests {
     fn sqlite_paths_are_plain_absolute_files() {
         assert!(SourceDsn::parse(Dialect::Sqlite, "/data/shop.db").is_ok());
         assert!(SourceDsn::parse(Dialect::Sqlite, "sqlite:///data/shop.db").is_ok());
-        for bad in [":memory:", "file:x.db?mode=rwc", "rel/x.db", "/x.db?vfs=unix", ""] {
+        for bad in [
+            ":memory:",
+            "file:x.db?mode=rwc",
+            "rel/x.db",
+            "/x.db?vfs=unix",
+            "",
+        ] {
             assert!(SourceDsn::parse(Dialect::Sqlite, bad).is_err(), "{bad}");
         }
     }

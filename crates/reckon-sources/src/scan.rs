@@ -150,10 +150,16 @@ impl SourceConn {
                     .host(host)
                     .port(*port)
                     .username(user)
-                    .password(dsn.password())
                     .database(database)
                     .ssl_mode(ssl)
                     .charset("utf8mb4");
+                // MySQL options never read the environment, and an empty password set
+                // explicitly is still sent scrambled, which a passwordless account refuses:
+                // set one only when the DSN has one.
+                let opts = match dsn.password() {
+                    "" => opts,
+                    pw => opts.password(pw),
+                };
                 let mut conn = tokio::time::timeout(Duration::from_secs(15), opts.connect())
                     .await
                     .map_err(|_| ScanError::Connect("timed out after 15s".into()))?
@@ -236,24 +242,24 @@ impl SourceConn {
     pub fn keys(&mut self) -> BoxStream<'_, Result<Vec<u8>, ScanError>> {
         let table = &self.table;
         match &mut self.inner {
-            Inner::Sqlite(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(
-                format!("SELECT CAST(key AS BLOB) FROM {table}"),
-            ))
+            Inner::Sqlite(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(format!(
+                "SELECT CAST(key AS BLOB) FROM {table}"
+            )))
             .fetch(c)
             .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
             .boxed(),
-            Inner::Postgres(c) => sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(
-                format!("SELECT key::text FROM {table}"),
-            ))
+            Inner::Postgres(c) => sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(format!(
+                "SELECT key::text FROM {table}"
+            )))
             .fetch(c)
             .map(|r| {
                 r.map(|k| k.unwrap_or_default().into_bytes())
                     .map_err(query_err)
             })
             .boxed(),
-            Inner::Mysql(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(
-                format!("SELECT CAST(`key` AS BINARY) FROM {table}"),
-            ))
+            Inner::Mysql(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(format!(
+                "SELECT CAST(`key` AS BINARY) FROM {table}"
+            )))
             .fetch(c)
             .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
             .boxed(),

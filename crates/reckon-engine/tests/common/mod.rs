@@ -1,0 +1,307 @@
+//! Harness for scan tests: fresh source databases written by the real justonce library
+//! (testdata/justonce_writer.py), and a fresh SQLite ledger per test.
+//!
+//! A service that is down FAILS the test: nothing here ever skips a backend.
+
+use reckon_engine::scan::ScanFailure;
+use reckon_engine::{ScanOptions, ScanReport, SourceInput};
+use reckon_ledger::{Keyring, Ledger, Source, Tenant};
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, Connection};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use tempfile::TempDir;
+
+pub const SOURCE: &str = "src";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Sqlite => "sqlite",
+            Kind::Postgres => "postgres",
+            Kind::Mysql => "mysql",
+        }
+    }
+}
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The venv python, set up once per test process by scripts/test-env.sh.
+pub fn python() -> &'static str {
+    static PY: OnceLock<String> = OnceLock::new();
+    PY.get_or_init(|| {
+        let script = manifest_dir().join("../../scripts/test-env.sh");
+        let out = Command::new(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "test-env.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let py = String::from_utf8(out.stdout).expect("utf-8 python path");
+        let py = py.trim().to_owned();
+        assert!(!py.is_empty(), "test-env.sh printed no python path");
+        py
+    })
+}
+
+fn random_name(prefix: &str) -> String {
+    format!("{prefix}_{:016x}", rand::random::<u64>())
+}
+
+fn pg_admin_url() -> String {
+    std::env::var("RECKON_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn mysql_admin_url() -> String {
+    std::env::var("RECKON_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+/// `url` with its database (last path segment) replaced by `db`.
+fn with_db(url: &str, db: &str) -> String {
+    let (base, _) = url
+        .rsplit_once('/')
+        .unwrap_or_else(|| panic!("admin URL {url:?} has no database part"));
+    let base = base.split('?').next().unwrap_or(base);
+    format!("{base}/{db}")
+}
+
+/// A fresh, empty database for a source.
+pub struct SourceDb {
+    pub kind: Kind,
+    /// DSN as the Python writer takes it.
+    pub writer_dsn: String,
+    /// DSN as reckon's source takes it.
+    pub source_dsn: String,
+    _dir: TempDir,
+}
+
+impl SourceDb {
+    pub async fn fresh(kind: Kind) -> SourceDb {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (writer_dsn, source_dsn) = match kind {
+            Kind::Sqlite => {
+                let p = dir.path().join("justonce.db");
+                let p = p.to_str().expect("utf-8 temp path").to_owned();
+                (p.clone(), p)
+            }
+            Kind::Postgres => {
+                let admin = pg_admin_url();
+                let db = random_name("reckon_scan");
+                let mut conn = sqlx::PgConnection::connect(&admin)
+                    .await
+                    .unwrap_or_else(|e| panic!("PostgreSQL at {admin} is required: {e}"));
+                sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{db}\"")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create the PostgreSQL test database");
+                conn.close().await.ok();
+                let url = with_db(&admin, &db);
+                let writer = url.replacen("postgres://", "postgresql://", 1);
+                let source = url.replacen("postgresql://", "postgres://", 1);
+                (writer, source)
+            }
+            Kind::Mysql => {
+                let admin = mysql_admin_url();
+                let db = random_name("reckon_scan");
+                let mut conn = sqlx::MySqlConnection::connect(&admin)
+                    .await
+                    .unwrap_or_else(|e| panic!("MariaDB at {admin} is required: {e}"));
+                sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE `{db}`")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("create the MariaDB test database");
+                conn.close().await.ok();
+                let url = with_db(&admin, &db);
+                (url.clone(), url)
+            }
+        };
+        SourceDb {
+            kind,
+            writer_dsn,
+            source_dsn,
+            _dir: dir,
+        }
+    }
+
+    /// Drop the server database (call at the end of a passing test; a failing test leaves
+    /// it behind for inspection). SQLite files go with the temporary directory.
+    pub async fn drop_db(self) {
+        let db = self
+            .source_dsn
+            .rsplit('/')
+            .next()
+            .expect("database name")
+            .to_owned();
+        match self.kind {
+            Kind::Sqlite => {}
+            Kind::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&pg_admin_url())
+                    .await
+                    .expect("connect to PostgreSQL admin");
+                sqlx::raw_sql(AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"
+                )))
+                .execute(&mut conn)
+                .await
+                .expect("drop the test database");
+                conn.close().await.ok();
+            }
+            Kind::Mysql => {
+                let mut conn = sqlx::MySqlConnection::connect(&mysql_admin_url())
+                    .await
+                    .expect("connect to MariaDB admin");
+                sqlx::raw_sql(AssertSqlSafe(format!("DROP DATABASE IF EXISTS `{db}`")))
+                    .execute(&mut conn)
+                    .await
+                    .expect("drop the test database");
+                conn.close().await.ok();
+            }
+        }
+    }
+
+    /// Run the justonce writer with a scenario and return its JSON output.
+    pub fn writer(&self, args: &[&str]) -> Value {
+        let script = manifest_dir().join("../../testdata/justonce_writer.py");
+        let out = Command::new(python())
+            .arg(&script)
+            .args(["--backend", self.kind.as_str(), "--dsn", &self.writer_dsn])
+            .args(args)
+            .output()
+            .expect("run justonce_writer.py");
+        assert!(
+            out.status.success(),
+            "justonce_writer.py {args:?} on {} failed: {}",
+            self.kind.as_str(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("writer prints JSON")
+    }
+
+    /// Execute raw SQL statements on the source database.
+    pub async fn exec(&self, statements: &[String]) {
+        match self.kind {
+            Kind::Sqlite => {
+                let opts = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(&self.writer_dsn)
+                    .create_if_missing(true);
+                let mut conn = sqlx::SqliteConnection::connect_with(&opts)
+                    .await
+                    .expect("open source SQLite file");
+                for s in statements {
+                    sqlx::raw_sql(AssertSqlSafe(s.clone()))
+                        .execute(&mut conn)
+                        .await
+                        .unwrap_or_else(|e| panic!("{s}: {e}"));
+                }
+                conn.close().await.ok();
+            }
+            Kind::Postgres => {
+                let mut conn = sqlx::PgConnection::connect(&self.source_dsn)
+                    .await
+                    .expect("connect to source PostgreSQL");
+                for s in statements {
+                    sqlx::raw_sql(AssertSqlSafe(s.clone()))
+                        .execute(&mut conn)
+                        .await
+                        .unwrap_or_else(|e| panic!("{s}: {e}"));
+                }
+                conn.close().await.ok();
+            }
+            Kind::Mysql => {
+                let mut conn = sqlx::MySqlConnection::connect(&self.source_dsn)
+                    .await
+                    .expect("connect to source MariaDB");
+                for s in statements {
+                    sqlx::raw_sql(AssertSqlSafe(s.clone()))
+                        .execute(&mut conn)
+                        .await
+                        .unwrap_or_else(|e| panic!("{}: {e}", &s[..s.len().min(200)]));
+                }
+                conn.close().await.ok();
+            }
+        }
+    }
+}
+
+/// A fresh SQLite ledger with one tenant.
+pub struct TestLedger {
+    pub ledger: Arc<dyn Ledger>,
+    pub tenant: Tenant,
+    _dir: TempDir,
+}
+
+impl TestLedger {
+    pub async fn new() -> TestLedger {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let keyring = Keyring::from_base64(&Keyring::generate_base64()).expect("keyring");
+        let ledger = reckon_ledger::connect(None, dir.path(), keyring)
+            .await
+            .expect("open SQLite ledger");
+        let tenant = ledger.create_tenant("acme").await.expect("create tenant");
+        TestLedger {
+            ledger,
+            tenant,
+            _dir: dir,
+        }
+    }
+
+    pub async fn add_source(&self, name: &str, kind: &str, dsn: &str) -> Source {
+        let new = reckon_engine::new_source(SourceInput {
+            name: name.into(),
+            kind: kind.into(),
+            dsn: Some(dsn.into()),
+            table: None,
+            scan_interval: None,
+            abandoned_after: Some("0s".into()),
+            overlap: None,
+            full_scan_every: None,
+        })
+        .expect("valid source input");
+        self.ledger
+            .add_source(self.tenant.id, new)
+            .await
+            .expect("add source")
+    }
+
+    pub async fn source(&self, name: &str) -> Source {
+        self.ledger
+            .source_by_name(self.tenant.id, name)
+            .await
+            .expect("source exists")
+    }
+
+    /// Scan `name`, re-reading the source first (its cursor changes).
+    pub async fn try_scan(&self, name: &str, full: bool) -> Result<ScanReport, ScanFailure> {
+        let source = self.source(name).await;
+        reckon_engine::scan_source(
+            &*self.ledger,
+            &self.tenant,
+            &source,
+            &ScanOptions {
+                full,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    pub async fn scan(&self, name: &str, full: bool) -> ScanReport {
+        self.try_scan(name, full)
+            .await
+            .unwrap_or_else(|e| panic!("scan of {name} failed: {e}"))
+    }
+}

@@ -1,0 +1,218 @@
+//! The two backends the conformance suite runs against, and a way to look at their tables
+//! without going through the `Ledger` trait (to check what is really stored).
+//!
+//! SQLite: a fresh temporary directory per test. PostgreSQL: a fresh database per test on
+//! the server named by `RECKON_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`),
+//! dropped when the test passes and left behind for inspection when it fails. An unreachable
+//! PostgreSQL fails the test: the suite never skips a backend silently.
+
+use reckon_ledger::{Keyring, Ledger};
+use sqlx::postgres::PgConnection;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{AssertSqlSafe, Connection, Row};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+const DEFAULT_PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+pub fn keyring() -> Keyring {
+    Keyring::from_base64(&Keyring::generate_base64()).expect("a generated key is valid")
+}
+
+/// Where a test ledger's database lives, for direct queries.
+#[derive(Debug, Clone)]
+pub enum RawDb {
+    Sqlite(PathBuf),
+    Postgres(String),
+}
+
+impl RawDb {
+    /// Every non-NULL cell of `table` as (column name, the stored bytes). Text columns give
+    /// their text, binary columns their raw bytes, numbers their text form.
+    pub async fn cells(&self, table: &str) -> Vec<(String, Vec<u8>)> {
+        let mut out = Vec::new();
+        match self {
+            RawDb::Sqlite(path) => {
+                let opts = SqliteConnectOptions::new()
+                    .filename(path)
+                    .create_if_missing(false);
+                let mut conn = sqlx::SqliteConnection::connect_with(&opts)
+                    .await
+                    .expect("open the SQLite ledger file directly");
+                let columns: Vec<String> =
+                    sqlx::query_scalar("SELECT name FROM pragma_table_info($1) ORDER BY cid")
+                        .bind(table)
+                        .fetch_all(&mut conn)
+                        .await
+                        .expect("list the table's columns");
+                assert!(!columns.is_empty(), "table {table} has no columns");
+                for col in columns {
+                    let values: Vec<Option<Vec<u8>>> = sqlx::query_scalar(AssertSqlSafe(format!(
+                        "SELECT CAST(\"{col}\" AS BLOB) FROM \"{table}\""
+                    )))
+                    .fetch_all(&mut conn)
+                    .await
+                    .expect("read a column");
+                    out.extend(values.into_iter().flatten().map(|v| (col.clone(), v)));
+                }
+                conn.close().await.ok();
+            }
+            RawDb::Postgres(url) => {
+                let mut conn = PgConnection::connect(url)
+                    .await
+                    .expect("connect to the test database directly");
+                let columns = sqlx::query(
+                    "SELECT column_name::text AS name, data_type::text AS ty \
+                     FROM information_schema.columns \
+                     WHERE table_schema = 'public' AND table_name = $1 ORDER BY ordinal_position",
+                )
+                .bind(table)
+                .fetch_all(&mut conn)
+                .await
+                .expect("list the table's columns");
+                assert!(!columns.is_empty(), "table {table} has no columns");
+                for c in columns {
+                    let col: String = c.get("name");
+                    let ty: String = c.get("ty");
+                    let values: Vec<Option<Vec<u8>>> = if ty == "bytea" {
+                        sqlx::query_scalar(AssertSqlSafe(format!(
+                            "SELECT \"{col}\" FROM \"{table}\""
+                        )))
+                        .fetch_all(&mut conn)
+                        .await
+                        .expect("read a column")
+                    } else {
+                        let v: Vec<Option<String>> = sqlx::query_scalar(AssertSqlSafe(format!(
+                            "SELECT \"{col}\"::text FROM \"{table}\""
+                        )))
+                        .fetch_all(&mut conn)
+                        .await
+                        .expect("read a column");
+                        v.into_iter().map(|s| s.map(String::into_bytes)).collect()
+                    };
+                    out.extend(values.into_iter().flatten().map(|v| (col.clone(), v)));
+                }
+                conn.close().await.ok();
+            }
+        }
+        out
+    }
+}
+
+enum Cleanup {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres { admin_url: String, database: String },
+}
+
+/// One fresh ledger for one test.
+pub struct TestDb {
+    pub ledger: Arc<dyn Ledger>,
+    pub raw: RawDb,
+    cleanup: Cleanup,
+}
+
+impl TestDb {
+    pub async fn sqlite() -> TestDb {
+        let dir = tempfile::tempdir().expect("create a temporary directory");
+        let ledger = reckon_ledger::connect(None, dir.path(), keyring())
+            .await
+            .unwrap_or_else(|e| panic!("open the SQLite ledger: {e}"));
+        TestDb {
+            ledger,
+            raw: RawDb::Sqlite(dir.path().join("reckon.db")),
+            cleanup: Cleanup::Sqlite(dir),
+        }
+    }
+
+    pub async fn postgres() -> TestDb {
+        let admin_url = std::env::var("RECKON_TEST_PG_URL")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| DEFAULT_PG_ADMIN_URL.to_owned());
+        let database = format!("reckon_t_{:016x}", rand::random::<u64>());
+        let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| {
+            panic!(
+                "PostgreSQL is unreachable at {admin_url} ({e}). The ledger conformance suite \
+                 runs every behaviour against PostgreSQL too: start the server or point \
+                 RECKON_TEST_PG_URL at one"
+            )
+        });
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{database}\"")))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("create test database {database}: {e}"));
+        admin.close().await.ok();
+        let url = with_database(&admin_url, &database);
+        let ledger = reckon_ledger::connect(Some(&url), std::env::temp_dir().as_path(), keyring())
+            .await
+            .unwrap_or_else(|e| panic!("open the PostgreSQL ledger {url}: {e}"));
+        TestDb {
+            ledger,
+            raw: RawDb::Postgres(url),
+            cleanup: Cleanup::Postgres {
+                admin_url,
+                database,
+            },
+        }
+    }
+
+    pub fn ledger(&self) -> Arc<dyn Ledger> {
+        self.ledger.clone()
+    }
+
+    /// Called at the end of a passing test (a failing one panics before it, which leaves
+    /// the PostgreSQL database behind to look at).
+    pub async fn finish(self) {
+        let TestDb {
+            ledger, cleanup, ..
+        } = self;
+        drop(ledger);
+        if let Cleanup::Postgres {
+            admin_url,
+            database,
+        } = cleanup
+            && let Ok(mut admin) = PgConnection::connect(&admin_url).await
+        {
+            // Best effort: WITH (FORCE) ends the dropped pool's connections still closing.
+            let _ = sqlx::raw_sql(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS \"{database}\" WITH (FORCE)"
+            )))
+            .execute(&mut admin)
+            .await;
+            admin.close().await.ok();
+        }
+    }
+}
+
+/// The admin URL with its database name replaced.
+fn with_database(admin_url: &str, database: &str) -> String {
+    let (base, query) = match admin_url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (admin_url, None),
+    };
+    let authority_start = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let base = match base[authority_start..].find('/') {
+        Some(i) => &base[..authority_start + i],
+        None => base,
+    };
+    match query {
+        Some(q) => format!("{base}/{database}?{q}"),
+        None => format!("{base}/{database}"),
+    }
+}
+
+#[test]
+fn the_database_name_replaces_the_admin_one() {
+    assert_eq!(
+        with_database("postgres://postgres@127.0.0.1:5432/postgres", "x"),
+        "postgres://postgres@127.0.0.1:5432/x"
+    );
+    assert_eq!(
+        with_database("postgres://u:p@h/postgres?sslmode=disable", "x"),
+        "postgres://u:p@h/x?sslmode=disable"
+    );
+    assert_eq!(
+        with_database("postgres://h:5432", "x"),
+        "postgres://h:5432/x"
+    );
+}

@@ -1,0 +1,156 @@
+//! A ledger that counts token look-ups and otherwise does what the real one does, to show
+//! that a malformed token never reaches the database.
+
+use async_trait::async_trait;
+use reckon_domain::Disappearance;
+use reckon_ledger::{
+    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Ledger, NewSource,
+    Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId, TokenGrant,
+};
+use secrecy::SecretString;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub struct CountingLedger {
+    inner: Arc<dyn Ledger>,
+    token_lookups: Arc<AtomicUsize>,
+}
+
+impl CountingLedger {
+    pub fn new(inner: Arc<dyn Ledger>, token_lookups: Arc<AtomicUsize>) -> CountingLedger {
+        CountingLedger {
+            inner,
+            token_lookups,
+        }
+    }
+}
+
+#[async_trait]
+impl Ledger for CountingLedger {
+    fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
+    async fn migrate(&self) -> Result<()> {
+        self.inner.migrate().await
+    }
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+    async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
+        self.inner.create_tenant(slug).await
+    }
+    async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
+        self.inner.tenant_by_slug(slug).await
+    }
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        self.inner.list_tenants().await
+    }
+    async fn create_token(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+    ) -> Result<i64> {
+        self.inner
+            .create_token(tenant, role, token_hash, label)
+            .await
+    }
+    async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>> {
+        self.token_lookups.fetch_add(1, Ordering::SeqCst);
+        self.inner.authenticate_token(token_hash).await
+    }
+    async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
+        self.inner.add_source(tenant, new).await
+    }
+    async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
+        self.inner.list_sources(tenant).await
+    }
+    async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
+        self.inner.source_by_name(tenant, name).await
+    }
+    async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
+        self.inner.all_scanned_sources().await
+    }
+    async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
+        self.inner.source_dsn(tenant, source).await
+    }
+    async fn record_scan_success(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        full: bool,
+    ) -> Result<()> {
+        self.inner
+            .record_scan_success(tenant, source_id, at, full)
+            .await
+    }
+    async fn record_scan_failure(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        error: &str,
+    ) -> Result<()> {
+        self.inner
+            .record_scan_failure(tenant, source_id, at, error)
+            .await
+    }
+    async fn ingest(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        batch: IngestBatch,
+    ) -> Result<IngestOutcome> {
+        self.inner.ingest(tenant, source_id, batch).await
+    }
+    async fn present_keys(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        self.inner
+            .present_keys(tenant, source_id, after_id, limit)
+            .await
+    }
+    async fn mark_gone(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        keys: &[String],
+        at: f64,
+        origin: Origin,
+    ) -> Result<Vec<(String, Disappearance)>> {
+        self.inner
+            .mark_gone(tenant, source_id, keys, at, origin)
+            .await
+    }
+    async fn list_effects(&self, tenant: TenantId, query: &EffectQuery) -> Result<Vec<Effect>> {
+        self.inner.list_effects(tenant, query).await
+    }
+    async fn get_effect(
+        &self,
+        tenant: TenantId,
+        source_name: &str,
+        key: &str,
+    ) -> Result<Option<EffectDetail>> {
+        self.inner.get_effect(tenant, source_name, key).await
+    }
+    async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>> {
+        self.inner.lookup(tenant, text, limit).await
+    }
+    async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>> {
+        self.inner.quarantine_counts(tenant).await
+    }
+    async fn list_quarantine(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        limit: i64,
+    ) -> Result<Vec<QuarantineEntry>> {
+        self.inner.list_quarantine(tenant, source_id, limit).await
+    }
+}
