@@ -64,15 +64,25 @@ fn generate(seed: u64, now: f64) -> Vec<Row> {
             // Reclaimed after the first worker's lease ran out.
             52 => (
                 "succeeded",
-                Some(json!({"charge_id": format!("ch_demo_{i}"), "amount": amount, "status": "succeeded"})),
+                Some(
+                    json!({"charge_id": format!("ch_demo_{i}"), "amount": amount, "status": "succeeded"}),
+                ),
                 Some(t + 90.0 + retention),
                 t + 90.0,
                 2,
             ),
-            _ if rng.random_bool(0.05) => ("failed", Some(json!({"error": "card_declined"})), Some(t + 2.0 + retention), t + 2.0, 1),
+            _ if rng.random_bool(0.05) => (
+                "failed",
+                Some(json!({"error": "card_declined"})),
+                Some(t + 2.0 + retention),
+                t + 2.0,
+                1,
+            ),
             _ => (
                 "succeeded",
-                Some(json!({"charge_id": format!("ch_demo_{i}"), "amount": amount, "status": "succeeded"})),
+                Some(
+                    json!({"charge_id": format!("ch_demo_{i}"), "amount": amount, "status": "succeeded"}),
+                ),
                 Some(t + 2.0 + retention),
                 t + 2.0,
                 1,

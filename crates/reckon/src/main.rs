@@ -15,7 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "reckon", version, about = "Find out what really happened to every side effect.")]
+#[command(
+    name = "reckon",
+    version,
+    about = "Find out what really happened to every side effect."
+)]
 struct Cli {
     /// Configuration file (optional).
     #[arg(long, global = true, default_value = "reckon.toml")]
@@ -155,9 +159,13 @@ pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>>
         None => Keyring::load_or_create_file(&settings.data_dir.join("master.key"))
             .context("loading the master key file")?,
     };
-    reckon_ledger::connect(settings.database_url.as_deref(), &settings.data_dir, keyring)
-        .await
-        .context("opening the ledger")
+    reckon_ledger::connect(
+        settings.database_url.as_deref(),
+        &settings.data_dir,
+        keyring,
+    )
+    .await
+    .context("opening the ledger")
 }
 
 #[tokio::main]

@@ -55,9 +55,8 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("installing the SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
@@ -115,7 +114,11 @@ async fn start_scheduler(
                         ),
                         Ok(Err(_)) => {} // recorded in the source's health by scan_source
                         Err(join) => {
-                            let why = if join.is_panic() { "the scanner panicked" } else { "the scan was cancelled" };
+                            let why = if join.is_panic() {
+                                "the scanner panicked"
+                            } else {
+                                "the scan was cancelled"
+                            };
                             tracing::error!(tenant = %tenant.slug, source = %source.name, "{why}");
                             let _ = ledger
                                 .record_scan_failure(tenant.id, id, time::now(), why)
