@@ -1,0 +1,352 @@
+//! Where a scan's time goes, measured without touching the engine or the ledger:
+//! [`TimedLedger`] wraps the real ledger and times every call the scan makes, and
+//! [`StatementLayer`] collects the `elapsed` that sqlx reports for every statement it runs
+//! (target `sqlx::query`), on the source connection and on the ledger pool alike.
+
+use async_trait::async_trait;
+use reckon_domain::Disappearance;
+use reckon_ledger::{
+    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Ledger, NewSource,
+    Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId, TokenGrant,
+};
+use secrecy::SecretString;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer};
+
+/// One ledger call made during a scan.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: &'static str,
+    pub origin: Option<Origin>,
+    pub start: Instant,
+    pub dur: Duration,
+    /// Records + rejected rows of an ingest batch, keys of a page or a mark_gone call.
+    pub items: usize,
+    /// For a successful ingest: (created, updated, unchanged, quarantined).
+    pub outcome: Option<(u64, u64, u64, u64)>,
+}
+
+pub struct TimedLedger {
+    inner: Arc<dyn Ledger>,
+    calls: Mutex<Vec<Call>>,
+}
+
+impl TimedLedger {
+    pub fn new(inner: Arc<dyn Ledger>) -> TimedLedger {
+        TimedLedger {
+            inner,
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Totals of the successful ingests that started at or after `since`:
+    /// (rows, created, updated, unchanged, quarantined). A scan that fails returns no
+    /// report, so this is how its stored batches are counted.
+    pub fn ingested_since(&self, since: Instant) -> (u64, u64, u64, u64, u64) {
+        let calls = self.calls.lock().expect("calls lock");
+        calls
+            .iter()
+            .filter(|c| c.method == "ingest" && c.start >= since)
+            .filter_map(|c| c.outcome.map(|o| (c.items as u64, o)))
+            .fold((0, 0, 0, 0, 0), |a, (n, o)| {
+                (a.0 + n, a.1 + o.0, a.2 + o.1, a.3 + o.2, a.4 + o.3)
+            })
+    }
+
+    /// The calls recorded since the last `take`.
+    pub fn take(&self) -> Vec<Call> {
+        std::mem::take(&mut *self.calls.lock().expect("calls lock"))
+    }
+
+    async fn timed<T>(
+        &self,
+        method: &'static str,
+        origin: Option<Origin>,
+        items: usize,
+        fut: impl Future<Output = T>,
+    ) -> T {
+        let start = Instant::now();
+        let out = fut.await;
+        let dur = start.elapsed();
+        self.calls.lock().expect("calls lock").push(Call {
+            method,
+            origin,
+            start,
+            dur,
+            items,
+            outcome: None,
+        });
+        out
+    }
+}
+
+#[async_trait]
+impl Ledger for TimedLedger {
+    fn backend(&self) -> Backend {
+        self.inner.backend()
+    }
+    async fn migrate(&self) -> Result<()> {
+        self.inner.migrate().await
+    }
+    async fn ping(&self) -> Result<()> {
+        self.inner.ping().await
+    }
+    async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
+        self.inner.create_tenant(slug).await
+    }
+    async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
+        self.inner.tenant_by_slug(slug).await
+    }
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
+        self.inner.list_tenants().await
+    }
+    async fn create_token(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+    ) -> Result<i64> {
+        self.inner
+            .create_token(tenant, role, token_hash, label)
+            .await
+    }
+    async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>> {
+        self.inner.authenticate_token(token_hash).await
+    }
+    async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
+        self.inner.add_source(tenant, new).await
+    }
+    async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
+        self.inner.list_sources(tenant).await
+    }
+    async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
+        self.inner.source_by_name(tenant, name).await
+    }
+    async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
+        self.inner.all_scanned_sources().await
+    }
+    async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
+        self.timed("source_dsn", None, 0, self.inner.source_dsn(tenant, source))
+            .await
+    }
+    async fn record_scan_success(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        full: bool,
+    ) -> Result<()> {
+        self.timed(
+            "record_scan_success",
+            None,
+            0,
+            self.inner.record_scan_success(tenant, source_id, at, full),
+        )
+        .await
+    }
+    async fn record_scan_failure(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        error: &str,
+    ) -> Result<()> {
+        self.timed(
+            "record_scan_failure",
+            None,
+            0,
+            self.inner.record_scan_failure(tenant, source_id, at, error),
+        )
+        .await
+    }
+    async fn ingest(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        batch: IngestBatch,
+    ) -> Result<IngestOutcome> {
+        let origin = batch.origin;
+        let items = batch.records.len() + batch.rejected.len();
+        let start = Instant::now();
+        let out = self.inner.ingest(tenant, source_id, batch).await;
+        self.calls.lock().expect("calls lock").push(Call {
+            method: "ingest",
+            origin: Some(origin),
+            start,
+            dur: start.elapsed(),
+            items,
+            outcome: out
+                .as_ref()
+                .ok()
+                .map(|o| (o.created, o.updated, o.unchanged, o.quarantined)),
+        });
+        out
+    }
+    async fn present_keys(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        after_id: i64,
+        limit: i64,
+    ) -> Result<Vec<(i64, String)>> {
+        let start = Instant::now();
+        let out = self
+            .inner
+            .present_keys(tenant, source_id, after_id, limit)
+            .await;
+        let items = out.as_ref().map(Vec::len).unwrap_or(0);
+        self.calls.lock().expect("calls lock").push(Call {
+            method: "present_keys",
+            origin: None,
+            start,
+            dur: start.elapsed(),
+            items,
+            outcome: None,
+        });
+        out
+    }
+    async fn mark_gone(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        keys: &[String],
+        at: f64,
+        origin: Origin,
+    ) -> Result<Vec<(String, Disappearance)>> {
+        self.timed(
+            "mark_gone",
+            Some(origin),
+            keys.len(),
+            self.inner.mark_gone(tenant, source_id, keys, at, origin),
+        )
+        .await
+    }
+    async fn list_effects(&self, tenant: TenantId, query: &EffectQuery) -> Result<Vec<Effect>> {
+        self.inner.list_effects(tenant, query).await
+    }
+    async fn get_effect(
+        &self,
+        tenant: TenantId,
+        source_name: &str,
+        key: &str,
+    ) -> Result<Option<EffectDetail>> {
+        self.inner.get_effect(tenant, source_name, key).await
+    }
+    async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>> {
+        self.inner.lookup(tenant, text, limit).await
+    }
+    async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>> {
+        self.inner.quarantine_counts(tenant).await
+    }
+    async fn list_quarantine(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        limit: i64,
+    ) -> Result<Vec<QuarantineEntry>> {
+        self.inner.list_quarantine(tenant, source_id, limit).await
+    }
+}
+
+/// Totals for one statement text.
+#[derive(Debug, Default, Clone)]
+pub struct StatementStat {
+    pub count: u64,
+    pub total: f64,
+    pub max: f64,
+    pub rows_returned: u64,
+    pub rows_affected: u64,
+}
+
+pub type StatementStats = Arc<Mutex<HashMap<String, StatementStat>>>;
+
+/// Collects sqlx's per-statement log events (`sqlx::query`, emitted when a statement
+/// finishes; for a streamed query that is when the stream is dropped, so its `elapsed`
+/// includes the time the consumer spent between rows).
+pub struct StatementLayer {
+    pub stats: StatementStats,
+}
+
+#[derive(Default)]
+struct Fields {
+    summary: String,
+    statement: String,
+    elapsed: f64,
+    rows_returned: u64,
+    rows_affected: u64,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "summary" => self.summary = value.to_owned(),
+            "db.statement" => self.statement = value.to_owned(),
+            _ => {}
+        }
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        if field.name() == "elapsed_secs" {
+            self.elapsed = value;
+        }
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        match field.name() {
+            "rows_returned" => self.rows_returned = value,
+            "rows_affected" => self.rows_affected = value,
+            _ => {}
+        }
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        // `summary` and `db.statement` may arrive as Debug if recorded without a str hint.
+        match field.name() {
+            "summary" if self.summary.is_empty() => {
+                self.summary = format!("{value:?}").trim_matches('"').to_owned()
+            }
+            "db.statement" if self.statement.is_empty() => {
+                self.statement = format!("{value:?}").trim_matches('"').replace("\\n", " ")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A short, distinguishing label: the head and the tail of the statement.
+fn label(sql: &str) -> String {
+    let flat = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    let chars: Vec<char> = flat.chars().collect();
+    if chars.len() <= 96 {
+        flat
+    } else {
+        let head: String = chars[..56].iter().collect();
+        let tail: String = chars[chars.len() - 36..].iter().collect();
+        format!("{head} … {tail}")
+    }
+}
+
+impl<S: Subscriber> Layer<S> for StatementLayer {
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        if event.metadata().target() != "sqlx::query" {
+            return;
+        }
+        let mut f = Fields::default();
+        event.record(&mut f);
+        let sql = if f.statement.trim().is_empty() {
+            f.summary.trim_end_matches(" …").to_owned()
+        } else {
+            f.statement
+        };
+        let mut stats = self.stats.lock().expect("stats lock");
+        let s = stats.entry(label(&sql)).or_default();
+        s.count += 1;
+        s.total += f.elapsed;
+        s.max = s.max.max(f.elapsed);
+        s.rows_returned += f.rows_returned;
+        s.rows_affected += f.rows_affected;
+    }
+}
