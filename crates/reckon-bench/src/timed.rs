@@ -6,8 +6,9 @@
 use async_trait::async_trait;
 use reckon_domain::Disappearance;
 use reckon_ledger::{
-    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Ledger, NewSource,
-    Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId, TokenGrant,
+    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease, Ledger,
+    NewSource, Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId,
+    TokenGrant,
 };
 use secrecy::SecretString;
 use std::collections::HashMap;
@@ -141,12 +142,14 @@ impl Ledger for TimedLedger {
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.timed(
             "record_scan_success",
             None,
             0,
-            self.inner.record_scan_success(tenant, source_id, at, full),
+            self.inner
+                .record_scan_success(tenant, source_id, at, full, lease),
         )
         .await
     }
@@ -156,12 +159,14 @@ impl Ledger for TimedLedger {
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.timed(
             "record_scan_failure",
             None,
             0,
-            self.inner.record_scan_failure(tenant, source_id, at, error),
+            self.inner
+                .record_scan_failure(tenant, source_id, at, error, lease),
         )
         .await
     }
@@ -218,12 +223,14 @@ impl Ledger for TimedLedger {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         self.timed(
             "mark_gone",
             Some(origin),
             keys.len(),
-            self.inner.mark_gone(tenant, source_id, keys, at, origin),
+            self.inner
+                .mark_gone(tenant, source_id, keys, at, origin, lease),
         )
         .await
     }
@@ -251,6 +258,15 @@ impl Ledger for TimedLedger {
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>> {
         self.inner.list_quarantine(tenant, source_id, limit).await
+    }
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.try_lease(name, owner, ttl_secs).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.renew_lease(lease, ttl_secs).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.inner.release_lease(lease).await
     }
 }
 

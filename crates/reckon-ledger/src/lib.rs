@@ -36,6 +36,9 @@ pub enum LedgerError {
         "secret could not be decrypted (wrong master key, or the stored value was tampered with)"
     )]
     Decrypt,
+    /// The write was fenced by a lease that expired or changed hands: nothing was written.
+    #[error("lease {0:?} was lost (expired or taken over): nothing was written")]
+    LeaseLost(String),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("ledger database error: {0}")]
@@ -88,19 +91,23 @@ pub trait Ledger: Send + Sync + 'static {
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>>;
     /// The source's DSN, decrypted.
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString>;
+    /// Fenced by `lease` when given: a lost lease writes nothing ([`LedgerError::LeaseLost`]).
     async fn record_scan_success(
         &self,
         tenant: TenantId,
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()>;
+    /// Fenced by `lease` when given, like [`Ledger::record_scan_success`].
     async fn record_scan_failure(
         &self,
         tenant: TenantId,
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()>;
 
     // ---- ingest ----
@@ -121,7 +128,8 @@ pub trait Ledger: Send + Sync + 'static {
         after_id: i64,
         limit: i64,
     ) -> Result<Vec<(i64, String)>>;
-    /// Mark effects whose rows left the source; each gets one history event.
+    /// Mark effects whose rows left the source; each gets one history event. Fenced by
+    /// `lease` when given.
     async fn mark_gone(
         &self,
         tenant: TenantId,
@@ -129,6 +137,7 @@ pub trait Ledger: Send + Sync + 'static {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>>;
 
     // ---- reading ----
@@ -148,6 +157,16 @@ pub trait Ledger: Send + Sync + 'static {
         source_id: i64,
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>>;
+
+    // ---- leases: work that exactly one replica does at a time ----
+    /// Take the lease `name` for `ttl_secs` if it is free, expired, or already held by
+    /// `owner` (then it is renewed, same term). `None` when another owner holds it.
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>>;
+    /// Extend a lease still held; `None` when it expired or changed hands (it is lost: stop
+    /// the work, its writes will be refused).
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>>;
+    /// Hand a lease back early so another replica can take the work at once.
+    async fn release_lease(&self, lease: &Lease) -> Result<()>;
 }
 
 /// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is

@@ -2,6 +2,8 @@
 //! (`BEGIN IMMEDIATE`) so two writers queue on the busy timeout instead of failing on a
 //! lock upgrade.
 
+mod lease;
+
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
@@ -356,7 +358,10 @@ impl Ledger for SqliteLedger {
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
              last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
@@ -366,8 +371,9 @@ impl Ledger for SqliteLedger {
         .bind(full)
         .bind(tenant.0)
         .bind(source_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -377,7 +383,10 @@ impl Ledger for SqliteLedger {
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
              consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
@@ -386,8 +395,9 @@ impl Ledger for SqliteLedger {
         .bind(error)
         .bind(tenant.0)
         .bind(source_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -398,6 +408,7 @@ impl Ledger for SqliteLedger {
         batch: IngestBatch,
     ) -> Result<IngestOutcome> {
         let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, batch.lease.as_ref()).await?;
         // The source id comes from the caller: it must be one of this tenant's sources, or
         // the batch would be written under this tenant into another tenant's source.
         let owned: Option<i64> =
@@ -497,8 +508,10 @@ impl Ledger for SqliteLedger {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, lease).await?;
         let mut out = Vec::new();
         for key in keys {
             let row = sqlx::query(
@@ -647,6 +660,18 @@ impl Ledger for SqliteLedger {
         .iter()
         .map(rows::quarantine::<Sqlite>)
         .collect()
+    }
+
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.lease_try(name, owner, ttl_secs).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.lease_renew(lease, ttl_secs).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.lease_release(lease).await
     }
 }
 

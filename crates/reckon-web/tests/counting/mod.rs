@@ -4,8 +4,9 @@
 use async_trait::async_trait;
 use reckon_domain::Disappearance;
 use reckon_ledger::{
-    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Ledger, NewSource,
-    Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId, TokenGrant,
+    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease, Ledger,
+    NewSource, Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId,
+    TokenGrant,
 };
 use secrecy::SecretString;
 use std::sync::Arc;
@@ -81,9 +82,10 @@ impl Ledger for CountingLedger {
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.inner
-            .record_scan_success(tenant, source_id, at, full)
+            .record_scan_success(tenant, source_id, at, full, lease)
             .await
     }
     async fn record_scan_failure(
@@ -92,9 +94,10 @@ impl Ledger for CountingLedger {
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.inner
-            .record_scan_failure(tenant, source_id, at, error)
+            .record_scan_failure(tenant, source_id, at, error, lease)
             .await
     }
     async fn ingest(
@@ -123,9 +126,10 @@ impl Ledger for CountingLedger {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         self.inner
-            .mark_gone(tenant, source_id, keys, at, origin)
+            .mark_gone(tenant, source_id, keys, at, origin, lease)
             .await
     }
     async fn list_effects(&self, tenant: TenantId, query: &EffectQuery) -> Result<Vec<Effect>> {
@@ -152,5 +156,14 @@ impl Ledger for CountingLedger {
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>> {
         self.inner.list_quarantine(tenant, source_id, limit).await
+    }
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.try_lease(name, owner, ttl_secs).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.renew_lease(lease, ttl_secs).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.inner.release_lease(lease).await
     }
 }
