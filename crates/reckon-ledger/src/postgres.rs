@@ -2,6 +2,8 @@
 //! a handful of array-bound statements (`UNNEST`) instead of one round trip per row: a
 //! million-row initial scan is dominated by these.
 
+mod metrics;
+
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
@@ -653,5 +655,9 @@ impl Ledger for PgLedger {
         .iter()
         .map(rows::quarantine::<Postgres>)
         .collect()
+    }
+
+    async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
+        self.metrics_snapshot_pg(q).await
     }
 }

@@ -2,6 +2,8 @@
 //! (`BEGIN IMMEDIATE`) so two writers queue on the busy timeout instead of failing on a
 //! lock upgrade.
 
+mod metrics;
+
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
@@ -647,6 +649,10 @@ impl Ledger for SqliteLedger {
         .iter()
         .map(rows::quarantine::<Sqlite>)
         .collect()
+    }
+
+    async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
+        self.metrics_snapshot_sqlite(q).await
     }
 }
 

@@ -31,12 +31,36 @@ pub async fn run(
     }
 
     let stop = CancellationToken::new();
-    let scheduler = start_scheduler(ledger.clone(), stop.clone()).await?;
+    let metrics = metrics_state(&settings);
+    let metrics_listener = match &settings.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {a}"))?,
+        ),
+        None => None,
+    };
+    let scheduler = start_scheduler(ledger.clone(), stop.clone(), metrics.instance.clone()).await?;
 
-    let app = reckon_web::app(reckon_web::AppState {
+    let state = reckon_web::AppState {
         ledger,
         max_body_bytes: settings.max_body_bytes,
-    });
+        metrics,
+    };
+    if let Some(l) = metrics_listener {
+        tracing::info!(addr = %l.local_addr()?, "serving /metrics");
+        let ops = reckon_web::metrics::operator_app(state.clone());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, ops)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        });
+    }
+    let app = reckon_web::app(state);
     let shutdown = stop.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -72,6 +96,7 @@ async fn wait_for_signal() {
 async fn start_scheduler(
     ledger: Arc<dyn Ledger>,
     stop: CancellationToken,
+    metrics: reckon_web::metrics::Metrics,
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
@@ -79,6 +104,7 @@ async fn start_scheduler(
         let ledger = ledger.clone();
         let running = running.clone();
         let stop = stop.clone();
+        let metrics = metrics.clone();
         Box::pin(async move {
             if stop.is_cancelled() {
                 return;
@@ -99,6 +125,7 @@ async fn start_scheduler(
                     continue;
                 }
                 let (ledger, running) = (ledger.clone(), running.clone());
+                let metrics = metrics.clone();
                 tokio::spawn(async move {
                     let id = source.id;
                     let l2 = ledger.clone();
@@ -106,7 +133,16 @@ async fn start_scheduler(
                     let task = tokio::spawn(async move {
                         scan_source(&*l2, &t2, &s2, &ScanOptions::default()).await
                     });
-                    match task.await {
+                    let outcome = task.await;
+                    match &outcome {
+                        Ok(Ok(r)) => metrics.record_scan_success(
+                            &tenant.slug,
+                            &source.name,
+                            r.created + r.updated,
+                        ),
+                        _ => metrics.record_scan_error(&tenant.slug, &source.name),
+                    }
+                    match outcome {
                         Ok(Ok(r)) => tracing::info!(
                             tenant = %tenant.slug, source = %source.name,
                             rows = r.rows_read, created = r.created, updated = r.updated,
@@ -133,4 +169,13 @@ async fn start_scheduler(
     sched.add(job).await?;
     sched.start().await?;
     Ok(sched)
+}
+
+/// `/metrics` access from the settings (see `reckon_web::metrics`).
+fn metrics_state(settings: &Settings) -> reckon_web::metrics::MetricsState {
+    let mut ms = reckon_web::metrics::MetricsSettings::default();
+    if let Some(t) = &settings.metrics_token {
+        ms = ms.with_operator_token(t);
+    }
+    reckon_web::metrics::MetricsState::new(reckon_web::metrics::Metrics::new(), ms)
 }

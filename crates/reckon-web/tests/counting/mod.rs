@@ -153,4 +153,10 @@ impl Ledger for CountingLedger {
     ) -> Result<Vec<QuarantineEntry>> {
         self.inner.list_quarantine(tenant, source_id, limit).await
     }
+    async fn metrics_snapshot(
+        &self,
+        q: reckon_ledger::MetricsQuery,
+    ) -> Result<reckon_ledger::MetricsSnapshot> {
+        self.inner.metrics_snapshot(q).await
+    }
 }
