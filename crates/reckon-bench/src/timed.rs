@@ -268,6 +268,12 @@ impl Ledger for TimedLedger {
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         self.inner.release_lease(lease).await
     }
+    async fn metrics_snapshot(
+        &self,
+        q: reckon_ledger::MetricsQuery,
+    ) -> Result<reckon_ledger::MetricsSnapshot> {
+        self.inner.metrics_snapshot(q).await
+    }
 }
 
 /// Totals for one statement text.

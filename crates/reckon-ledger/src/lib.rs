@@ -4,6 +4,7 @@
 //! token it authenticated), so no caller can build a query without a tenant.
 
 mod crypto;
+mod metrics;
 mod model;
 mod plan;
 mod postgres;
@@ -11,6 +12,10 @@ mod rows;
 mod sqlite;
 
 pub use crypto::{Keyring, KeyringError};
+pub use metrics::{
+    MetricsQuery, MetricsSnapshot, NeedsAttentionGroup, QuarantineGroup, SourceHealth,
+    UnresolvedGroup,
+};
 pub use model::*;
 pub use plan::ingest_plan;
 
@@ -167,6 +172,13 @@ pub trait Ledger: Send + Sync + 'static {
     async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>>;
     /// Hand a lease back early so another replica can take the work at once.
     async fn release_lease(&self, lease: &Lease) -> Result<()>;
+
+    // ---- metrics (issue 5, branch `metrics`) ----
+    /// What `/metrics` reads at scrape time, in one read transaction. `q.tenant: None` is the
+    /// operator scope (every tenant); a tenant's request always passes its own `TenantId`.
+    /// Costs O(unresolved effects + live claims + sources + quarantined rows), never
+    /// O(effects): see `metrics.rs` and migration 0005.
+    async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot>;
 }
 
 /// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is

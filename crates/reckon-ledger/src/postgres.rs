@@ -3,6 +3,7 @@
 //! million-row initial scan is dominated by these.
 
 mod lease;
+mod metrics;
 
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
@@ -678,5 +679,9 @@ impl Ledger for PgLedger {
 
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         self.lease_release(lease).await
+    }
+
+    async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
+        self.metrics_snapshot_pg(q).await
     }
 }

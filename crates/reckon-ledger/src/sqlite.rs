@@ -3,6 +3,7 @@
 //! lock upgrade.
 
 mod lease;
+mod metrics;
 
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
@@ -672,6 +673,10 @@ impl Ledger for SqliteLedger {
 
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         self.lease_release(lease).await
+    }
+
+    async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
+        self.metrics_snapshot_sqlite(q).await
     }
 }
 

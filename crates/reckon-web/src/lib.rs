@@ -8,6 +8,7 @@ pub mod api;
 pub mod auth;
 pub mod error;
 mod extract;
+pub mod metrics;
 
 pub use auth::{mint_token, token_hash};
 pub use error::ApiError;
@@ -29,6 +30,8 @@ pub struct AppState {
     pub ledger: Arc<dyn Ledger>,
     /// Larger request bodies are refused whole with 413.
     pub max_body_bytes: usize,
+    /// Instance metrics, `/metrics` access and the scrape cache (`metrics.rs`).
+    pub metrics: metrics::MetricsState,
 }
 
 impl AppState {
@@ -36,17 +39,24 @@ impl AppState {
         AppState {
             ledger,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            metrics: metrics::MetricsState::default(),
         }
     }
 }
 
 pub fn app(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
+    let instance_metrics = state.metrics.instance.clone();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .nest("/api/v1", api::router())
+        .merge(metrics::router())
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            instance_metrics,
+            metrics::track_http,
+        ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         // Spans are keyed by the route template, never the raw path: keys and names in
         // paths are tenant data and unbounded.

@@ -17,6 +17,11 @@ pub struct Settings {
     pub master_key: Option<String>,
     /// Largest request body the API accepts, in bytes.
     pub max_body_bytes: usize,
+    // ---- metrics (issue 5): `/metrics` is off unless one of these is set ----
+    /// A listener of its own serving `/metrics` without a token (`RECKON_METRICS_LISTEN`).
+    pub metrics_listen: Option<String>,
+    /// Bearer token that may read `/metrics` on the main listener (`RECKON_METRICS_TOKEN`).
+    pub metrics_token: Option<String>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -26,6 +31,11 @@ impl std::fmt::Debug for Settings {
             .field("data_dir", &self.data_dir)
             .field("listen", &self.listen)
             .field("master_key", &self.master_key.as_ref().map(|_| "<set>"))
+            .field("metrics_listen", &self.metrics_listen)
+            .field(
+                "metrics_token",
+                &self.metrics_token.as_ref().map(|_| "<set>"),
+            )
             .finish()
     }
 }
@@ -38,6 +48,8 @@ impl Default for Settings {
             listen: "127.0.0.1:8080".into(),
             master_key: None,
             max_body_bytes: 8 * 1024 * 1024,
+            metrics_listen: None,
+            metrics_token: None,
         }
     }
 }

@@ -32,12 +32,36 @@ pub async fn run(
     }
 
     let stop = CancellationToken::new();
-    let scheduler = start_scheduler(ledger.clone(), stop.clone()).await?;
+    let metrics = metrics_state(&settings);
+    let metrics_listener = match &settings.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {a}"))?,
+        ),
+        None => None,
+    };
+    let scheduler = start_scheduler(ledger.clone(), stop.clone(), metrics.instance.clone()).await?;
 
-    let app = reckon_web::app(reckon_web::AppState {
+    let state = reckon_web::AppState {
         ledger,
         max_body_bytes: settings.max_body_bytes,
-    });
+        metrics,
+    };
+    if let Some(l) = metrics_listener {
+        tracing::info!(addr = %l.local_addr()?, "serving /metrics");
+        let ops = reckon_web::metrics::operator_app(state.clone());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, ops)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        });
+    }
+    let app = reckon_web::app(state);
     let shutdown = stop.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -74,6 +98,7 @@ async fn wait_for_signal() {
 async fn start_scheduler(
     ledger: Arc<dyn Ledger>,
     stop: CancellationToken,
+    metrics: reckon_web::metrics::Metrics,
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
@@ -84,6 +109,7 @@ async fn start_scheduler(
         let running = running.clone();
         let owner = owner.clone();
         let stop = stop.clone();
+        let metrics = metrics.clone();
         Box::pin(async move {
             if stop.is_cancelled() {
                 return;
@@ -104,9 +130,10 @@ async fn start_scheduler(
                     continue;
                 }
                 let (ledger, running, owner) = (ledger.clone(), running.clone(), owner.clone());
+                let metrics = metrics.clone();
                 tokio::spawn(async move {
                     let id = source.id;
-                    scan_claimed(ledger, tenant, source, &owner).await;
+                    scan_claimed(ledger, tenant, source, &owner, &metrics).await;
                     running.lock().expect("lock").remove(&id);
                 });
             }
@@ -136,7 +163,13 @@ fn instance_id() -> String {
 /// Every write of the scan is fenced by the lease, so if this process stalls past it (a GC
 /// pause, SIGSTOP, a network partition) and another replica takes over, the stalled scan's
 /// late writes are refused instead of interleaving with the new owner's.
-async fn scan_claimed(ledger: Arc<dyn Ledger>, tenant: Tenant, source: Source, owner: &str) {
+async fn scan_claimed(
+    ledger: Arc<dyn Ledger>,
+    tenant: Tenant,
+    source: Source,
+    owner: &str,
+    metrics: &reckon_web::metrics::Metrics,
+) {
     let name = format!("scan:{}", source.id);
     let lease = match ledger.try_lease(&name, owner, SCAN_LEASE_SECS).await {
         Ok(Some(l)) => l,
@@ -192,7 +225,14 @@ async fn scan_claimed(ledger: Arc<dyn Ledger>, tenant: Tenant, source: Source, o
     };
     let (l2, t2, s2) = (ledger.clone(), tenant.clone(), fresh.clone());
     let task = tokio::spawn(async move { scan_source(&*l2, &t2, &s2, &opts).await });
-    match task.await {
+    let outcome = task.await;
+    match &outcome {
+        Ok(Ok(r)) => metrics.record_scan_success(&tenant.slug, &source.name, r.created + r.updated),
+        // Another replica took the scan over: not an error of the source.
+        Ok(Err(reckon_engine::ScanFailure::Ledger(reckon_ledger::LedgerError::LeaseLost(_)))) => {}
+        _ => metrics.record_scan_error(&tenant.slug, &source.name),
+    }
+    match outcome {
         Ok(Ok(r)) => tracing::info!(
             tenant = %tenant.slug, source = %source.name,
             rows = r.rows_read, created = r.created, updated = r.updated,
@@ -251,4 +291,13 @@ fn lock_sqlite_ledger(settings: &Settings) -> anyhow::Result<Option<std::fs::Fil
             Err(e).with_context(|| format!("cannot lock {}", lock_path.display()))
         }
     }
+}
+
+/// `/metrics` access from the settings (see `reckon_web::metrics`).
+fn metrics_state(settings: &Settings) -> reckon_web::metrics::MetricsState {
+    let mut ms = reckon_web::metrics::MetricsSettings::default();
+    if let Some(t) = &settings.metrics_token {
+        ms = ms.with_operator_token(t);
+    }
+    reckon_web::metrics::MetricsState::new(reckon_web::metrics::Metrics::new(), ms)
 }

@@ -166,4 +166,10 @@ impl Ledger for CountingLedger {
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         self.inner.release_lease(lease).await
     }
+    async fn metrics_snapshot(
+        &self,
+        q: reckon_ledger::MetricsQuery,
+    ) -> Result<reckon_ledger::MetricsSnapshot> {
+        self.inner.metrics_snapshot(q).await
+    }
 }
