@@ -31,7 +31,8 @@ pub async fn run(
     }
 
     let stop = CancellationToken::new();
-    let scheduler = start_scheduler(ledger.clone(), stop.clone()).await?;
+    let egress = Arc::new(settings.egress_policy()?);
+    let scheduler = start_scheduler(ledger.clone(), stop.clone(), egress).await?;
 
     let app = reckon_web::app(reckon_web::AppState {
         ledger,
@@ -43,9 +44,13 @@ pub async fn run(
         tracing::info!("shutting down");
         shutdown.cancel();
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
-        .await?;
+    // The peer address feeds the per-address sign-in throttle.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop.clone().cancelled_owned())
+    .await?;
     let mut scheduler = scheduler;
     let _ = scheduler.shutdown().await;
     Ok(())
@@ -72,6 +77,7 @@ async fn wait_for_signal() {
 async fn start_scheduler(
     ledger: Arc<dyn Ledger>,
     stop: CancellationToken,
+    egress: Arc<reckon_sources::EgressPolicy>,
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
@@ -79,6 +85,7 @@ async fn start_scheduler(
         let ledger = ledger.clone();
         let running = running.clone();
         let stop = stop.clone();
+        let egress = egress.clone();
         Box::pin(async move {
             if stop.is_cancelled() {
                 return;
@@ -99,13 +106,16 @@ async fn start_scheduler(
                     continue;
                 }
                 let (ledger, running) = (ledger.clone(), running.clone());
+                let opts = ScanOptions {
+                    egress: egress.clone(),
+                    ..ScanOptions::default()
+                };
                 tokio::spawn(async move {
                     let id = source.id;
                     let l2 = ledger.clone();
                     let (t2, s2) = (tenant.clone(), source.clone());
-                    let task = tokio::spawn(async move {
-                        scan_source(&*l2, &t2, &s2, &ScanOptions::default()).await
-                    });
+                    let task =
+                        tokio::spawn(async move { scan_source(&*l2, &t2, &s2, &opts).await });
                     match task.await {
                         Ok(Ok(r)) => tracing::info!(
                             tenant = %tenant.slug, source = %source.name,
