@@ -372,3 +372,114 @@ impl<S: Subscriber> Layer<S> for StatementLayer {
         s.rows_affected += f.rows_affected;
     }
 }
+
+// Account calls are not timed: the benchmarks measure scans.
+#[async_trait]
+impl reckon_ledger::Accounts for TimedLedger {
+    async fn create_user(
+        &self,
+        email: &str,
+        password_hash: &str,
+    ) -> reckon_ledger::Result<reckon_ledger::User> {
+        self.inner.create_user(email, password_hash).await
+    }
+    async fn user_by_email(
+        &self,
+        email: &str,
+    ) -> reckon_ledger::Result<Option<reckon_ledger::UserCredentials>> {
+        self.inner.user_by_email(email).await
+    }
+    async fn set_membership(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        user_id: i64,
+        role: reckon_ledger::Role,
+    ) -> reckon_ledger::Result<()> {
+        self.inner.set_membership(tenant, user_id, role).await
+    }
+    async fn memberships(
+        &self,
+        user_id: i64,
+    ) -> reckon_ledger::Result<Vec<(reckon_ledger::Tenant, reckon_ledger::Role)>> {
+        self.inner.memberships(user_id).await
+    }
+    async fn set_password(&self, user_id: i64, password_hash: &str) -> reckon_ledger::Result<()> {
+        self.inner.set_password(user_id, password_hash).await
+    }
+    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> reckon_ledger::Result<()> {
+        self.inner.set_user_disabled(user_id, disabled).await
+    }
+    async fn set_totp_secret(
+        &self,
+        user_id: i64,
+        secret: Option<&[u8]>,
+    ) -> reckon_ledger::Result<()> {
+        self.inner.set_totp_secret(user_id, secret).await
+    }
+    async fn create_session(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        new: reckon_ledger::NewSession,
+    ) -> reckon_ledger::Result<()> {
+        self.inner.create_session(tenant, new).await
+    }
+    async fn session(
+        &self,
+        id_hash: &str,
+        now: f64,
+        idle_secs: f64,
+    ) -> reckon_ledger::Result<Option<reckon_ledger::SessionGrant>> {
+        self.inner.session(id_hash, now, idle_secs).await
+    }
+    async fn delete_session(&self, id_hash: &str) -> reckon_ledger::Result<()> {
+        self.inner.delete_session(id_hash).await
+    }
+    async fn throttle_failures(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> reckon_ledger::Result<i64> {
+        self.inner.throttle_failures(scope, key, now, window).await
+    }
+    async fn throttle_record_failure(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> reckon_ledger::Result<()> {
+        self.inner
+            .throttle_record_failure(scope, key, now, window)
+            .await
+    }
+    async fn throttle_reset(&self, scope: &str, key: &str) -> reckon_ledger::Result<()> {
+        self.inner.throttle_reset(scope, key).await
+    }
+    async fn create_token_by(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        role: reckon_ledger::Role,
+        token_hash: &str,
+        label: &str,
+        creator: reckon_ledger::TokenCreator,
+    ) -> reckon_ledger::Result<i64> {
+        self.inner
+            .create_token_by(tenant, role, token_hash, label, creator)
+            .await
+    }
+    async fn list_tokens(
+        &self,
+        tenant: reckon_ledger::TenantId,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::TokenInfo>> {
+        self.inner.list_tokens(tenant).await
+    }
+    async fn revoke_token(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        token_id: i64,
+    ) -> reckon_ledger::Result<bool> {
+        self.inner.revoke_token(tenant, token_id).await
+    }
+}

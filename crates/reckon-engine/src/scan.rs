@@ -20,7 +20,7 @@ use reckon_domain::{Disappearance, Limits, RawNum, RawRow, time, validate_row};
 use reckon_ledger::{
     Cursor, IngestBatch, IngestOutcome, Lease, Ledger, LedgerError, Origin, Source, Tenant,
 };
-use reckon_sources::{Dialect, ScanError, SourceConn, SourceDsn};
+use reckon_sources::{Dialect, EgressPolicy, ScanError, SourceConn, SourceDsn};
 use secrecy::ExposeSecret;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -39,6 +39,9 @@ pub struct ScanOptions {
     /// The scan's lease when several replicas share the ledger: every write of the scan is
     /// fenced by it, so a replica paused past its lease writes nothing when it resumes.
     pub lease: Option<Lease>,
+    /// Where sources may connect. The default refuses every non-public address and every
+    /// SQLite source: the operator's configuration (and each test) says what to allow.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Default for ScanOptions {
@@ -48,6 +51,7 @@ impl Default for ScanOptions {
             batch_size: 2000,
             progress: None,
             lease: None,
+            egress: Arc::new(EgressPolicy::default()),
         }
     }
 }
@@ -157,6 +161,10 @@ async fn scan_inner(
     let dsn = ledger.source_dsn(tenant.id, source).await?;
     let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
         .map_err(|e| ScanError::Invalid(e.to_string()))?;
+    opts.egress
+        .check(&dsn)
+        .await
+        .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;
     let mut conn = SourceConn::open(&dsn, &source.table_name).await?;
     let result = scan_with(ledger, tenant, source, opts, started, &mut conn).await;
     conn.close().await;

@@ -3,6 +3,7 @@
 //! data takes a [`TenantId`], which only this crate can make (from a slug it looked up or a
 //! token it authenticated), so no caller can build a query without a tenant.
 
+mod accounts;
 mod crypto;
 mod metrics;
 mod model;
@@ -11,6 +12,9 @@ mod postgres;
 mod rows;
 mod sqlite;
 
+pub use accounts::{
+    Accounts, NewSession, SessionGrant, TokenCreator, TokenInfo, User, UserCredentials,
+};
 pub use crypto::{Keyring, KeyringError};
 pub use metrics::{
     MetricsQuery, MetricsSnapshot, NeedsAttentionGroup, QuarantineGroup, SourceHealth,
@@ -64,8 +68,9 @@ impl From<sqlx::Error> for LedgerError {
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
 /// reckon's store. See ARCHITECTURE.md for the invariants every implementation keeps.
+/// People, sessions and the token lifecycle are in the supertrait [`Accounts`].
 #[async_trait]
-pub trait Ledger: Send + Sync + 'static {
+pub trait Ledger: Accounts + Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// Apply the embedded migrations of this backend (idempotent).

@@ -59,8 +59,11 @@ impl Role {
 #[derive(Debug, Clone)]
 pub struct TokenGrant {
     pub tenant: Tenant,
+    /// The role the token acts with now: its own, capped by its creator's current role.
     pub role: Role,
     pub token_id: i64,
+    /// The person who made it; `None` for the operator (CLI).
+    pub created_by: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -62,6 +62,27 @@ impl SqliteLedger {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// SQLite has no row-level security: the scope is PostgreSQL's business (see
+    /// accounts.rs); here only a write takes the write lock up front.
+    async fn begin_scoped(
+        &self,
+        _scope: crate::accounts::Scope<'_>,
+        write: bool,
+    ) -> Result<sqlx::Transaction<'static, Sqlite>> {
+        if write {
+            self.write_tx().await
+        } else {
+            Ok(self.pool.begin().await?)
+        }
+    }
+
+    async fn rescope(
+        _tx: &mut sqlx::Transaction<'static, Sqlite>,
+        _scope: crate::accounts::Scope<'_>,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     async fn execute_plan(
         tx: &mut sqlx::SqliteConnection,
         tenant: TenantId,
@@ -231,36 +252,7 @@ impl Ledger for SqliteLedger {
     }
 
     async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>> {
-        let Some(row) = sqlx::query(
-            "SELECT k.id AS token_id, k.role, k.last_used_at, t.id, t.slug, t.created_at \
-             FROM api_token k JOIN tenant t ON t.id = k.tenant_id \
-             WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
-        )
-        .bind(token_hash)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let token_id: i64 = row.try_get("token_id")?;
-        let role: String = row.try_get("role")?;
-        let last_used: Option<f64> = row.try_get("last_used_at")?;
-        let now = time::now();
-        // Write last_used_at at most once a minute: a busy client must not turn every
-        // request into a write.
-        if last_used.is_none_or(|t| now - t > 60.0) {
-            sqlx::query("UPDATE api_token SET last_used_at = $1 WHERE id = $2")
-                .bind(now)
-                .bind(token_id)
-                .execute(&self.pool)
-                .await?;
-        }
-        Ok(Some(TokenGrant {
-            tenant: rows::tenant::<Sqlite>(&row)?,
-            role: Role::parse(&role)
-                .ok_or_else(|| LedgerError::Invalid(format!("stored role {role:?}")))?,
-            token_id,
-        }))
+        self.authenticate_token_impl(token_hash).await
     }
 
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
@@ -741,3 +733,5 @@ where
     qb.push(" ORDER BY e.id LIMIT ")
         .push_bind(q.limit.clamp(1, 1000));
 }
+
+crate::accounts::impl_accounts!(SqliteLedger, Sqlite);

@@ -6,9 +6,14 @@
 
 pub mod api;
 pub mod auth;
+pub mod authz;
 pub mod error;
 mod extract;
+pub mod headers;
 pub mod metrics;
+pub mod password;
+pub mod routes;
+pub mod web;
 
 pub use auth::{mint_token, token_hash};
 pub use error::ApiError;
@@ -52,12 +57,19 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .nest("/api/v1", api::router())
         .merge(metrics::router())
+        .merge(web::router())
+        // Every matched route passes the registry's access check (routes.rs) first.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            routes::guard,
+        ))
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(
             instance_metrics,
             metrics::track_http,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(headers::security_headers())
         // Spans are keyed by the route template, never the raw path: keys and names in
         // paths are tenant data and unbounded.
         .layer(

@@ -41,7 +41,14 @@ pub async fn run(
         ),
         None => None,
     };
-    let scheduler = start_scheduler(ledger.clone(), stop.clone(), metrics.instance.clone()).await?;
+    let egress = Arc::new(settings.egress_policy()?);
+    let scheduler = start_scheduler(
+        ledger.clone(),
+        stop.clone(),
+        metrics.instance.clone(),
+        egress,
+    )
+    .await?;
 
     let state = reckon_web::AppState {
         ledger,
@@ -68,9 +75,13 @@ pub async fn run(
         tracing::info!("shutting down");
         shutdown.cancel();
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
-        .await?;
+    // The peer address feeds the per-address sign-in throttle.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop.clone().cancelled_owned())
+    .await?;
     let mut scheduler = scheduler;
     let _ = scheduler.shutdown().await;
     Ok(())
@@ -99,6 +110,7 @@ async fn start_scheduler(
     ledger: Arc<dyn Ledger>,
     stop: CancellationToken,
     metrics: reckon_web::metrics::Metrics,
+    egress: Arc<reckon_sources::EgressPolicy>,
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
@@ -110,6 +122,7 @@ async fn start_scheduler(
         let owner = owner.clone();
         let stop = stop.clone();
         let metrics = metrics.clone();
+        let egress = egress.clone();
         Box::pin(async move {
             if stop.is_cancelled() {
                 return;
@@ -131,9 +144,10 @@ async fn start_scheduler(
                 }
                 let (ledger, running, owner) = (ledger.clone(), running.clone(), owner.clone());
                 let metrics = metrics.clone();
+                let egress = egress.clone();
                 tokio::spawn(async move {
                     let id = source.id;
-                    scan_claimed(ledger, tenant, source, &owner, &metrics).await;
+                    scan_claimed(ledger, tenant, source, &owner, &metrics, egress).await;
                     running.lock().expect("lock").remove(&id);
                 });
             }
@@ -169,6 +183,7 @@ async fn scan_claimed(
     source: Source,
     owner: &str,
     metrics: &reckon_web::metrics::Metrics,
+    egress: Arc<reckon_sources::EgressPolicy>,
 ) {
     let name = format!("scan:{}", source.id);
     let lease = match ledger.try_lease(&name, owner, SCAN_LEASE_SECS).await {
@@ -221,6 +236,7 @@ async fn scan_claimed(
 
     let opts = ScanOptions {
         lease: Some(lease.clone()),
+        egress,
         ..ScanOptions::default()
     };
     let (l2, t2, s2) = (ledger.clone(), tenant.clone(), fresh.clone());

@@ -24,6 +24,13 @@ fn reckon(data: &Path) -> Command {
         std::env::var("RECKON_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_reckon").into());
     let mut c = Command::new(bin);
     c.arg("--data-dir").arg(data).env("RECKON_LOG", "warn");
+    // The operator's egress policy: the SQLite stores sit beside the data directory, and the
+    // PostgreSQL source is on loopback (both refused by default).
+    c.env(
+        "RECKON_SQLITE_SOURCE_DIR",
+        data.parent().expect("the data directory has a parent"),
+    )
+    .env("RECKON_EGRESS_ALLOW", r#"["127.0.0.1/32"]"#);
     c
 }
 

@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 fn reckon(data: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reckon"));
     c.arg("--data-dir").arg(data).env("RECKON_LOG", "info");
+    // The SQLite stores sit beside the data directories: the operator allows that
+    // directory for SQLite sources (the default egress policy refuses them).
+    c.env(
+        "RECKON_SQLITE_SOURCE_DIR",
+        data.parent().expect("the data directory has a parent"),
+    );
     c
 }
 

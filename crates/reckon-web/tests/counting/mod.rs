@@ -4,9 +4,10 @@
 use async_trait::async_trait;
 use reckon_domain::Disappearance;
 use reckon_ledger::{
-    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease, Ledger,
-    NewSource, Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId,
-    TokenGrant,
+    Accounts, Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease,
+    Ledger, NewSession, NewSource, Origin, QuarantineCount, QuarantineEntry, Result, Role,
+    SessionGrant, Source, Tenant, TenantId, TokenCreator, TokenGrant, TokenInfo, User,
+    UserCredentials,
 };
 use secrecy::SecretString;
 use std::sync::Arc;
@@ -171,5 +172,85 @@ impl Ledger for CountingLedger {
         q: reckon_ledger::MetricsQuery,
     ) -> Result<reckon_ledger::MetricsSnapshot> {
         self.inner.metrics_snapshot(q).await
+    }
+}
+
+#[async_trait]
+impl Accounts for CountingLedger {
+    async fn create_user(&self, email: &str, password_hash: &str) -> Result<User> {
+        self.inner.create_user(email, password_hash).await
+    }
+    async fn user_by_email(&self, email: &str) -> Result<Option<UserCredentials>> {
+        self.inner.user_by_email(email).await
+    }
+    async fn set_membership(&self, tenant: TenantId, user_id: i64, role: Role) -> Result<()> {
+        self.inner.set_membership(tenant, user_id, role).await
+    }
+    async fn memberships(&self, user_id: i64) -> Result<Vec<(Tenant, Role)>> {
+        self.inner.memberships(user_id).await
+    }
+    async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()> {
+        self.inner.set_password(user_id, password_hash).await
+    }
+    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> Result<()> {
+        self.inner.set_user_disabled(user_id, disabled).await
+    }
+    async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()> {
+        self.inner.set_totp_secret(user_id, secret).await
+    }
+    async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<()> {
+        self.inner.create_session(tenant, new).await
+    }
+    async fn session(
+        &self,
+        id_hash: &str,
+        now: f64,
+        idle_secs: f64,
+    ) -> Result<Option<SessionGrant>> {
+        self.inner.session(id_hash, now, idle_secs).await
+    }
+    async fn delete_session(&self, id_hash: &str) -> Result<()> {
+        self.inner.delete_session(id_hash).await
+    }
+    async fn throttle_failures(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> Result<i64> {
+        self.inner.throttle_failures(scope, key, now, window).await
+    }
+    async fn throttle_record_failure(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> Result<()> {
+        self.inner
+            .throttle_record_failure(scope, key, now, window)
+            .await
+    }
+    async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()> {
+        self.inner.throttle_reset(scope, key).await
+    }
+    async fn create_token_by(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+        creator: TokenCreator,
+    ) -> Result<i64> {
+        self.inner
+            .create_token_by(tenant, role, token_hash, label, creator)
+            .await
+    }
+    async fn list_tokens(&self, tenant: TenantId) -> Result<Vec<TokenInfo>> {
+        self.inner.list_tokens(tenant).await
+    }
+    async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool> {
+        self.inner.revoke_token(tenant, token_id).await
     }
 }
