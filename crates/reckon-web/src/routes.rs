@@ -87,6 +87,11 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
         .map(|m| m.as_str().to_owned())
         .unwrap_or_default();
     let Some(spec) = lookup(req.method(), &path) else {
+        if ROUTES.iter().any(|r| r.path == path) {
+            // The path is known for other methods: refuse this one (never pass it through:
+            // a handler added for it without a registry entry would run unguarded).
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
         tracing::error!(method = %req.method(), route = %path, "route missing from the registry");
         return (
             StatusCode::INTERNAL_SERVER_ERROR,
