@@ -234,10 +234,8 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
         ms(large.max),
         large.bytes
     );
-    anyhow::ensure!(
-        small.bytes == large.bytes,
-        "the two phases must expose the same series"
-    );
+    // Byte sizes differ slightly between phases (ages, durations and HTTP counters change
+    // width), so they are printed above, not compared.
 
     let r50 = large.p50.as_secs_f64() / small.p50.as_secs_f64();
     let r99 = large.p99.as_secs_f64() / small.p99.as_secs_f64();
