@@ -177,28 +177,65 @@ impl PgLedger {
                 .await?;
             }
         }
-        for (id, w) in &plan.updates {
-            let r = &w.record;
+        if !plan.updates.is_empty() {
+            // One statement for the whole batch: a rescan's cost follows the rows that
+            // changed, not one round trip each.
+            let u = &plan.updates;
             sqlx::query(
-                "UPDATE effect SET state = $1, request_hash = $2, response = $3, attempts = $4, \
-                 created_at = $5, updated_at = $6, expires_at = $7, abandoned_at = $8, \
-                 last_changed_at = $9, gone_at = NULL, gone_reason = NULL \
-                 WHERE id = $10 AND tenant_id = $11",
+                "UPDATE effect AS e SET state = u.state, request_hash = u.request_hash, \
+                 response = u.response, attempts = u.attempts, created_at = u.created_at, \
+                 updated_at = u.updated_at, expires_at = u.expires_at, \
+                 abandoned_at = u.abandoned_at, last_changed_at = $1, gone_at = NULL, \
+                 gone_reason = NULL \
+                 FROM UNNEST($3::int8[], $4::text[], $5::text[], $6::text[], $7::int8[], \
+                 $8::float8[], $9::float8[], $10::float8[], $11::float8[]) \
+                 AS u(id, state, request_hash, response, attempts, created_at, updated_at, \
+                 expires_at, abandoned_at) \
+                 WHERE e.id = u.id AND e.tenant_id = $2",
             )
-            .bind(r.state.as_str())
-            .bind(&r.request_hash)
-            .bind(&r.response)
-            .bind(r.attempts)
-            .bind(r.created_at)
-            .bind(r.updated_at)
-            .bind(r.expires_at)
-            .bind(w.abandoned_at)
             .bind(now)
-            .bind(id)
             .bind(tenant.0)
+            .bind(u.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+            .bind(
+                u.iter()
+                    .map(|(_, w)| w.record.state.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                u.iter()
+                    .map(|(_, w)| w.record.request_hash.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                u.iter()
+                    .map(|(_, w)| w.record.response.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(u.iter().map(|(_, w)| w.record.attempts).collect::<Vec<_>>())
+            .bind(
+                u.iter()
+                    .map(|(_, w)| w.record.created_at)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                u.iter()
+                    .map(|(_, w)| w.record.updated_at)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                u.iter()
+                    .map(|(_, w)| w.record.expires_at)
+                    .collect::<Vec<_>>(),
+            )
+            .bind(u.iter().map(|(_, w)| w.abandoned_at).collect::<Vec<_>>())
+            // Planned per execution (see the existing-keys lookup): a generic plan from an
+            // empty ledger would join by scanning the whole effect table.
+            .persistent(false)
             .execute(&mut *tx)
             .await?;
-            ids.insert(r.key.clone(), *id);
+            for (id, w) in u {
+                ids.insert(w.record.key.clone(), *id);
+            }
         }
         if !plan.events.is_empty() {
             let e = &plan.events;
@@ -459,26 +496,43 @@ impl Ledger for PgLedger {
         lease::fence(&mut tx, batch.lease.as_ref()).await?;
         // The source id comes from the caller: it must be one of this tenant's sources, or
         // the batch would be written under this tenant into another tenant's source.
-        let owned: Option<i64> =
-            sqlx::query_scalar("SELECT id FROM source WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant.0)
-                .bind(source_id)
-                .fetch_optional(&mut *tx)
-                .await?;
+        // FOR KEY SHARE is the lock effect's foreign keys used to take once per inserted row
+        // (migration 0002 dropped them): taken once per batch, it keeps the source (and,
+        // through the source's own foreign key, the tenant) from being deleted or re-keyed
+        // until the batch commits.
+        let owned: Option<i64> = sqlx::query_scalar(
+            "SELECT id FROM source WHERE tenant_id = $1 AND id = $2 FOR KEY SHARE",
+        )
+        .bind(tenant.0)
+        .bind(source_id)
+        .fetch_optional(&mut *tx)
+        .await?;
         if owned.is_none() {
             return Err(LedgerError::NotFound(format!("source {source_id}")));
         }
         let keys: Vec<&str> = batch.records.iter().map(|r| r.key.as_str()).collect();
         let mut existing = HashMap::new();
         if !keys.is_empty() {
+            // One index probe per key (the lateral subquery, kept apart by OFFSET 0), never
+            // `key = ANY($3)`: without statistics (a new ledger, autovacuum off) the planner
+            // reads `tenant_id = $1` as selective and scans every effect of the tenant
+            // through a prefix index, once per batch: a quadratic initial scan. Per-key
+            // equality on all three columns of the unique index has no cheaper rival once the
+            // table holds more than a few pages, whatever the statistics say.
+            // Not persistent (unnamed statement): PostgreSQL plans it at each execution with
+            // the table's current size. A prepared statement switches to a generic plan
+            // after five executions, made while the ledger was still empty and kept however
+            // large it grows (until an ANALYZE that autovacuum may never run).
             let found = sqlx::query(AssertSqlSafe(format!(
-                "SELECT {} FROM effect WHERE tenant_id = $1 AND source_id = $2 \
-                 AND key = ANY($3)",
+                "SELECT e.* FROM UNNEST($3::text[]) AS k(key) CROSS JOIN LATERAL \
+                 (SELECT {} FROM effect WHERE tenant_id = $1 AND source_id = $2 \
+                 AND key = k.key OFFSET 0) AS e",
                 rows::SNAPSHOT_COLUMNS
             )))
             .bind(tenant.0)
             .bind(source_id)
             .bind(&keys)
+            .persistent(false)
             .fetch_all(&mut *tx)
             .await?;
             for row in &found {
@@ -542,6 +596,9 @@ impl Ledger for PgLedger {
         .bind(source_id)
         .bind(after_id)
         .bind(limit)
+        // Planned per execution with the table's current size, not a generic plan cached
+        // while the ledger was empty (see `ingest`).
+        .persistent(false)
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -570,6 +627,9 @@ impl Ledger for PgLedger {
             .bind(tenant.0)
             .bind(source_id)
             .bind(key)
+            // Planned per execution (see `ingest`): a generic plan could probe through the
+            // tenant-only prefix index.
+            .persistent(false)
             .fetch_optional(&mut *tx)
             .await?;
             let Some(row) = row else { continue };
