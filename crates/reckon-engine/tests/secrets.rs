@@ -36,7 +36,11 @@ async fn a_failing_connection_logs_and_stores_no_password() {
         .with_max_level(tracing::Level::TRACE)
         .with_writer(move || sink.clone())
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    // The global default, not a thread-local one: callsites the other test of this binary
+    // hits first (on its own thread, with no subscriber) would otherwise cache "never
+    // interested" and this test could capture nothing. Its logs are captured too, and must
+    // not leak the secret either.
+    tracing::subscriber::set_global_default(subscriber).expect("only this test sets one");
 
     let l = TestLedger::new().await;
     // Nothing listens on port 1; a database that does not exist on the real server; a

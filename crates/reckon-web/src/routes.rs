@@ -62,6 +62,10 @@ pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/api/v1/tokens", Token(P::ManageTokens)),
     r("POST", "/api/v1/tokens", Token(P::ManageTokens)),
     r("DELETE", "/api/v1/tokens/{id}", Token(P::ManageTokens)),
+    // Metrics: a tenant's token reads its own series; `/metrics` is the operator's (off
+    // unless configured; its handler checks the operator's metrics token, not a tenant's).
+    r("GET", "/api/v1/metrics", Token(P::Read)),
+    r("GET", "/metrics", Public),
     // Dashboard (session cookie)
     r("GET", "/signin", Public),
     r("POST", "/signin", Public),

@@ -91,6 +91,7 @@ fn request_for(
         ("GET", "/healthz" | "/readyz" | "/signin" | "/app") => {
             (spec.path.into(), None, String::new())
         }
+        ("GET", "/api/v1/metrics" | "/metrics") => (spec.path.into(), None, String::new()),
         ("GET", "/api/v1/sources" | "/api/v1/quarantine" | "/api/v1/tokens") => {
             (spec.path.into(), None, String::new())
         }

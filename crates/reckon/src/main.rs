@@ -3,6 +3,7 @@
 
 mod config;
 mod demo;
+mod healthcheck;
 mod output;
 mod serve;
 mod users;
@@ -59,6 +60,11 @@ enum Cmd {
     },
     /// Apply the ledger's migrations.
     Migrate,
+    /// Probe a running reckon's /healthz (exit 0 when healthy): the container health check.
+    Healthcheck {
+        #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
+        url: String,
+    },
     Tenant {
         #[command(subcommand)]
         cmd: TenantCmd,
@@ -204,6 +210,7 @@ async fn main() -> anyhow::Result<()> {
     )?;
 
     match cli.cmd {
+        Cmd::Healthcheck { url } => return healthcheck::run(&url).await,
         Cmd::Demo { seed, .. } => return demo::run(settings, seed).await,
         Cmd::Serve { .. } => {
             let ledger = open_ledger(&settings).await?;
@@ -213,7 +220,9 @@ async fn main() -> anyhow::Result<()> {
     }
     let ledger = open_ledger(&settings).await?;
     match cli.cmd {
-        Cmd::Serve { .. } | Cmd::Demo { .. } => unreachable!("handled above"),
+        Cmd::Serve { .. } | Cmd::Demo { .. } | Cmd::Healthcheck { .. } => {
+            unreachable!("handled above")
+        }
         Cmd::Migrate => {
             ledger.migrate().await?;
             eprintln!("ledger migrated");

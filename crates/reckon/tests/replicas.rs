@@ -119,6 +119,27 @@ fn a_second_serve_on_the_same_sqlite_ledger_is_refused_by_name() {
         first.seen
     );
 
+    // The container health probe (distroless: no curl) answers for a running serve ...
+    let addr = first
+        .seen
+        .iter()
+        .find_map(|l| l.split("addr=").nth(1))
+        .map(|a| a.split_whitespace().next().unwrap().to_owned())
+        .expect("the listening line names the address");
+    let probe = |url: String| {
+        Command::new(env!("CARGO_BIN_EXE_reckon"))
+            .args(["healthcheck", "--url", &url])
+            .output()
+            .unwrap()
+    };
+    assert!(probe(format!("http://{addr}/healthz")).status.success());
+    // ... and fails where nothing healthy answers.
+    assert!(
+        !probe(format!("http://{addr}/nothing-here"))
+            .status
+            .success()
+    );
+
     let out = reckon(&data)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .output()
@@ -133,6 +154,10 @@ fn a_second_serve_on_the_same_sqlite_ledger_is_refused_by_name() {
     // The lock is the OS's: a SIGKILLed holder leaves nothing behind to clean up.
     first.child.kill().unwrap();
     first.child.wait().unwrap();
+    assert!(
+        !probe(format!("http://{addr}/healthz")).status.success(),
+        "a dead serve is unhealthy"
+    );
     let mut third = Replica::start(reckon(&data));
     assert!(
         third.wait_for("listening", Duration::from_secs(60)),
