@@ -112,7 +112,7 @@ async fn broken_server(reset: bool) -> String {
             let _ = sock.write_all(head.as_bytes()).await;
             let _ = sock.flush().await;
             if reset {
-                let _ = sock.set_linger(Some(Duration::ZERO));
+                let _ = sock.set_zero_linger();
             }
             drop(sock);
         }
