@@ -659,7 +659,14 @@ async fn run(
     let big_url = db_url(admin, &dbs.big);
     let small_url = db_url(admin, &dbs.small);
     let ledger_url = db_url(admin, &dbs.ledger);
-    let mut opts = ScanOptions::default();
+    // The bench's sources are on loopback: the operator allow-list says so.
+    let mut opts = ScanOptions {
+        egress: std::sync::Arc::new(reckon_sources::EgressPolicy::new(
+            &["127.0.0.0/8".into(), "::1".into()],
+            None,
+        )?),
+        ..ScanOptions::default()
+    };
     if let Some(b) = args.batch_size {
         opts.batch_size = b;
     }

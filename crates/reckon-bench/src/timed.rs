@@ -6,8 +6,9 @@
 use async_trait::async_trait;
 use reckon_domain::Disappearance;
 use reckon_ledger::{
-    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Ledger, NewSource,
-    Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId, TokenGrant,
+    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease, Ledger,
+    NewSource, Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId,
+    TokenGrant,
 };
 use secrecy::SecretString;
 use std::collections::HashMap;
@@ -141,12 +142,14 @@ impl Ledger for TimedLedger {
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.timed(
             "record_scan_success",
             None,
             0,
-            self.inner.record_scan_success(tenant, source_id, at, full),
+            self.inner
+                .record_scan_success(tenant, source_id, at, full, lease),
         )
         .await
     }
@@ -156,12 +159,14 @@ impl Ledger for TimedLedger {
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.timed(
             "record_scan_failure",
             None,
             0,
-            self.inner.record_scan_failure(tenant, source_id, at, error),
+            self.inner
+                .record_scan_failure(tenant, source_id, at, error, lease),
         )
         .await
     }
@@ -218,12 +223,14 @@ impl Ledger for TimedLedger {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         self.timed(
             "mark_gone",
             Some(origin),
             keys.len(),
-            self.inner.mark_gone(tenant, source_id, keys, at, origin),
+            self.inner
+                .mark_gone(tenant, source_id, keys, at, origin, lease),
         )
         .await
     }
@@ -251,6 +258,138 @@ impl Ledger for TimedLedger {
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>> {
         self.inner.list_quarantine(tenant, source_id, limit).await
+    }
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.try_lease(name, owner, ttl_secs).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.renew_lease(lease, ttl_secs).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn metrics_snapshot(
+        &self,
+        q: reckon_ledger::MetricsQuery,
+    ) -> Result<reckon_ledger::MetricsSnapshot> {
+        self.inner.metrics_snapshot(q).await
+    }
+
+    // ---- reconciliation (issue 4): plain delegation ----
+    async fn add_provider(
+        &self,
+        tenant: TenantId,
+        new: reckon_ledger::NewProvider,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.add_provider(tenant, new).await
+    }
+    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<reckon_ledger::Provider>> {
+        self.inner.list_providers(tenant).await
+    }
+    async fn provider_by_name(
+        &self,
+        tenant: TenantId,
+        name: &str,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.provider_by_name(tenant, name).await
+    }
+    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<reckon_ledger::Provider> {
+        self.inner.provider_by_id(tenant, id).await
+    }
+    async fn provider_secret(
+        &self,
+        tenant: TenantId,
+        provider: &reckon_ledger::Provider,
+    ) -> Result<Option<SecretString>> {
+        self.inner.provider_secret(tenant, provider).await
+    }
+    async fn set_route(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        provider: Option<&str>,
+    ) -> Result<reckon_ledger::Route> {
+        self.inner
+            .set_route(tenant, source, operation, provider)
+            .await
+    }
+    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<reckon_ledger::Route>> {
+        self.inner.list_routes(tenant).await
+    }
+    async fn claim_due(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+        limit: i64,
+    ) -> Result<Vec<reckon_ledger::Claim>> {
+        self.inner
+            .claim_due(tenant, owner, now, lease_secs, limit)
+            .await
+    }
+    async fn claim_effect(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+    ) -> Result<Option<reckon_ledger::Claim>> {
+        self.inner
+            .claim_effect(tenant, effect_id, owner, now, lease_secs)
+            .await
+    }
+    async fn defer(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        next_attempt_at: f64,
+        note: &str,
+    ) -> Result<()> {
+        self.inner
+            .defer(tenant, effect_id, owner, next_attempt_at, note)
+            .await
+    }
+    async fn record_attempt(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        attempt: reckon_ledger::NewAttempt,
+    ) -> Result<reckon_ledger::AttemptRecorded> {
+        self.inner
+            .record_attempt(tenant, effect_id, owner, attempt)
+            .await
+    }
+    async fn resolve_by_hand(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        new: reckon_ledger::NewResolution,
+    ) -> Result<reckon_ledger::Resolution> {
+        self.inner.resolve_by_hand(tenant, effect_id, new).await
+    }
+    async fn reconcile_view(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+    ) -> Result<reckon_ledger::ReconcileView> {
+        self.inner.reconcile_view(tenant, effect_id).await
+    }
+    async fn requeue_indeterminate(
+        &self,
+        tenant: TenantId,
+        provider_id: i64,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> Result<u64> {
+        self.inner
+            .requeue_indeterminate(tenant, provider_id, from, to, now)
+            .await
     }
 }
 
@@ -348,5 +487,116 @@ impl<S: Subscriber> Layer<S> for StatementLayer {
         s.max = s.max.max(f.elapsed);
         s.rows_returned += f.rows_returned;
         s.rows_affected += f.rows_affected;
+    }
+}
+
+// Account calls are not timed: the benchmarks measure scans.
+#[async_trait]
+impl reckon_ledger::Accounts for TimedLedger {
+    async fn create_user(
+        &self,
+        email: &str,
+        password_hash: &str,
+    ) -> reckon_ledger::Result<reckon_ledger::User> {
+        self.inner.create_user(email, password_hash).await
+    }
+    async fn user_by_email(
+        &self,
+        email: &str,
+    ) -> reckon_ledger::Result<Option<reckon_ledger::UserCredentials>> {
+        self.inner.user_by_email(email).await
+    }
+    async fn set_membership(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        user_id: i64,
+        role: reckon_ledger::Role,
+    ) -> reckon_ledger::Result<()> {
+        self.inner.set_membership(tenant, user_id, role).await
+    }
+    async fn memberships(
+        &self,
+        user_id: i64,
+    ) -> reckon_ledger::Result<Vec<(reckon_ledger::Tenant, reckon_ledger::Role)>> {
+        self.inner.memberships(user_id).await
+    }
+    async fn set_password(&self, user_id: i64, password_hash: &str) -> reckon_ledger::Result<()> {
+        self.inner.set_password(user_id, password_hash).await
+    }
+    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> reckon_ledger::Result<()> {
+        self.inner.set_user_disabled(user_id, disabled).await
+    }
+    async fn set_totp_secret(
+        &self,
+        user_id: i64,
+        secret: Option<&[u8]>,
+    ) -> reckon_ledger::Result<()> {
+        self.inner.set_totp_secret(user_id, secret).await
+    }
+    async fn create_session(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        new: reckon_ledger::NewSession,
+    ) -> reckon_ledger::Result<()> {
+        self.inner.create_session(tenant, new).await
+    }
+    async fn session(
+        &self,
+        id_hash: &str,
+        now: f64,
+        idle_secs: f64,
+    ) -> reckon_ledger::Result<Option<reckon_ledger::SessionGrant>> {
+        self.inner.session(id_hash, now, idle_secs).await
+    }
+    async fn delete_session(&self, id_hash: &str) -> reckon_ledger::Result<()> {
+        self.inner.delete_session(id_hash).await
+    }
+    async fn throttle_failures(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> reckon_ledger::Result<i64> {
+        self.inner.throttle_failures(scope, key, now, window).await
+    }
+    async fn throttle_record_failure(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> reckon_ledger::Result<()> {
+        self.inner
+            .throttle_record_failure(scope, key, now, window)
+            .await
+    }
+    async fn throttle_reset(&self, scope: &str, key: &str) -> reckon_ledger::Result<()> {
+        self.inner.throttle_reset(scope, key).await
+    }
+    async fn create_token_by(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        role: reckon_ledger::Role,
+        token_hash: &str,
+        label: &str,
+        creator: reckon_ledger::TokenCreator,
+    ) -> reckon_ledger::Result<i64> {
+        self.inner
+            .create_token_by(tenant, role, token_hash, label, creator)
+            .await
+    }
+    async fn list_tokens(
+        &self,
+        tenant: reckon_ledger::TenantId,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::TokenInfo>> {
+        self.inner.list_tokens(tenant).await
+    }
+    async fn revoke_token(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        token_id: i64,
+    ) -> reckon_ledger::Result<bool> {
+        self.inner.revoke_token(tenant, token_id).await
     }
 }

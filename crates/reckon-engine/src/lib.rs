@@ -6,5 +6,5 @@ pub mod reconcile;
 pub mod scan;
 pub mod source_input;
 
-pub use scan::{ScanOptions, ScanReport, scan_source};
+pub use scan::{ScanFailure, ScanOptions, ScanReport, scan_source};
 pub use source_input::{SourceInput, new_source};

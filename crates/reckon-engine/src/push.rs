@@ -132,6 +132,7 @@ pub async fn ingest_push(
         rejected,
         abandoned_after_secs: source.abandoned_after_secs,
         cursor: None,
+        lease: None,
     };
     let outcome = ledger.ingest(tenant, source.id, batch).await?;
     for ((index, rec), status) in records.into_iter().zip(outcome.statuses) {

@@ -18,9 +18,9 @@
 use futures::StreamExt;
 use reckon_domain::{Disappearance, Limits, RawNum, RawRow, time, validate_row};
 use reckon_ledger::{
-    Cursor, IngestBatch, IngestOutcome, Ledger, LedgerError, Origin, Source, Tenant,
+    Cursor, IngestBatch, IngestOutcome, Lease, Ledger, LedgerError, Origin, Source, Tenant,
 };
-use reckon_sources::{Dialect, ScanError, SourceConn, SourceDsn};
+use reckon_sources::{Dialect, EgressPolicy, ScanError, SourceConn, SourceDsn};
 use secrecy::ExposeSecret;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -36,6 +36,12 @@ pub struct ScanOptions {
     pub batch_size: usize,
     /// Called with the number of rows read so far.
     pub progress: Option<Progress>,
+    /// The scan's lease when several replicas share the ledger: every write of the scan is
+    /// fenced by it, so a replica paused past its lease writes nothing when it resumes.
+    pub lease: Option<Lease>,
+    /// Where sources may connect. The default refuses every non-public address and every
+    /// SQLite source: the operator's configuration (and each test) says what to allow.
+    pub egress: Arc<EgressPolicy>,
 }
 
 impl Default for ScanOptions {
@@ -44,6 +50,8 @@ impl Default for ScanOptions {
             full: false,
             batch_size: 2000,
             progress: None,
+            lease: None,
+            egress: Arc::new(EgressPolicy::default()),
         }
     }
 }
@@ -93,16 +101,27 @@ pub async fn scan_source(
     match scan_inner(ledger, tenant, source, opts, started).await {
         Ok(report) => {
             ledger
-                .record_scan_success(tenant.id, source.id, started, report.full)
+                .record_scan_success(
+                    tenant.id,
+                    source.id,
+                    started,
+                    report.full,
+                    opts.lease.as_ref(),
+                )
                 .await?;
             Ok(report)
+        }
+        Err(e @ ScanFailure::Ledger(LedgerError::LeaseLost(_))) => {
+            // Another replica owns this scan now; its health is that replica's to record.
+            tracing::info!(tenant = %tenant.slug, source = %source.name, "scan stopped: {e}");
+            Err(e)
         }
         Err(e) => {
             let msg = e.to_string();
             tracing::warn!(tenant = %tenant.slug, source = %source.name, error = %msg, "scan failed");
             // A failure to record the failure is logged, and the original error returned.
             if let Err(le) = ledger
-                .record_scan_failure(tenant.id, source.id, time::now(), &msg)
+                .record_scan_failure(tenant.id, source.id, time::now(), &msg, opts.lease.as_ref())
                 .await
             {
                 tracing::error!(error = %le, "could not record scan failure");
@@ -142,6 +161,10 @@ async fn scan_inner(
     let dsn = ledger.source_dsn(tenant.id, source).await?;
     let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
         .map_err(|e| ScanError::Invalid(e.to_string()))?;
+    opts.egress
+        .check(&dsn)
+        .await
+        .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;
     let mut conn = SourceConn::open(&dsn, &source.table_name).await?;
     let result = scan_with(ledger, tenant, source, opts, started, &mut conn).await;
     conn.close().await;
@@ -172,6 +195,7 @@ async fn scan_with(
         rejected,
         abandoned_after_secs: source.abandoned_after_secs,
         cursor,
+        lease: opts.lease.clone(),
     };
 
     {
@@ -223,7 +247,16 @@ async fn scan_with(
             .is_none_or(|t| started - t >= source.full_scan_every_secs as f64);
     if opts.full || full_due {
         report.full = true;
-        compare_key_sets(ledger, tenant, source, conn, &limits, &mut report).await?;
+        compare_key_sets(
+            ledger,
+            tenant,
+            source,
+            conn,
+            &limits,
+            opts.lease.as_ref(),
+            &mut report,
+        )
+        .await?;
     }
     Ok(report)
 }
@@ -234,6 +267,7 @@ async fn compare_key_sets(
     source: &Source,
     conn: &mut SourceConn,
     limits: &Limits,
+    lease: Option<&Lease>,
     report: &mut ScanReport,
 ) -> Result<(), ScanFailure> {
     // The ledger's present keys, as hashes.
@@ -285,6 +319,7 @@ async fn compare_key_sets(
                     rejected,
                     abandoned_after_secs: source.abandoned_after_secs,
                     cursor: None,
+                    lease: lease.cloned(),
                 },
             )
             .await?;
@@ -323,7 +358,14 @@ async fn compare_key_sets(
             .collect();
         if !gone.is_empty() {
             let marked = ledger
-                .mark_gone(tenant.id, source.id, &gone, time::now(), Origin::FullScan)
+                .mark_gone(
+                    tenant.id,
+                    source.id,
+                    &gone,
+                    time::now(),
+                    Origin::FullScan,
+                    lease,
+                )
                 .await?;
             report.gone.extend(marked);
         }

@@ -3,7 +3,9 @@
 //! data takes a [`TenantId`], which only this crate can make (from a slug it looked up or a
 //! token it authenticated), so no caller can build a query without a tenant.
 
+mod accounts;
 mod crypto;
+mod metrics;
 mod model;
 mod plan;
 mod postgres;
@@ -11,7 +13,14 @@ mod reconcile;
 mod rows;
 mod sqlite;
 
+pub use accounts::{
+    Accounts, NewSession, SessionGrant, TokenCreator, TokenInfo, User, UserCredentials,
+};
 pub use crypto::{Keyring, KeyringError};
+pub use metrics::{
+    MetricsQuery, MetricsSnapshot, NeedsAttentionGroup, QuarantineGroup, SourceHealth,
+    UnresolvedGroup,
+};
 pub use model::*;
 pub use plan::ingest_plan;
 pub use reconcile::*;
@@ -38,6 +47,9 @@ pub enum LedgerError {
         "secret could not be decrypted (wrong master key, or the stored value was tampered with)"
     )]
     Decrypt,
+    /// The write was fenced by a lease that expired or changed hands: nothing was written.
+    #[error("lease {0:?} was lost (expired or taken over): nothing was written")]
+    LeaseLost(String),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("ledger database error: {0}")]
@@ -58,8 +70,9 @@ impl From<sqlx::Error> for LedgerError {
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
 /// reckon's store. See ARCHITECTURE.md for the invariants every implementation keeps.
+/// People, sessions and the token lifecycle are in the supertrait [`Accounts`].
 #[async_trait]
-pub trait Ledger: Send + Sync + 'static {
+pub trait Ledger: Accounts + Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// Apply the embedded migrations of this backend (idempotent).
@@ -90,19 +103,23 @@ pub trait Ledger: Send + Sync + 'static {
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>>;
     /// The source's DSN, decrypted.
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString>;
+    /// Fenced by `lease` when given: a lost lease writes nothing ([`LedgerError::LeaseLost`]).
     async fn record_scan_success(
         &self,
         tenant: TenantId,
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()>;
+    /// Fenced by `lease` when given, like [`Ledger::record_scan_success`].
     async fn record_scan_failure(
         &self,
         tenant: TenantId,
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()>;
 
     // ---- ingest ----
@@ -123,7 +140,8 @@ pub trait Ledger: Send + Sync + 'static {
         after_id: i64,
         limit: i64,
     ) -> Result<Vec<(i64, String)>>;
-    /// Mark effects whose rows left the source; each gets one history event.
+    /// Mark effects whose rows left the source; each gets one history event. Fenced by
+    /// `lease` when given.
     async fn mark_gone(
         &self,
         tenant: TenantId,
@@ -131,6 +149,7 @@ pub trait Ledger: Send + Sync + 'static {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>>;
 
     // ---- reading ----
@@ -230,6 +249,23 @@ pub trait Ledger: Send + Sync + 'static {
         to: f64,
         now: f64,
     ) -> Result<u64>;
+
+    // ---- leases: work that exactly one replica does at a time ----
+    /// Take the lease `name` for `ttl_secs` if it is free, expired, or already held by
+    /// `owner` (then it is renewed, same term). `None` when another owner holds it.
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>>;
+    /// Extend a lease still held; `None` when it expired or changed hands (it is lost: stop
+    /// the work, its writes will be refused).
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>>;
+    /// Hand a lease back early so another replica can take the work at once.
+    async fn release_lease(&self, lease: &Lease) -> Result<()>;
+
+    // ---- metrics (issue 5, branch `metrics`) ----
+    /// What `/metrics` reads at scrape time, in one read transaction. `q.tenant: None` is the
+    /// operator scope (every tenant); a tenant's request always passes its own `TenantId`.
+    /// Costs O(unresolved effects + live claims + sources + quarantined rows), never
+    /// O(effects): see `metrics.rs` and migration 0005.
+    async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot>;
 }
 
 /// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is

@@ -59,8 +59,11 @@ impl Role {
 #[derive(Debug, Clone)]
 pub struct TokenGrant {
     pub tenant: Tenant,
+    /// The role the token acts with now: its own, capped by its creator's current role.
     pub role: Role,
     pub token_id: i64,
+    /// The person who made it; `None` for the operator (CLI).
+    pub created_by: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -173,6 +176,8 @@ pub struct IngestBatch {
     pub abandoned_after_secs: f64,
     /// Where the scan stands after this batch; `None` leaves the cursor alone (pushes).
     pub cursor: Option<Cursor>,
+    /// The scan's lease: when given, the batch is written only while it is still held.
+    pub lease: Option<Lease>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -294,4 +299,18 @@ pub(crate) fn finish_effect(e: &mut Effect, abandoned_at: Option<f64>, now: f64)
         Some(UnresolvedKind::Abandoned) => e.expires_at,
         None => None,
     };
+}
+
+/// A claim on a piece of work that exactly one replica may do at a time (a source's scan, a
+/// day's audit, a scheduled job), held until `expires_at` unless renewed.
+///
+/// `term` grows every time the work changes hands (or the same owner re-takes it after it
+/// expired), so a write fenced with an old lease can never pass for a current one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub name: String,
+    pub owner: String,
+    pub term: i64,
+    /// Epoch seconds on the ledger's clock (PostgreSQL's, shared by every replica).
+    pub expires_at: f64,
 }

@@ -217,6 +217,7 @@ mod tests {
             rejected: vec![],
             abandoned_after_secs: 300.0,
             cursor: None,
+            lease: None,
         }
     }
 

@@ -2,6 +2,9 @@
 //! a handful of array-bound statements (`UNNEST`) instead of one round trip per row: a
 //! million-row initial scan is dominated by these.
 
+mod lease;
+mod metrics;
+
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
@@ -22,24 +25,87 @@ mod reconcile;
 
 pub struct PgLedger {
     pool: PgPool,
+    /// The login user's options: migrations run as it (the tables' owner), on their own
+    /// connection; the pool's connections drop to [`APP_ROLE`].
+    owner_opts: PgConnectOptions,
     keyring: Keyring,
 }
 
 impl PgLedger {
     pub async fn open(url: &str, keyring: Keyring) -> Result<PgLedger> {
-        let opts = PgConnectOptions::from_str(url).map_err(LedgerError::Database)?;
+        let owner_opts = PgConnectOptions::from_str(url).map_err(LedgerError::Database)?;
+        // Migrate before the pool exists: its connections need the role migration 0004 makes.
+        // Every pooled connection then acts as reckon_app: not the tables' owner, not a
+        // superuser, no BYPASSRLS, so row-level security applies to all of its queries.
+        Self::migrate_with(&owner_opts).await?;
         let pool = PgPoolOptions::new()
             .max_connections(10)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(opts)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::raw_sql("SET ROLE reckon_app").execute(conn).await?;
+                    Ok(())
+                })
+            })
+            .connect_with(owner_opts.clone())
             .await?;
-        let ledger = PgLedger { pool, keyring };
-        ledger.migrate().await?;
-        Ok(ledger)
+        Ok(PgLedger {
+            pool,
+            owner_opts,
+            keyring,
+        })
     }
 
-    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>> {
-        Ok(self.pool.begin().await?)
+    /// Migrations run as the login user (the tables' owner), on a one-connection pool of
+    /// their own: the application pool's connections have dropped to reckon_app.
+    async fn migrate_with(opts: &PgConnectOptions) -> Result<()> {
+        let owner = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(opts.clone())
+            .await?;
+        let result = sqlx::migrate!("../../migrations/postgres")
+            .run(&owner)
+            .await;
+        owner.close().await;
+        result?;
+        Ok(())
+    }
+
+    /// A transaction that sees (and may write) only `tenant`'s rows: every tenant-data
+    /// query runs in one. The setting is transaction-local (`set_config(..., true)`), so it
+    /// ends with the transaction and never follows a pooled connection to its next user.
+    async fn begin_for(&self, tenant: TenantId) -> Result<sqlx::Transaction<'static, Postgres>> {
+        self.begin_scoped(crate::accounts::Scope::Tenant(tenant), true)
+            .await
+    }
+
+    async fn begin_scoped(
+        &self,
+        scope: crate::accounts::Scope<'_>,
+        _write: bool,
+    ) -> Result<sqlx::Transaction<'static, Postgres>> {
+        let mut tx = self.pool.begin().await?;
+        Self::rescope(&mut tx, scope).await?;
+        Ok(tx)
+    }
+
+    /// Name the scope of the rest of this transaction (see accounts.rs).
+    async fn rescope(
+        tx: &mut sqlx::Transaction<'static, Postgres>,
+        scope: crate::accounts::Scope<'_>,
+    ) -> Result<()> {
+        let (tenant, token, session, user) = scope.settings();
+        sqlx::query(
+            "SELECT set_config('reckon.tenant', $1, true), set_config('reckon.token', $2, true), \
+             set_config('reckon.session', $3, true), set_config('reckon.user', $4, true)",
+        )
+        .bind(tenant)
+        .bind(token)
+        .bind(session)
+        .bind(user)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
     }
 
     async fn execute_plan(
@@ -171,10 +237,7 @@ impl Ledger for PgLedger {
     }
 
     async fn migrate(&self) -> Result<()> {
-        sqlx::migrate!("../../migrations/postgres")
-            .run(&self.pool)
-            .await?;
-        Ok(())
+        Self::migrate_with(&self.owner_opts).await
     }
 
     async fn ping(&self) -> Result<()> {
@@ -224,7 +287,8 @@ impl Ledger for PgLedger {
         token_hash: &str,
         label: &str,
     ) -> Result<i64> {
-        Ok(sqlx::query_scalar(
+        let mut tx = self.begin_for(tenant).await?;
+        let id = sqlx::query_scalar(
             "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at) \
              VALUES ($1, $2, $3, $4, $5) RETURNING id",
         )
@@ -233,41 +297,14 @@ impl Ledger for PgLedger {
         .bind(token_hash)
         .bind(label)
         .bind(time::now())
-        .fetch_one(&self.pool)
-        .await?)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
     }
 
     async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>> {
-        let Some(row) = sqlx::query(
-            "SELECT k.id AS token_id, k.role, k.last_used_at, t.id, t.slug, t.created_at \
-             FROM api_token k JOIN tenant t ON t.id = k.tenant_id \
-             WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
-        )
-        .bind(token_hash)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let token_id: i64 = row.try_get("token_id")?;
-        let role: String = row.try_get("role")?;
-        let last_used: Option<f64> = row.try_get("last_used_at")?;
-        let now = time::now();
-        // Write last_used_at at most once a minute: a busy client must not turn every
-        // request into a write.
-        if last_used.is_none_or(|t| now - t > 60.0) {
-            sqlx::query("UPDATE api_token SET last_used_at = $1 WHERE id = $2")
-                .bind(now)
-                .bind(token_id)
-                .execute(&self.pool)
-                .await?;
-        }
-        Ok(Some(TokenGrant {
-            tenant: rows::tenant::<Postgres>(&row)?,
-            role: Role::parse(&role)
-                .ok_or_else(|| LedgerError::Invalid(format!("stored role {role:?}")))?,
-            token_id,
-        }))
+        self.authenticate_token_impl(token_hash).await
     }
 
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
@@ -276,6 +313,7 @@ impl Ledger for PgLedger {
             self.keyring
                 .seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes())
         });
+        let mut tx = self.begin_for(tenant).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO source (tenant_id, name, kind, dsn_ciphertext, dsn_display, table_name, \
              scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
@@ -293,38 +331,41 @@ impl Ledger for PgLedger {
         .bind(new.overlap_secs)
         .bind(new.full_scan_every_secs)
         .bind(time::now())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await
         .map_err(|e| match LedgerError::from(e) {
             LedgerError::Conflict(_) => LedgerError::Conflict(format!("source {:?}", new.name)),
             other => other,
         })?;
+        tx.commit().await?;
         rows::source::<Postgres>(&row)
     }
 
     async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
-        sqlx::query(AssertSqlSafe(format!(
+        let mut tx = self.begin_for(tenant).await?;
+        let found = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM source WHERE tenant_id = $1 ORDER BY name",
             rows::SOURCE_COLUMNS
         )))
         .bind(tenant.0)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::source::<Postgres>)
-        .collect()
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        found.iter().map(rows::source::<Postgres>).collect()
     }
 
     async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
+        let mut tx = self.begin_for(tenant).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM source WHERE tenant_id = $1 AND name = $2",
             rows::SOURCE_COLUMNS
         )))
         .bind(tenant.0)
         .bind(name)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
+        tx.commit().await?;
         rows::source::<Postgres>(&row)
     }
 
@@ -342,14 +383,16 @@ impl Ledger for PgLedger {
     }
 
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
+        let mut tx = self.begin_for(tenant).await?;
         let sealed: Option<Vec<u8>> = sqlx::query_scalar(
             "SELECT dsn_ciphertext FROM source WHERE tenant_id = $1 AND id = $2",
         )
         .bind(tenant.0)
         .bind(source.id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?
         .flatten();
+        tx.commit().await?;
         let sealed = sealed.ok_or_else(|| LedgerError::NotFound("source DSN".into()))?;
         let plain = self
             .keyring
@@ -366,7 +409,10 @@ impl Ledger for PgLedger {
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.begin_for(tenant).await?;
+        lease::fence(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
              last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
@@ -376,8 +422,9 @@ impl Ledger for PgLedger {
         .bind(full)
         .bind(tenant.0)
         .bind(source_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -387,7 +434,10 @@ impl Ledger for PgLedger {
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.begin_for(tenant).await?;
+        lease::fence(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
              consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
@@ -396,8 +446,9 @@ impl Ledger for PgLedger {
         .bind(error)
         .bind(tenant.0)
         .bind(source_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -407,7 +458,8 @@ impl Ledger for PgLedger {
         source_id: i64,
         batch: IngestBatch,
     ) -> Result<IngestOutcome> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin_for(tenant).await?;
+        lease::fence(&mut tx, batch.lease.as_ref()).await?;
         // The source id comes from the caller: it must be one of this tenant's sources, or
         // the batch would be written under this tenant into another tenant's source.
         let owned: Option<i64> =
@@ -484,6 +536,7 @@ impl Ledger for PgLedger {
         after_id: i64,
         limit: i64,
     ) -> Result<Vec<(i64, String)>> {
+        let mut tx = self.begin_for(tenant).await?;
         let rows = sqlx::query(
             "SELECT id, key FROM effect WHERE tenant_id = $1 AND source_id = $2 AND id > $3 \
              AND gone_at IS NULL ORDER BY id LIMIT $4",
@@ -492,8 +545,9 @@ impl Ledger for PgLedger {
         .bind(source_id)
         .bind(after_id)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         rows.iter()
             .map(|r| Ok((r.try_get("id")?, r.try_get("key")?)))
             .collect()
@@ -506,8 +560,10 @@ impl Ledger for PgLedger {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin_for(tenant).await?;
+        lease::fence(&mut tx, lease).await?;
         let mut out = Vec::new();
         for key in keys {
             let row = sqlx::query(
@@ -557,7 +613,9 @@ impl Ledger for PgLedger {
         ));
         qb.push_bind(tenant.0);
         push_filters(&mut qb, q);
-        let rows = qb.build().fetch_all(&self.pool).await?;
+        let mut tx = self.begin_for(tenant).await?;
+        let rows = qb.build().fetch_all(&mut *tx).await?;
+        tx.commit().await?;
         rows.iter()
             .map(|r| rows::effect::<Postgres>(r, q.now))
             .collect()
@@ -570,6 +628,7 @@ impl Ledger for PgLedger {
         key: &str,
     ) -> Result<Option<EffectDetail>> {
         let now = time::now();
+        let mut tx = self.begin_for(tenant).await?;
         let Some(row) = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
              WHERE e.tenant_id = $1 AND s.name = $2 AND e.key = $3",
@@ -578,7 +637,7 @@ impl Ledger for PgLedger {
         .bind(tenant.0)
         .bind(source_name)
         .bind(key)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?
         else {
             return Ok(None);
@@ -590,17 +649,19 @@ impl Ledger for PgLedger {
         )))
         .bind(tenant.0)
         .bind(effect.id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(rows::event::<Postgres>)
         .collect::<Result<Vec<_>>>()?;
+        tx.commit().await?;
         Ok(Some(EffectDetail { effect, history }))
     }
 
     async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>> {
         let now = time::now();
-        sqlx::query(AssertSqlSafe(format!(
+        let mut tx = self.begin_for(tenant).await?;
+        let found = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.id IN ( \
                SELECT id FROM effect WHERE tenant_id = $1 AND key = $2 \
                UNION SELECT id FROM effect WHERE tenant_id = $1 AND subject = $2 \
@@ -611,22 +672,26 @@ impl Ledger for PgLedger {
         .bind(tenant.0)
         .bind(text)
         .bind(limit)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|r| rows::effect::<Postgres>(r, now))
-        .collect()
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        found
+            .iter()
+            .map(|r| rows::effect::<Postgres>(r, now))
+            .collect()
     }
 
     async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>> {
+        let mut tx = self.begin_for(tenant).await?;
         let rows = sqlx::query(
             "SELECT s.name, q.reason, COUNT(*) AS n FROM quarantine q \
              JOIN source s ON s.id = q.source_id WHERE q.tenant_id = $1 \
              GROUP BY s.name, q.reason ORDER BY s.name, q.reason",
         )
         .bind(tenant.0)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         rows.iter()
             .map(|r| {
                 Ok(QuarantineCount {
@@ -644,18 +709,34 @@ impl Ledger for PgLedger {
         source_id: i64,
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>> {
-        sqlx::query(AssertSqlSafe(format!(
+        let mut tx = self.begin_for(tenant).await?;
+        let found = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM quarantine WHERE tenant_id = $1 AND source_id = $2 ORDER BY id LIMIT $3",
             rows::QUARANTINE_COLUMNS
         )))
         .bind(tenant.0)
         .bind(source_id)
         .bind(limit)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(rows::quarantine::<Postgres>)
-        .collect()
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        found.iter().map(rows::quarantine::<Postgres>).collect()
+    }
+
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.lease_try(name, owner, ttl_secs).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.lease_renew(lease, ttl_secs).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.lease_release(lease).await
+    }
+
+    async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
+        self.metrics_snapshot_pg(q).await
     }
 
     // ---- reconciliation: see the `reconcile` submodule ----
@@ -770,3 +851,5 @@ impl Ledger for PgLedger {
             .await
     }
 }
+
+crate::accounts::impl_accounts!(PgLedger, Postgres);

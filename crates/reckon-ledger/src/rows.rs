@@ -207,3 +207,15 @@ pub(crate) fn cursor_parts(c: &Option<Cursor>) -> (Option<f64>, Option<Vec<u8>>)
         None => (None, None),
     }
 }
+
+/// A lease lasts between a moment and a day: longer would let a dead replica hold work
+/// hostage; zero, negative or NaN is a caller's bug.
+pub(crate) fn check_lease_ttl(ttl_secs: f64) -> Result<()> {
+    if ttl_secs.is_finite() && ttl_secs > 0.0 && ttl_secs <= 86_400.0 {
+        Ok(())
+    } else {
+        Err(LedgerError::Invalid(format!(
+            "lease duration must be between 0 and 86400 seconds, got {ttl_secs}"
+        )))
+    }
+}

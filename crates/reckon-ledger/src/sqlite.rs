@@ -2,6 +2,9 @@
 //! (`BEGIN IMMEDIATE`) so two writers queue on the busy timeout instead of failing on a
 //! lock upgrade.
 
+mod lease;
+mod metrics;
+
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
@@ -60,6 +63,27 @@ impl SqliteLedger {
 
     async fn write_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// SQLite has no row-level security: the scope is PostgreSQL's business (see
+    /// accounts.rs); here only a write takes the write lock up front.
+    async fn begin_scoped(
+        &self,
+        _scope: crate::accounts::Scope<'_>,
+        write: bool,
+    ) -> Result<sqlx::Transaction<'static, Sqlite>> {
+        if write {
+            self.write_tx().await
+        } else {
+            Ok(self.pool.begin().await?)
+        }
+    }
+
+    async fn rescope(
+        _tx: &mut sqlx::Transaction<'static, Sqlite>,
+        _scope: crate::accounts::Scope<'_>,
+    ) -> Result<()> {
+        Ok(())
     }
 
     async fn execute_plan(
@@ -231,36 +255,7 @@ impl Ledger for SqliteLedger {
     }
 
     async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>> {
-        let Some(row) = sqlx::query(
-            "SELECT k.id AS token_id, k.role, k.last_used_at, t.id, t.slug, t.created_at \
-             FROM api_token k JOIN tenant t ON t.id = k.tenant_id \
-             WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
-        )
-        .bind(token_hash)
-        .fetch_optional(&self.pool)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let token_id: i64 = row.try_get("token_id")?;
-        let role: String = row.try_get("role")?;
-        let last_used: Option<f64> = row.try_get("last_used_at")?;
-        let now = time::now();
-        // Write last_used_at at most once a minute: a busy client must not turn every
-        // request into a write.
-        if last_used.is_none_or(|t| now - t > 60.0) {
-            sqlx::query("UPDATE api_token SET last_used_at = $1 WHERE id = $2")
-                .bind(now)
-                .bind(token_id)
-                .execute(&self.pool)
-                .await?;
-        }
-        Ok(Some(TokenGrant {
-            tenant: rows::tenant::<Sqlite>(&row)?,
-            role: Role::parse(&role)
-                .ok_or_else(|| LedgerError::Invalid(format!("stored role {role:?}")))?,
-            token_id,
-        }))
+        self.authenticate_token_impl(token_hash).await
     }
 
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
@@ -359,7 +354,10 @@ impl Ledger for SqliteLedger {
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
              last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
@@ -369,8 +367,9 @@ impl Ledger for SqliteLedger {
         .bind(full)
         .bind(tenant.0)
         .bind(source_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -380,7 +379,10 @@ impl Ledger for SqliteLedger {
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
              consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
@@ -389,8 +391,9 @@ impl Ledger for SqliteLedger {
         .bind(error)
         .bind(tenant.0)
         .bind(source_id)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -401,6 +404,7 @@ impl Ledger for SqliteLedger {
         batch: IngestBatch,
     ) -> Result<IngestOutcome> {
         let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, batch.lease.as_ref()).await?;
         // The source id comes from the caller: it must be one of this tenant's sources, or
         // the batch would be written under this tenant into another tenant's source.
         let owned: Option<i64> =
@@ -500,8 +504,10 @@ impl Ledger for SqliteLedger {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         let mut tx = self.write_tx().await?;
+        lease::fence(&mut tx, lease).await?;
         let mut out = Vec::new();
         for key in keys {
             let row = sqlx::query(
@@ -763,6 +769,22 @@ impl Ledger for SqliteLedger {
         self.rc_requeue_indeterminate(tenant, provider_id, from, to, now)
             .await
     }
+
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.lease_try(name, owner, ttl_secs).await
+    }
+
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.lease_renew(lease, ttl_secs).await
+    }
+
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.lease_release(lease).await
+    }
+
+    async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
+        self.metrics_snapshot_sqlite(q).await
+    }
 }
 
 pub(crate) fn outcome(plan: &IngestPlan, rejected: usize) -> IngestOutcome {
@@ -826,3 +848,5 @@ where
     qb.push(" ORDER BY e.id LIMIT ")
         .push_bind(q.limit.clamp(1, 1000));
 }
+
+crate::accounts::impl_accounts!(SqliteLedger, Sqlite);

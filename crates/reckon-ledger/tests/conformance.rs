@@ -70,6 +70,7 @@ conformance! {
     no_read_of_one_tenant_ever_returns_anything_of_another => story_isolation_reads;
     a_tenant_cannot_write_into_another_tenants_source => story_isolation_writes;
     effect_listings_filter_by_source_state_operation_and_time_and_page_by_id => story_list_filters;
+    a_lease_has_one_holder_and_a_lost_lease_writes_nothing => story_leases;
     // reconciliation (issue 4)
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
@@ -133,6 +134,7 @@ fn batch(records: Vec<SourceRecord>) -> IngestBatch {
         rejected: Vec::new(),
         abandoned_after_secs: 300.0,
         cursor: None,
+        lease: None,
     }
 }
 
@@ -1052,6 +1054,7 @@ async fn story_mark_gone(ledger: Arc<dyn Ledger>) {
             ],
             at,
             Origin::FullScan,
+            None,
         )
         .await
         .unwrap();
@@ -1126,6 +1129,7 @@ async fn story_mark_gone(ledger: Arc<dyn Ledger>) {
             std::slice::from_ref(&done.key),
             at + 1.0,
             Origin::FullScan,
+            None,
         )
         .await
         .unwrap();
@@ -1419,6 +1423,7 @@ async fn story_isolation_writes(ledger: Arc<dyn Ledger>) {
             &[key.to_owned()],
             1_700_000_600.0,
             Origin::Scan,
+            None,
         )
         .await
         .unwrap();
@@ -1426,11 +1431,11 @@ async fn story_isolation_writes(ledger: Arc<dyn Ledger>) {
     assert_eq!(effect(&*ledger, a.id, "shop", key).await.gone_at, None);
 
     ledger
-        .record_scan_failure(b.id, src_a.id, 1_700_000_700.0, "planted")
+        .record_scan_failure(b.id, src_a.id, 1_700_000_700.0, "planted", None)
         .await
         .unwrap();
     ledger
-        .record_scan_success(b.id, src_a.id, 1_700_000_700.0, true)
+        .record_scan_success(b.id, src_a.id, 1_700_000_700.0, true, None)
         .await
         .unwrap();
     let s = ledger.source_by_name(a.id, "shop").await.unwrap();
@@ -1574,6 +1579,164 @@ async fn story_list_filters(ledger: Arc<dyn Ledger>) {
         keys(&seen),
         keys(&list(&*ledger, t.id, q(|q| q.source = Some("shop".into()))).await)
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// leases
+
+async fn story_leases(ledger: Arc<dyn Ledger>) {
+    let (t, src) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let ttl = 1.0;
+
+    let a = ledger
+        .try_lease("scan:1", "A", ttl)
+        .await
+        .unwrap()
+        .expect("free: A takes it");
+    assert!(
+        ledger
+            .try_lease("scan:1", "B", ttl)
+            .await
+            .unwrap()
+            .is_none(),
+        "held by A: B cannot take it"
+    );
+    let again = ledger
+        .try_lease("scan:1", "A", ttl)
+        .await
+        .unwrap()
+        .expect("A renews");
+    assert_eq!(
+        again.term, a.term,
+        "the holder re-taking its lease keeps the term"
+    );
+    assert!(
+        ledger
+            .try_lease("scan:2", "B", ttl)
+            .await
+            .unwrap()
+            .is_some(),
+        "leases are per name"
+    );
+    assert!(ledger.renew_lease(&a, ttl).await.unwrap().is_some());
+
+    // Held: A's fenced writes go through.
+    let kept = rec("charge:v1:kept", State::Succeeded, 1_700_000_000.0);
+    let first = Cursor {
+        updated_at: 1_700_000_000.0,
+        key: kept.key.as_bytes().to_vec(),
+    };
+    ledger
+        .ingest(
+            t.id,
+            src.id,
+            IngestBatch {
+                cursor: Some(first.clone()),
+                lease: Some(a.clone()),
+                ..batch(vec![kept.clone()])
+            },
+        )
+        .await
+        .expect("a held lease lets the batch through");
+
+    // A stalls past its lease; B takes over with the next term.
+    tokio::time::sleep(std::time::Duration::from_secs_f64(ttl + 0.3)).await;
+    let b = ledger
+        .try_lease("scan:1", "B", ttl)
+        .await
+        .unwrap()
+        .expect("expired: B takes it");
+    assert_eq!(b.term, a.term + 1, "a change of hands is a new term");
+    assert!(
+        ledger.renew_lease(&a, ttl).await.unwrap().is_none(),
+        "A's lease is lost"
+    );
+
+    // A resumes: every write it attempts is refused, and nothing of it lands.
+    let late = IngestBatch {
+        cursor: Some(Cursor {
+            updated_at: 1_800_000_000.0,
+            key: b"z".to_vec(),
+        }),
+        lease: Some(a.clone()),
+        ..batch(vec![rec(
+            "charge:v1:late",
+            State::Succeeded,
+            1_800_000_000.0,
+        )])
+    };
+    assert!(matches!(
+        ledger.ingest(t.id, src.id, late).await,
+        Err(LedgerError::LeaseLost(_))
+    ));
+    assert!(matches!(
+        ledger
+            .mark_gone(
+                t.id,
+                src.id,
+                std::slice::from_ref(&kept.key),
+                1_800_000_000.0,
+                Origin::FullScan,
+                Some(&a)
+            )
+            .await,
+        Err(LedgerError::LeaseLost(_))
+    ));
+    assert!(matches!(
+        ledger
+            .record_scan_success(t.id, src.id, 1_800_000_000.0, true, Some(&a))
+            .await,
+        Err(LedgerError::LeaseLost(_))
+    ));
+    assert!(matches!(
+        ledger
+            .record_scan_failure(t.id, src.id, 1_800_000_000.0, "late", Some(&a))
+            .await,
+        Err(LedgerError::LeaseLost(_))
+    ));
+    let s = ledger.source_by_name(t.id, "shop").await.unwrap();
+    assert_eq!(
+        s.cursor,
+        Some(first),
+        "the late batch did not move the cursor"
+    );
+    assert_eq!(s.last_success_at, None, "nor the source's health");
+    assert_eq!(s.last_error, None);
+    assert_eq!(
+        keys(&list(&*ledger, t.id, everything()).await),
+        set(&["charge:v1:kept"])
+    );
+    assert_eq!(
+        effect(&*ledger, t.id, "shop", "charge:v1:kept")
+            .await
+            .gone_at,
+        None
+    );
+
+    // A's stale release does not free B's lease; B's release does, and the term grows.
+    ledger.release_lease(&a).await.unwrap();
+    assert!(
+        ledger
+            .try_lease("scan:1", "C", ttl)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    ledger.release_lease(&b).await.unwrap();
+    let c = ledger
+        .try_lease("scan:1", "C", ttl)
+        .await
+        .unwrap()
+        .expect("released: C takes it");
+    assert_eq!(c.term, b.term + 1);
+
+    // Nonsense durations are the caller's bug, refused by name.
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1.0e9] {
+        assert!(matches!(
+            ledger.try_lease("scan:9", "A", bad).await,
+            Err(LedgerError::Invalid(_))
+        ));
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@
 //! rules alone decide what is a record and what goes to quarantine.
 
 pub mod dsn;
+pub mod egress;
 mod scan;
 
 pub use dsn::{Dialect, DsnError, SourceDsn, validate_table_name};
+pub use egress::{EgressError, EgressPolicy, OwnDatabase};
 pub use scan::{ScanError, SourceConn};

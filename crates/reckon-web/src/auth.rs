@@ -8,6 +8,7 @@
 use crate::AppState;
 use crate::error::ApiError;
 use axum::extract::FromRequestParts;
+use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use base64::Engine;
@@ -62,6 +63,9 @@ pub fn token_hash(token: &str) -> Option<String> {
 pub struct Auth {
     pub tenant: Tenant,
     pub role: Role,
+    pub token_id: i64,
+    /// The person who made the token; `None` for the operator's (CLI) tokens.
+    pub user_id: Option<i64>,
 }
 
 impl Auth {
@@ -78,16 +82,13 @@ impl Auth {
     }
 }
 
-impl FromRequestParts<AppState> for Auth {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Auth, ApiError> {
-        let value = parts
-            .headers
-            .get(AUTHORIZATION)
-            .ok_or(ApiError::Unauthorized(
-                "an Authorization: Bearer token is required",
-            ))?;
+impl Auth {
+    /// Check the bearer token of a request. A malformed token is refused before any
+    /// database read.
+    pub async fn authenticate(headers: &HeaderMap, state: &AppState) -> Result<Auth, ApiError> {
+        let value = headers.get(AUTHORIZATION).ok_or(ApiError::Unauthorized(
+            "an Authorization: Bearer token is required",
+        ))?;
         let token = value
             .to_str()
             .ok()
@@ -107,7 +108,21 @@ impl FromRequestParts<AppState> for Auth {
         Ok(Auth {
             tenant: grant.tenant,
             role: grant.role,
+            token_id: grant.token_id,
+            user_id: grant.created_by,
         })
+    }
+}
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Auth, ApiError> {
+        // The route guard (routes.rs) has already authenticated the request.
+        if let Some(auth) = parts.extensions.get::<Auth>() {
+            return Ok(auth.clone());
+        }
+        Auth::authenticate(&parts.headers, state).await
     }
 }
 

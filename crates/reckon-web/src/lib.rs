@@ -6,8 +6,14 @@
 
 pub mod api;
 pub mod auth;
+pub mod authz;
 pub mod error;
 mod extract;
+pub mod headers;
+pub mod metrics;
+pub mod password;
+pub mod routes;
+pub mod web;
 
 pub use auth::{mint_token, token_hash};
 pub use error::ApiError;
@@ -29,6 +35,8 @@ pub struct AppState {
     pub ledger: Arc<dyn Ledger>,
     /// Larger request bodies are refused whole with 413.
     pub max_body_bytes: usize,
+    /// Instance metrics, `/metrics` access and the scrape cache (`metrics.rs`).
+    pub metrics: metrics::MetricsState,
 }
 
 impl AppState {
@@ -36,18 +44,32 @@ impl AppState {
         AppState {
             ledger,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            metrics: metrics::MetricsState::default(),
         }
     }
 }
 
 pub fn app(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
+    let instance_metrics = state.metrics.instance.clone();
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .nest("/api/v1", api::router())
+        .merge(metrics::router())
+        .merge(web::router())
+        // Every matched route passes the registry's access check (routes.rs) first.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            routes::guard,
+        ))
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            instance_metrics,
+            metrics::track_http,
+        ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(headers::security_headers())
         // Spans are keyed by the route template, never the raw path: keys and names in
         // paths are tenant data and unbounded.
         .layer(

@@ -53,6 +53,7 @@ async fn world_with(
     let app = app(AppState {
         ledger,
         max_body_bytes,
+        metrics: Default::default(),
     });
     World {
         _dir: dir,

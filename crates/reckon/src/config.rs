@@ -17,6 +17,19 @@ pub struct Settings {
     pub master_key: Option<String>,
     /// Largest request body the API accepts, in bytes.
     pub max_body_bytes: usize,
+    // ---- metrics (issue 5): `/metrics` is off unless one of these is set ----
+    /// A listener of its own serving `/metrics` without a token (`RECKON_METRICS_LISTEN`).
+    pub metrics_listen: Option<String>,
+    /// Bearer token that may read `/metrics` on the main listener (`RECKON_METRICS_TOKEN`).
+    pub metrics_token: Option<String>,
+    /// Networks (CIDR) tenants' sources may reach although they are not public addresses
+    /// (loopback, private, link-local), e.g. `["10.0.0.0/8"]`. Empty: public addresses only.
+    #[serde(default)]
+    pub egress_allow: Vec<String>,
+    /// The directory SQLite sources must be in (after following links). Unset: SQLite
+    /// sources are refused.
+    #[serde(default)]
+    pub sqlite_source_dir: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -26,6 +39,13 @@ impl std::fmt::Debug for Settings {
             .field("data_dir", &self.data_dir)
             .field("listen", &self.listen)
             .field("master_key", &self.master_key.as_ref().map(|_| "<set>"))
+            .field("metrics_listen", &self.metrics_listen)
+            .field(
+                "metrics_token",
+                &self.metrics_token.as_ref().map(|_| "<set>"),
+            )
+            .field("egress_allow", &self.egress_allow)
+            .field("sqlite_source_dir", &self.sqlite_source_dir)
             .finish()
     }
 }
@@ -38,6 +58,10 @@ impl Default for Settings {
             listen: "127.0.0.1:8080".into(),
             master_key: None,
             max_body_bytes: 8 * 1024 * 1024,
+            metrics_listen: None,
+            metrics_token: None,
+            egress_allow: Vec::new(),
+            sqlite_source_dir: None,
         }
     }
 }
@@ -61,5 +85,26 @@ impl Settings {
             .merge(Serialized::defaults(overrides))
             .extract()?;
         Ok(s)
+    }
+}
+
+impl Settings {
+    /// The egress policy for tenants' sources: the operator's allow-list and SQLite
+    /// directory, and reckon's own database, which no source may name.
+    pub fn egress_policy(&self) -> anyhow::Result<reckon_sources::EgressPolicy> {
+        use reckon_sources::{EgressPolicy, OwnDatabase};
+        let mut p = EgressPolicy::new(&self.egress_allow, self.sqlite_source_dir.clone())
+            .map_err(|e| anyhow::anyhow!("egress_allow: {e}"))?
+            .with_own_database(OwnDatabase::File(self.data_dir.join("reckon.db")));
+        if let Some(url) = &self.database_url
+            && let Ok(o) = <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(url)
+        {
+            p = p.with_own_database(OwnDatabase::Network {
+                host: o.get_host().to_owned(),
+                port: o.get_port(),
+                database: o.get_database().unwrap_or_default().to_owned(),
+            });
+        }
+        Ok(p)
     }
 }

@@ -175,6 +175,7 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
     settings.database_url = None;
     settings.master_key = None;
     settings.data_dir = dir.join("data");
+    settings.sqlite_source_dir = Some(dir.clone());
     let ledger = crate::open_ledger(&settings).await?;
 
     let store = dir.join("shop-justonce.db");
@@ -202,7 +203,12 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?,
         )
         .await?;
-    let report = scan_source(&*ledger, &tenant, &source, &ScanOptions::default()).await?;
+    // The demo's store sits in its own directory, which is the SQLite source directory.
+    let opts = ScanOptions {
+        egress: std::sync::Arc::new(settings.egress_policy()?),
+        ..ScanOptions::default()
+    };
+    let report = scan_source(&*ledger, &tenant, &source, &opts).await?;
     let unresolved = ledger
         .list_effects(
             tenant.id,

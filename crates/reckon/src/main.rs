@@ -5,6 +5,7 @@ mod config;
 mod demo;
 mod output;
 mod serve;
+mod users;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -70,6 +71,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: SourceCmd,
     },
+    /// People who sign in to the dashboard, and their role per tenant.
+    User {
+        #[command(subcommand)]
+        cmd: users::UserCmd,
+    },
     /// Find effects by exact key, or by an exact key part (an order id).
     Lookup {
         #[arg(long)]
@@ -96,6 +102,18 @@ enum TokenCmd {
         role: String,
         #[arg(long, default_value = "cli")]
         label: String,
+    },
+    /// The tenant's tokens (never the tokens themselves), one JSON object a line.
+    List {
+        #[arg(long)]
+        tenant: String,
+    },
+    /// Revoke a token by id: refused from its next request on, on every replica.
+    Revoke {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long)]
+        id: i64,
     },
 }
 
@@ -226,8 +244,11 @@ async fn main() -> anyhow::Result<()> {
                 // Alone on stdout so a script can capture it; it is shown only this once.
                 println!("{token}");
             }
+            TokenCmd::List { tenant } => users::list_tokens(&*ledger, &tenant).await?,
+            TokenCmd::Revoke { tenant, id } => users::revoke_token(&*ledger, &tenant, id).await?,
         },
-        Cmd::Source { cmd } => source_cmd(&*ledger, cmd).await?,
+        Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
+        Cmd::Source { cmd } => source_cmd(&*ledger, cmd, settings.egress_policy()?).await?,
         Cmd::Lookup {
             tenant,
             text,
@@ -241,7 +262,11 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn source_cmd(ledger: &dyn Ledger, cmd: SourceCmd) -> anyhow::Result<()> {
+async fn source_cmd(
+    ledger: &dyn Ledger,
+    cmd: SourceCmd,
+    egress: reckon_sources::EgressPolicy,
+) -> anyhow::Result<()> {
     match cmd {
         SourceCmd::Add {
             tenant,
@@ -291,6 +316,7 @@ async fn source_cmd(ledger: &dyn Ledger, cmd: SourceCmd) -> anyhow::Result<()> {
                 let b = bar.clone();
                 let opts = ScanOptions {
                     full,
+                    egress: Arc::new(egress.clone()),
                     progress: Some(Arc::new(move |n| b.set_position(n))),
                     ..Default::default()
                 };

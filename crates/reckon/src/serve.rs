@@ -5,7 +5,7 @@ use crate::config::Settings;
 use anyhow::Context;
 use reckon_domain::time;
 use reckon_engine::{ScanOptions, scan_source};
-use reckon_ledger::Ledger;
+use reckon_ledger::{Ledger, Source, Tenant};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +20,7 @@ pub async fn run(
     ledger: Arc<dyn Ledger>,
     banner: Option<String>,
 ) -> anyhow::Result<()> {
+    let _single = lock_sqlite_ledger(&settings)?;
     // Bind first, so a taken port fails before anything else starts.
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
@@ -31,21 +32,56 @@ pub async fn run(
     }
 
     let stop = CancellationToken::new();
-    let scheduler = start_scheduler(ledger.clone(), stop.clone()).await?;
+    let metrics = metrics_state(&settings);
+    let metrics_listener = match &settings.metrics_listen {
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .with_context(|| format!("cannot listen for metrics on {a}"))?,
+        ),
+        None => None,
+    };
+    let egress = Arc::new(settings.egress_policy()?);
+    let scheduler = start_scheduler(
+        ledger.clone(),
+        stop.clone(),
+        metrics.instance.clone(),
+        egress,
+    )
+    .await?;
 
-    let app = reckon_web::app(reckon_web::AppState {
+    let state = reckon_web::AppState {
         ledger,
         max_body_bytes: settings.max_body_bytes,
-    });
+        metrics,
+    };
+    if let Some(l) = metrics_listener {
+        tracing::info!(addr = %l.local_addr()?, "serving /metrics");
+        let ops = reckon_web::metrics::operator_app(state.clone());
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(l, ops)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await
+            {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        });
+    }
+    let app = reckon_web::app(state);
     let shutdown = stop.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutting down");
         shutdown.cancel();
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop.clone().cancelled_owned())
-        .await?;
+    // The peer address feeds the per-address sign-in throttle.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop.clone().cancelled_owned())
+    .await?;
     let mut scheduler = scheduler;
     let _ = scheduler.shutdown().await;
     Ok(())
@@ -67,18 +103,26 @@ async fn wait_for_signal() {
 }
 
 /// One repeated job looks for due sources; each due scan runs in its own task, so a slow
-/// or panicking source never holds up the others, and a source is never scanned twice at
-/// once by this process.
+/// or panicking source never holds up the others. A source is never scanned twice at once:
+/// by this process (the `running` set) nor by another replica on the same ledger (the
+/// scan's lease, see [`scan_claimed`]).
 async fn start_scheduler(
     ledger: Arc<dyn Ledger>,
     stop: CancellationToken,
+    metrics: reckon_web::metrics::Metrics,
+    egress: Arc<reckon_sources::EgressPolicy>,
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let owner = Arc::new(instance_id());
+    tracing::info!(instance = %owner, "scheduler started");
     let job = Job::new_repeated_async(TICK, move |_id, _l| {
         let ledger = ledger.clone();
         let running = running.clone();
+        let owner = owner.clone();
         let stop = stop.clone();
+        let metrics = metrics.clone();
+        let egress = egress.clone();
         Box::pin(async move {
             if stop.is_cancelled() {
                 return;
@@ -98,33 +142,12 @@ async fn start_scheduler(
                 if !due || !running.lock().expect("lock").insert(source.id) {
                     continue;
                 }
-                let (ledger, running) = (ledger.clone(), running.clone());
+                let (ledger, running, owner) = (ledger.clone(), running.clone(), owner.clone());
+                let metrics = metrics.clone();
+                let egress = egress.clone();
                 tokio::spawn(async move {
                     let id = source.id;
-                    let l2 = ledger.clone();
-                    let (t2, s2) = (tenant.clone(), source.clone());
-                    let task = tokio::spawn(async move {
-                        scan_source(&*l2, &t2, &s2, &ScanOptions::default()).await
-                    });
-                    match task.await {
-                        Ok(Ok(r)) => tracing::info!(
-                            tenant = %tenant.slug, source = %source.name,
-                            rows = r.rows_read, created = r.created, updated = r.updated,
-                            quarantined = r.quarantined, "scan done"
-                        ),
-                        Ok(Err(_)) => {} // recorded in the source's health by scan_source
-                        Err(join) => {
-                            let why = if join.is_panic() {
-                                "the scanner panicked"
-                            } else {
-                                "the scan was cancelled"
-                            };
-                            tracing::error!(tenant = %tenant.slug, source = %source.name, "{why}");
-                            let _ = ledger
-                                .record_scan_failure(tenant.id, id, time::now(), why)
-                                .await;
-                        }
-                    }
+                    scan_claimed(ledger, tenant, source, &owner, &metrics, egress).await;
                     running.lock().expect("lock").remove(&id);
                 });
             }
@@ -133,4 +156,164 @@ async fn start_scheduler(
     sched.add(job).await?;
     sched.start().await?;
     Ok(sched)
+}
+
+/// How long a scan's lease lasts without renewal: a replica that dies (or is paused) gives
+/// its scans up to another this long after its last renewal.
+const SCAN_LEASE_SECS: f64 = 30.0;
+
+/// This process's name in leases: unique per start, so a restarted replica never mistakes
+/// its predecessor's leases for its own.
+fn instance_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "reckon".into());
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+/// Scan `source` if this replica can take its lease; renew the lease while the scan runs.
+/// Every write of the scan is fenced by the lease, so if this process stalls past it (a GC
+/// pause, SIGSTOP, a network partition) and another replica takes over, the stalled scan's
+/// late writes are refused instead of interleaving with the new owner's.
+async fn scan_claimed(
+    ledger: Arc<dyn Ledger>,
+    tenant: Tenant,
+    source: Source,
+    owner: &str,
+    metrics: &reckon_web::metrics::Metrics,
+    egress: Arc<reckon_sources::EgressPolicy>,
+) {
+    let name = format!("scan:{}", source.id);
+    let lease = match ledger.try_lease(&name, owner, SCAN_LEASE_SECS).await {
+        Ok(Some(l)) => l,
+        Ok(None) => return, // another replica is scanning it
+        Err(e) => {
+            tracing::error!(error = %e, source = %source.name, "cannot claim scan lease");
+            return;
+        }
+    };
+    // Our list of due sources may predate another replica's scan that just finished.
+    let fresh = match ledger.source_by_name(tenant.id, &source.name).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, source = %source.name, "cannot re-read source");
+            let _ = ledger.release_lease(&lease).await;
+            return;
+        }
+    };
+    let still_due = fresh
+        .last_scan_at
+        .is_none_or(|t| time::now() - t >= fresh.scan_interval_secs as f64);
+    if !still_due {
+        let _ = ledger.release_lease(&lease).await;
+        return;
+    }
+
+    let renewing = CancellationToken::new();
+    let renewer = {
+        let (ledger, lease, renewing) = (ledger.clone(), lease.clone(), renewing.clone());
+        tokio::spawn(async move {
+            let every = Duration::from_secs_f64(SCAN_LEASE_SECS / 3.0);
+            loop {
+                tokio::select! {
+                    _ = renewing.cancelled() => return,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                match ledger.renew_lease(&lease, SCAN_LEASE_SECS).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        // The scan's next write will be refused; nothing to do but say so.
+                        tracing::warn!(lease = %lease.name, "scan lease lost");
+                        return;
+                    }
+                    Err(e) => tracing::warn!(error = %e, lease = %lease.name, "cannot renew lease"),
+                }
+            }
+        })
+    };
+
+    let opts = ScanOptions {
+        lease: Some(lease.clone()),
+        egress,
+        ..ScanOptions::default()
+    };
+    let (l2, t2, s2) = (ledger.clone(), tenant.clone(), fresh.clone());
+    let task = tokio::spawn(async move { scan_source(&*l2, &t2, &s2, &opts).await });
+    let outcome = task.await;
+    match &outcome {
+        Ok(Ok(r)) => metrics.record_scan_success(&tenant.slug, &source.name, r.created + r.updated),
+        // Another replica took the scan over: not an error of the source.
+        Ok(Err(reckon_engine::ScanFailure::Ledger(reckon_ledger::LedgerError::LeaseLost(_)))) => {}
+        _ => metrics.record_scan_error(&tenant.slug, &source.name),
+    }
+    match outcome {
+        Ok(Ok(r)) => tracing::info!(
+            tenant = %tenant.slug, source = %source.name,
+            rows = r.rows_read, created = r.created, updated = r.updated,
+            quarantined = r.quarantined, "scan done"
+        ),
+        Ok(Err(_)) => {} // recorded in the source's health by scan_source
+        Err(join) => {
+            let why = if join.is_panic() {
+                "the scanner panicked"
+            } else {
+                "the scan was cancelled"
+            };
+            tracing::error!(tenant = %tenant.slug, source = %source.name, "{why}");
+            let _ = ledger
+                .record_scan_failure(tenant.id, source.id, time::now(), why, Some(&lease))
+                .await;
+        }
+    }
+    renewing.cancel();
+    let _ = renewer.await;
+    if let Err(e) = ledger.release_lease(&lease).await {
+        tracing::warn!(error = %e, lease = %lease.name, "cannot release lease");
+    }
+}
+
+/// On SQLite, one `reckon serve` per ledger file: two would each run the scheduler with
+/// their own clocks and in-process state, and SQLite's file locks would make them take
+/// turns on every write. The lock is the OS's (released when the process dies, even by
+/// SIGKILL), on a file beside the ledger. PostgreSQL ledgers take any number of replicas.
+fn lock_sqlite_ledger(settings: &Settings) -> anyhow::Result<Option<std::fs::File>> {
+    let db = match settings.database_url.as_deref() {
+        None => settings.data_dir.join("reckon.db"),
+        Some(u) if u.starts_with("sqlite:") => {
+            let path = u.trim_start_matches("sqlite:").trim_start_matches("//");
+            std::path::PathBuf::from(path.split('?').next().unwrap_or(path))
+        }
+        Some(_) => return Ok(None),
+    };
+    let lock_path = db.with_extension("db.serve-lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open lock file {}", lock_path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another `reckon serve` is already running on the SQLite ledger {} \
+             (lock {} is held). Stop it first, or use a PostgreSQL ledger \
+             (RECKON_DATABASE_URL=postgres://...) to run several replicas.",
+            db.display(),
+            lock_path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", lock_path.display()))
+        }
+    }
+}
+
+/// `/metrics` access from the settings (see `reckon_web::metrics`).
+fn metrics_state(settings: &Settings) -> reckon_web::metrics::MetricsState {
+    let mut ms = reckon_web::metrics::MetricsSettings::default();
+    if let Some(t) = &settings.metrics_token {
+        ms = ms.with_operator_token(t);
+    }
+    reckon_web::metrics::MetricsState::new(reckon_web::metrics::Metrics::new(), ms)
 }

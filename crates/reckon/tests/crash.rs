@@ -10,6 +10,12 @@ const ROWS: usize = 60_000;
 fn reckon(data: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reckon"));
     c.arg("--data-dir").arg(data).env("RECKON_LOG", "warn");
+    // The store is a SQLite file next to the data directory: the operator allows that
+    // directory for SQLite sources.
+    c.env(
+        "RECKON_SQLITE_SOURCE_DIR",
+        data.parent().expect("the data directory has a parent"),
+    );
     c
 }
 

@@ -293,6 +293,7 @@ impl TestLedger {
             &source,
             &ScanOptions {
                 full,
+                egress: test_egress(),
                 ..Default::default()
             },
         )
@@ -304,4 +305,16 @@ impl TestLedger {
             .await
             .unwrap_or_else(|e| panic!("scan of {name} failed: {e}"))
     }
+}
+
+/// The operator allow-list these tests need: their sources are on loopback and in
+/// temporary directories.
+pub fn test_egress() -> std::sync::Arc<reckon_sources::EgressPolicy> {
+    std::sync::Arc::new(
+        reckon_sources::EgressPolicy::new(
+            &["127.0.0.0/8".into(), "::1".into()],
+            Some(std::env::temp_dir()),
+        )
+        .expect("valid networks"),
+    )
 }

@@ -30,6 +30,7 @@ impl PgLedger {
                 s.expose_secret().as_bytes(),
             )
         });
+        let mut tx = self.begin_for(tenant).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO provider (tenant_id, name, kind, secret_ciphertext, settings, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6) RETURNING {PROVIDER_COLUMNS}"
@@ -40,23 +41,26 @@ impl PgLedger {
         .bind(sealed)
         .bind(new.settings.to_string())
         .bind(time::now())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await
         .map_err(|e| match LedgerError::from(e) {
             LedgerError::Conflict(_) => LedgerError::Conflict(format!("provider {:?}", new.name)),
             other => other,
         })?;
+        tx.commit().await?;
         provider_row::<Postgres>(&row)
     }
 
     pub(super) async fn rc_list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
-        sqlx::query(AssertSqlSafe(format!(
+        let mut tx = self.begin_for(tenant).await?;
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 ORDER BY name"
         )))
         .bind(tenant.0)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
         .map(provider_row::<Postgres>)
         .collect()
     }
@@ -67,6 +71,7 @@ impl PgLedger {
         name: Option<&str>,
         id: Option<i64>,
     ) -> Result<Provider> {
+        let mut tx = self.begin_for(tenant).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 \
              AND (name = $2 OR id = $3)"
@@ -74,12 +79,13 @@ impl PgLedger {
         .bind(tenant.0)
         .bind(name)
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| match name {
             Some(n) => LedgerError::NotFound(format!("provider {n:?}")),
             None => LedgerError::NotFound(format!("provider #{}", id.unwrap_or_default())),
         })?;
+        tx.commit().await?;
         provider_row::<Postgres>(&row)
     }
 
@@ -88,14 +94,16 @@ impl PgLedger {
         tenant: TenantId,
         provider: &Provider,
     ) -> Result<Option<SecretString>> {
+        let mut tx = self.begin_for(tenant).await?;
         let sealed: Option<Vec<u8>> = sqlx::query_scalar(
             "SELECT secret_ciphertext FROM provider WHERE tenant_id = $1 AND id = $2",
         )
         .bind(tenant.0)
         .bind(provider.id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| LedgerError::NotFound(format!("provider {:?}", provider.name)))?;
+        tx.commit().await?;
         let Some(sealed) = sealed else {
             return Ok(None);
         };
@@ -115,17 +123,18 @@ impl PgLedger {
         provider: Option<&str>,
     ) -> Result<Route> {
         check_pattern(operation)?;
-        let source_id: i64 =
-            sqlx::query_scalar("SELECT id FROM source WHERE tenant_id = $1 AND name = $2")
-                .bind(tenant.0)
-                .bind(source)
-                .fetch_optional(&self.pool)
-                .await?
-                .ok_or_else(|| LedgerError::NotFound(format!("source {source:?}")))?;
         let provider_id = match provider {
             Some(p) => Some(self.rc_provider_by(tenant, Some(p), None).await?.id),
             None => None,
         };
+        let mut tx = self.begin_for(tenant).await?;
+        let source_id: i64 =
+            sqlx::query_scalar("SELECT id FROM source WHERE tenant_id = $1 AND name = $2")
+                .bind(tenant.0)
+                .bind(source)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| LedgerError::NotFound(format!("source {source:?}")))?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO provider_route (tenant_id, source_id, operation, provider_id, created_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, source_id, operation) \
@@ -137,8 +146,9 @@ impl PgLedger {
         .bind(operation)
         .bind(provider_id)
         .bind(time::now())
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(Route {
             id,
             source: source.to_owned(),
@@ -150,6 +160,7 @@ impl PgLedger {
     }
 
     pub(super) async fn rc_list_routes(&self, tenant: TenantId) -> Result<Vec<Route>> {
+        let mut tx = self.begin_for(tenant).await?;
         let rows = sqlx::query(
             "SELECT r.id, s.name AS source_name, r.operation, p.name AS provider_name, \
              r.provider_id, r.source_id FROM provider_route r \
@@ -157,8 +168,9 @@ impl PgLedger {
              WHERE r.tenant_id = $1 ORDER BY s.name, r.operation",
         )
         .bind(tenant.0)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         rows.iter()
             .map(|r| {
                 Ok(Route {
@@ -227,7 +239,7 @@ impl PgLedger {
         lease_secs: f64,
         limit: i64,
     ) -> Result<Vec<Claim>> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin_for(tenant).await?;
         let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT e.id FROM effect e LEFT JOIN reconcile_state r ON r.effect_id = e.id \
              WHERE e.tenant_id = $1 AND {OPEN_EFFECT} \
@@ -258,7 +270,7 @@ impl PgLedger {
         now: f64,
         lease_secs: f64,
     ) -> Result<Option<Claim>> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin_for(tenant).await?;
         let open: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT e.id FROM effect e WHERE e.tenant_id = $1 AND e.id = $3 AND {OPEN_EFFECT}"
         )))
@@ -283,6 +295,7 @@ impl PgLedger {
         next_attempt_at: f64,
         note: &str,
     ) -> Result<()> {
+        let mut tx = self.begin_for(tenant).await?;
         sqlx::query(
             "UPDATE reconcile_state SET next_attempt_at = $1, last_error = $2, \
              lease_owner = NULL, lease_until = NULL \
@@ -293,8 +306,9 @@ impl PgLedger {
         .bind(tenant.0)
         .bind(effect_id)
         .bind(owner)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
@@ -311,7 +325,7 @@ impl PgLedger {
                 "an indeterminate outcome cannot resolve an effect".into(),
             ));
         }
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin_for(tenant).await?;
         let attempt_id: i64 = sqlx::query_scalar(
             "INSERT INTO reconcile_attempt (tenant_id, effect_id, provider_id, started_at, \
              finished_at, outcome, method, error, evidence) \
@@ -403,6 +417,7 @@ impl PgLedger {
                 "a resolution by hand needs a note".into(),
             ));
         }
+        let mut tx = self.begin_for(tenant).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO resolution (tenant_id, effect_id, outcome, author, note, evidence, \
              attempt_id, created_at) SELECT $1, e.id, $3, $4, $5, $6, NULL, $7 FROM effect e \
@@ -415,23 +430,25 @@ impl PgLedger {
         .bind(&new.note)
         .bind(new.evidence.to_string())
         .bind(time::now())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(|e| match LedgerError::from(e) {
             LedgerError::Conflict(_) => LedgerError::Conflict("a resolution of this effect".into()),
             other => other,
         })?
         .ok_or_else(|| LedgerError::NotFound(format!("effect #{effect_id}")))?;
+        tx.commit().await?;
         resolution_row::<Postgres>(&row)
     }
 
     pub(super) async fn rc_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView> {
+        let mut tx = self.begin_for(tenant).await?;
         let state = sqlx::query(AssertSqlSafe(format!(
             "SELECT {STATE_COLUMNS} FROM reconcile_state WHERE tenant_id = $1 AND effect_id = $2"
         )))
         .bind(tenant.0)
         .bind(effect_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut *tx)
         .await?
         .map(|r| state_row::<Postgres>(&r))
         .transpose()?;
@@ -441,13 +458,13 @@ impl PgLedger {
         )))
         .bind(tenant.0)
         .bind(effect_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(attempt_row::<Postgres>)
         .collect::<Result<Vec<_>>>()?;
-        let mut conn = self.pool.acquire().await?;
-        let resolution = Self::resolution_of(&mut conn, tenant, effect_id).await?;
+        let resolution = Self::resolution_of(&mut tx, tenant, effect_id).await?;
+        tx.commit().await?;
         Ok(ReconcileView {
             state,
             attempts,
@@ -463,6 +480,7 @@ impl PgLedger {
         to: f64,
         now: f64,
     ) -> Result<u64> {
+        let mut tx = self.begin_for(tenant).await?;
         let done = sqlx::query(
             "UPDATE reconcile_state SET next_attempt_at = $1, needs_attention = FALSE \
              WHERE tenant_id = $2 AND provider_id = $3 AND last_outcome = 'indeterminate' \
@@ -475,8 +493,9 @@ impl PgLedger {
         .bind(provider_id)
         .bind(from)
         .bind(to)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected())
     }
 }

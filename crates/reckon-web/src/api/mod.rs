@@ -4,13 +4,14 @@ mod effects;
 mod push;
 mod quarantine;
 mod sources;
+mod tokens;
 
 pub use effects::EffectJson;
 
 use crate::AppState;
 use crate::error::ApiError;
 use axum::Router;
-use axum::routing::get;
+use axum::routing::{delete, get};
 
 /// At most this many records per push request.
 pub const MAX_PUSH_ITEMS: usize = 10_000;
@@ -24,6 +25,8 @@ pub fn router() -> Router<AppState> {
         // A wildcard, so a key holding `/` works whether or not the client encoded it.
         .route("/effects/{source}/{*key}", get(effects::detail))
         .route("/lookup", get(effects::lookup))
+        .route("/tokens", get(tokens::list).post(tokens::create))
+        .route("/tokens/{id}", delete(tokens::revoke))
         .fallback(no_such_route)
 }
 

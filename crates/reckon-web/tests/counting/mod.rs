@@ -4,8 +4,10 @@
 use async_trait::async_trait;
 use reckon_domain::Disappearance;
 use reckon_ledger::{
-    Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Ledger, NewSource,
-    Origin, QuarantineCount, QuarantineEntry, Result, Role, Source, Tenant, TenantId, TokenGrant,
+    Accounts, Backend, Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease,
+    Ledger, NewSession, NewSource, Origin, QuarantineCount, QuarantineEntry, Result, Role,
+    SessionGrant, Source, Tenant, TenantId, TokenCreator, TokenGrant, TokenInfo, User,
+    UserCredentials,
 };
 use secrecy::SecretString;
 use std::sync::Arc;
@@ -81,9 +83,10 @@ impl Ledger for CountingLedger {
         source_id: i64,
         at: f64,
         full: bool,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.inner
-            .record_scan_success(tenant, source_id, at, full)
+            .record_scan_success(tenant, source_id, at, full, lease)
             .await
     }
     async fn record_scan_failure(
@@ -92,9 +95,10 @@ impl Ledger for CountingLedger {
         source_id: i64,
         at: f64,
         error: &str,
+        lease: Option<&Lease>,
     ) -> Result<()> {
         self.inner
-            .record_scan_failure(tenant, source_id, at, error)
+            .record_scan_failure(tenant, source_id, at, error, lease)
             .await
     }
     async fn ingest(
@@ -123,9 +127,10 @@ impl Ledger for CountingLedger {
         keys: &[String],
         at: f64,
         origin: Origin,
+        lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         self.inner
-            .mark_gone(tenant, source_id, keys, at, origin)
+            .mark_gone(tenant, source_id, keys, at, origin, lease)
             .await
     }
     async fn list_effects(&self, tenant: TenantId, query: &EffectQuery) -> Result<Vec<Effect>> {
@@ -152,5 +157,217 @@ impl Ledger for CountingLedger {
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>> {
         self.inner.list_quarantine(tenant, source_id, limit).await
+    }
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.try_lease(name, owner, ttl_secs).await
+    }
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        self.inner.renew_lease(lease, ttl_secs).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn metrics_snapshot(
+        &self,
+        q: reckon_ledger::MetricsQuery,
+    ) -> Result<reckon_ledger::MetricsSnapshot> {
+        self.inner.metrics_snapshot(q).await
+    }
+
+    // ---- reconciliation (issue 4): plain delegation ----
+    async fn add_provider(
+        &self,
+        tenant: TenantId,
+        new: reckon_ledger::NewProvider,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.add_provider(tenant, new).await
+    }
+    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<reckon_ledger::Provider>> {
+        self.inner.list_providers(tenant).await
+    }
+    async fn provider_by_name(
+        &self,
+        tenant: TenantId,
+        name: &str,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.provider_by_name(tenant, name).await
+    }
+    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<reckon_ledger::Provider> {
+        self.inner.provider_by_id(tenant, id).await
+    }
+    async fn provider_secret(
+        &self,
+        tenant: TenantId,
+        provider: &reckon_ledger::Provider,
+    ) -> Result<Option<SecretString>> {
+        self.inner.provider_secret(tenant, provider).await
+    }
+    async fn set_route(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        provider: Option<&str>,
+    ) -> Result<reckon_ledger::Route> {
+        self.inner
+            .set_route(tenant, source, operation, provider)
+            .await
+    }
+    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<reckon_ledger::Route>> {
+        self.inner.list_routes(tenant).await
+    }
+    async fn claim_due(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+        limit: i64,
+    ) -> Result<Vec<reckon_ledger::Claim>> {
+        self.inner
+            .claim_due(tenant, owner, now, lease_secs, limit)
+            .await
+    }
+    async fn claim_effect(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+    ) -> Result<Option<reckon_ledger::Claim>> {
+        self.inner
+            .claim_effect(tenant, effect_id, owner, now, lease_secs)
+            .await
+    }
+    async fn defer(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        next_attempt_at: f64,
+        note: &str,
+    ) -> Result<()> {
+        self.inner
+            .defer(tenant, effect_id, owner, next_attempt_at, note)
+            .await
+    }
+    async fn record_attempt(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        attempt: reckon_ledger::NewAttempt,
+    ) -> Result<reckon_ledger::AttemptRecorded> {
+        self.inner
+            .record_attempt(tenant, effect_id, owner, attempt)
+            .await
+    }
+    async fn resolve_by_hand(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        new: reckon_ledger::NewResolution,
+    ) -> Result<reckon_ledger::Resolution> {
+        self.inner.resolve_by_hand(tenant, effect_id, new).await
+    }
+    async fn reconcile_view(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+    ) -> Result<reckon_ledger::ReconcileView> {
+        self.inner.reconcile_view(tenant, effect_id).await
+    }
+    async fn requeue_indeterminate(
+        &self,
+        tenant: TenantId,
+        provider_id: i64,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> Result<u64> {
+        self.inner
+            .requeue_indeterminate(tenant, provider_id, from, to, now)
+            .await
+    }
+}
+
+#[async_trait]
+impl Accounts for CountingLedger {
+    async fn create_user(&self, email: &str, password_hash: &str) -> Result<User> {
+        self.inner.create_user(email, password_hash).await
+    }
+    async fn user_by_email(&self, email: &str) -> Result<Option<UserCredentials>> {
+        self.inner.user_by_email(email).await
+    }
+    async fn set_membership(&self, tenant: TenantId, user_id: i64, role: Role) -> Result<()> {
+        self.inner.set_membership(tenant, user_id, role).await
+    }
+    async fn memberships(&self, user_id: i64) -> Result<Vec<(Tenant, Role)>> {
+        self.inner.memberships(user_id).await
+    }
+    async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()> {
+        self.inner.set_password(user_id, password_hash).await
+    }
+    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> Result<()> {
+        self.inner.set_user_disabled(user_id, disabled).await
+    }
+    async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()> {
+        self.inner.set_totp_secret(user_id, secret).await
+    }
+    async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<()> {
+        self.inner.create_session(tenant, new).await
+    }
+    async fn session(
+        &self,
+        id_hash: &str,
+        now: f64,
+        idle_secs: f64,
+    ) -> Result<Option<SessionGrant>> {
+        self.inner.session(id_hash, now, idle_secs).await
+    }
+    async fn delete_session(&self, id_hash: &str) -> Result<()> {
+        self.inner.delete_session(id_hash).await
+    }
+    async fn throttle_failures(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> Result<i64> {
+        self.inner.throttle_failures(scope, key, now, window).await
+    }
+    async fn throttle_record_failure(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> Result<()> {
+        self.inner
+            .throttle_record_failure(scope, key, now, window)
+            .await
+    }
+    async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()> {
+        self.inner.throttle_reset(scope, key).await
+    }
+    async fn create_token_by(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+        creator: TokenCreator,
+    ) -> Result<i64> {
+        self.inner
+            .create_token_by(tenant, role, token_hash, label, creator)
+            .await
+    }
+    async fn list_tokens(&self, tenant: TenantId) -> Result<Vec<TokenInfo>> {
+        self.inner.list_tokens(tenant).await
+    }
+    async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool> {
+        self.inner.revoke_token(tenant, token_id).await
     }
 }

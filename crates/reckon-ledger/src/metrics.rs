@@ -1,0 +1,177 @@
+//! What `/metrics` reads from the ledger at scrape time: unresolved effects grouped by
+//! tenant, source and operation, the health of every source, and quarantine counts.
+//!
+//! The SQL is the same text on both backends (each backend's `metrics.rs` runs it), and it
+//! costs O(unresolved effects + live claims + sources + quarantined rows), never O(effects):
+//! the unresolved predicate below is, word for word, the predicate of the partial index
+//! `effect_metrics_unresolved` (migration 0005), so both planners use that index.
+
+use crate::model::TenantId;
+
+/// One scrape's question. `tenant: None` is the operator scope (every tenant), used only by
+/// the operator's `/metrics`; a tenant's token always asks with its own tenant.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricsQuery {
+    pub tenant: Option<TenantId>,
+    /// "Now" for deciding which claims are abandoned.
+    pub now: f64,
+    /// Effects created at or before this time count as "replay window closing".
+    pub replay_closing_created_before: f64,
+}
+
+/// Unresolved effects of one (tenant, source, operation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnresolvedGroup {
+    pub tenant: String,
+    pub source: String,
+    /// `None` when the keys are not of the `operation:vN:...` shape.
+    pub operation: Option<String>,
+    pub unknown: i64,
+    pub abandoned: i64,
+    /// The earliest `unresolved_since` of the group (see `Effect::unresolved_since`):
+    /// `updated_at` of an `unknown` effect, the lease end of an abandoned claim.
+    pub oldest_since: f64,
+    /// Unresolved effects created at or before `MetricsQuery::replay_closing_created_before`.
+    pub replay_window_closing: i64,
+}
+
+/// The scan health of one source, as the scanner recorded it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceHealth {
+    pub tenant: String,
+    pub source: String,
+    pub kind: String,
+    pub last_scan_at: Option<f64>,
+    pub last_success_at: Option<f64>,
+    pub consecutive_failures: i64,
+}
+
+impl SourceHealth {
+    /// Up: scanned successfully at least once, and the latest scan did not fail.
+    pub fn up(&self) -> bool {
+        self.last_success_at.is_some() && self.consecutive_failures == 0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuarantineGroup {
+    pub tenant: String,
+    pub source: String,
+    pub reason: String,
+    pub count: i64,
+}
+
+/// Everything one scrape needs from the ledger.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsSnapshot {
+    pub unresolved: Vec<UnresolvedGroup>,
+    pub sources: Vec<SourceHealth>,
+    pub quarantine: Vec<QuarantineGroup>,
+    // HOOK(recon): effects the reconciler has parked as needing a person ("needs attention")
+    // join here once the reconciler's tables exist (branch `recon`, migration 0003); until
+    // then nothing is parked and the metric `reckon_needs_attention_effects` has no series.
+    pub needs_attention: Vec<NeedsAttentionGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NeedsAttentionGroup {
+    pub tenant: String,
+    pub source: String,
+    pub operation: Option<String>,
+    pub count: i64,
+}
+
+/// `$1` now, `$2` replay cutoff, `$3` tenant id or 0 for every tenant.
+/// Aggregate first (over the partial index), join names after: the joins touch one row per
+/// group, not one per effect.
+pub(crate) const UNRESOLVED_SQL: &str = "\
+SELECT t.slug AS tenant, s.name AS source, g.operation, g.unknown, g.abandoned, g.oldest, \
+       g.replay_closing \
+FROM (SELECT e.tenant_id, e.source_id, e.operation, \
+             SUM(CASE WHEN e.state = 'unknown' THEN 1 ELSE 0 END) AS unknown, \
+             SUM(CASE WHEN e.state = 'unknown' THEN 0 ELSE 1 END) AS abandoned, \
+             MIN(CASE WHEN e.state = 'unknown' THEN e.updated_at ELSE e.expires_at END) AS oldest, \
+             SUM(CASE WHEN e.created_at <= $2 THEN 1 ELSE 0 END) AS replay_closing \
+      FROM effect e \
+      WHERE (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
+        AND (e.state = 'unknown' OR e.abandoned_at <= $1) \
+        AND ($3 = 0 OR e.tenant_id = $3) \
+      GROUP BY e.tenant_id, e.source_id, e.operation) g \
+JOIN source s ON s.id = g.source_id \
+JOIN tenant t ON t.id = g.tenant_id";
+
+/// `$1` tenant id or 0.
+pub(crate) const SOURCES_SQL: &str = "\
+SELECT t.slug AS tenant, s.name AS source, s.kind, s.last_scan_at, s.last_success_at, \
+       s.consecutive_failures \
+FROM source s JOIN tenant t ON t.id = s.tenant_id \
+WHERE ($1 = 0 OR s.tenant_id = $1)";
+
+/// `$1` tenant id or 0. Served by the `quarantine_source` index (tenant_id, source_id, reason).
+pub(crate) const QUARANTINE_SQL: &str = "\
+SELECT t.slug AS tenant, s.name AS source, g.reason, g.n \
+FROM (SELECT q.tenant_id, q.source_id, q.reason, COUNT(*) AS n FROM quarantine q \
+      WHERE ($1 = 0 OR q.tenant_id = $1) GROUP BY q.tenant_id, q.source_id, q.reason) g \
+JOIN source s ON s.id = g.source_id \
+JOIN tenant t ON t.id = g.tenant_id";
+
+pub(crate) fn tenant_param(q: &MetricsQuery) -> i64 {
+    q.tenant.map_or(0, |t| t.0)
+}
+
+/// Map the rows of the three queries; the column types are the same on both backends.
+pub(crate) fn map_rows<R: sqlx::Row>(
+    unresolved: &[R],
+    sources: &[R],
+    quarantine: &[R],
+) -> Result<MetricsSnapshot, sqlx::Error>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> f64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<f64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(MetricsSnapshot {
+        unresolved: unresolved
+            .iter()
+            .map(|r| {
+                Ok(UnresolvedGroup {
+                    tenant: r.try_get("tenant")?,
+                    source: r.try_get("source")?,
+                    operation: r.try_get("operation")?,
+                    unknown: r.try_get("unknown")?,
+                    abandoned: r.try_get("abandoned")?,
+                    oldest_since: r.try_get("oldest")?,
+                    replay_window_closing: r.try_get("replay_closing")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
+        sources: sources
+            .iter()
+            .map(|r| {
+                Ok(SourceHealth {
+                    tenant: r.try_get("tenant")?,
+                    source: r.try_get("source")?,
+                    kind: r.try_get("kind")?,
+                    last_scan_at: r.try_get("last_scan_at")?,
+                    last_success_at: r.try_get("last_success_at")?,
+                    consecutive_failures: r.try_get("consecutive_failures")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
+        quarantine: quarantine
+            .iter()
+            .map(|r| {
+                Ok(QuarantineGroup {
+                    tenant: r.try_get("tenant")?,
+                    source: r.try_get("source")?,
+                    reason: r.try_get("reason")?,
+                    count: r.try_get("n")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
+        needs_attention: Vec::new(),
+    })
+}

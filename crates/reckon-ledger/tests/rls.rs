@@ -1,0 +1,400 @@
+//! PostgreSQL row-level security, the backstop under the tenant-scoped types (T04, T05, T06):
+//!
+//! - every table with a `tenant_id` column has RLS enabled AND forced and at least one
+//!   policy (a table a later migration adds without policies fails here);
+//! - the application role is not a superuser, has no BYPASSRLS, owns no table;
+//! - a raw query as the application role that forgets to set the tenant sees nothing, one
+//!   that sets tenant B sees nothing of tenant A, and cannot write rows for tenant A;
+//! - a transaction abandoned mid-way never leaves its tenant on the pooled connection.
+//!
+//! Run: `cargo test -p reckon-ledger --test rls` (PostgreSQL at 127.0.0.1:5432, trust).
+
+mod support;
+
+use reckon_domain::{SourceRecord, State, time};
+use reckon_ledger::{IngestBatch, NewSource, Origin, Role, SourceKind, TokenCreator};
+use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection, Row};
+use support::{RawDb, TestDb};
+
+fn push_source(name: &str) -> NewSource {
+    NewSource {
+        name: name.to_owned(),
+        kind: SourceKind::Push,
+        dsn: None,
+        dsn_display: None,
+        table_name: "justonce_keys".to_owned(),
+        scan_interval_secs: 60,
+        abandoned_after_secs: 300.0,
+        overlap_secs: 5.0,
+        full_scan_every_secs: 3600,
+    }
+}
+
+fn record(key: &str) -> SourceRecord {
+    SourceRecord {
+        key: key.to_owned(),
+        state: State::Unknown,
+        request_hash: "1:abc".to_owned(),
+        response: None,
+        attempts: 1,
+        created_at: 1_700_000_000.0,
+        updated_at: 1_700_000_001.0,
+        expires_at: None,
+    }
+}
+
+/// Two tenants with a source, an effect with history, a key part, a quarantine-free batch,
+/// a token, a person and a session each.
+async fn two_tenants(db: &TestDb) -> (i64, i64) {
+    let l = db.ledger();
+    let mut ids = Vec::new();
+    for slug in ["tenant-a", "tenant-b"] {
+        let t = l.create_tenant(slug).await.unwrap();
+        let s = l.add_source(t.id, push_source("shop")).await.unwrap();
+        l.ingest(
+            t.id,
+            s.id,
+            IngestBatch {
+                origin: Origin::Push,
+                observed_at: time::now(),
+                records: vec![record(&format!("charge:v1:cus_{slug}:ORD-1"))],
+                rejected: Vec::new(),
+                abandoned_after_secs: 300.0,
+                cursor: None,
+                lease: None,
+            },
+        )
+        .await
+        .unwrap();
+        l.create_token_by(
+            t.id,
+            Role::Admin,
+            &format!("hash-{slug}"),
+            "t",
+            TokenCreator::Operator,
+        )
+        .await
+        .unwrap();
+        let u = l
+            .create_user(&format!("someone@{slug}.test"), "$argon2id$x")
+            .await
+            .unwrap();
+        l.set_membership(t.id, u.id, Role::Admin).await.unwrap();
+        l.create_session(
+            t.id,
+            reckon_ledger::NewSession {
+                id_hash: format!("session-{slug}"),
+                user_id: u.id,
+                generation: 0,
+                csrf_token: "c".into(),
+                now: time::now(),
+                expires_at: time::now() + 60.0,
+            },
+        )
+        .await
+        .unwrap();
+        ids.push(t.id.get());
+    }
+    (ids[0], ids[1])
+}
+
+fn url(db: &TestDb) -> String {
+    match &db.raw {
+        RawDb::Postgres(u) => u.clone(),
+        RawDb::Sqlite(_) => unreachable!("PostgreSQL only"),
+    }
+}
+
+async fn tenant_tables(conn: &mut PgConnection) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped \
+         WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') ORDER BY 1",
+    )
+    .fetch_all(conn)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn every_tenant_table_has_forced_row_level_security_and_the_app_role_bypasses_nothing() {
+    let db = TestDb::postgres().await;
+    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let tables = tenant_tables(&mut conn).await;
+    for t in [
+        "api_token",
+        "effect",
+        "effect_event",
+        "effect_key_part",
+        "membership",
+        "quarantine",
+        "source",
+        "web_session",
+    ] {
+        assert!(tables.iter().any(|x| x == t), "{t} has no tenant_id?");
+    }
+    for t in &tables {
+        let row = sqlx::query(
+            "SELECT c.relrowsecurity, c.relforcerowsecurity, \
+             (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid) AS policies \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'public' AND c.relname = $1",
+        )
+        .bind(t)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert!(row.get::<bool, _>(0), "RLS is not enabled on {t}");
+        assert!(row.get::<bool, _>(1), "RLS is not forced on {t}");
+        assert!(row.get::<i64, _>(2) >= 1, "{t} has no policy");
+    }
+    let role =
+        sqlx::query("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = 'reckon_app'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(!role.get::<bool, _>(0), "reckon_app is a superuser");
+    assert!(!role.get::<bool, _>(1), "reckon_app has BYPASSRLS");
+    let owned: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner \
+         WHERE r.rolname = 'reckon_app'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(owned, 0, "reckon_app owns tables");
+    conn.close().await.ok();
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn a_raw_query_as_the_app_role_sees_and_writes_nothing_of_another_tenant() {
+    let db = TestDb::postgres().await;
+    let (a, b) = two_tenants(&db).await;
+    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let tables = tenant_tables(&mut conn).await;
+    sqlx::raw_sql("SET ROLE reckon_app")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let who: String = sqlx::query_scalar("SELECT current_user::text")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(who, "reckon_app");
+
+    // No tenant named: every tenant table is empty.
+    for t in &tables {
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM \"{t}\"")))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "{t} shows rows with no tenant set");
+    }
+
+    // Tenant B named: B's rows only, whatever the query asks for.
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('reckon.tenant', $1, true)")
+        .bind(b.to_string())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    for t in &tables {
+        let (mine, theirs): (i64, i64) = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT count(*) FILTER (WHERE tenant_id = $1), count(*) FILTER (WHERE tenant_id <> $1) \
+             FROM \"{t}\""
+        )))
+        .bind(b)
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+        assert_eq!(theirs, 0, "{t} shows another tenant's rows");
+        // Tables two_tenants() fills (no quarantined rows or key parts are seeded).
+        if !["effect_key_part", "quarantine"].contains(&t.as_str()) {
+            assert!(mine > 0, "{t} shows none of B's own rows");
+        }
+    }
+    // Updates of A's rows touch nothing; inserting a row for A is refused (WITH CHECK).
+    let n = sqlx::query("UPDATE effect SET state = 'succeeded' WHERE tenant_id = $1")
+        .bind(a)
+        .execute(&mut *tx)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(n, 0);
+    let n = sqlx::query("DELETE FROM source WHERE tenant_id = $1")
+        .bind(a)
+        .execute(&mut *tx)
+        .await
+        .unwrap()
+        .rows_affected();
+    assert_eq!(n, 0);
+    let err = sqlx::query(
+        "INSERT INTO source (tenant_id, name, kind, table_name, scan_interval_secs, \
+         abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
+         VALUES ($1, 'planted', 'push', 't', 60, 1, 1, 1, 0)",
+    )
+    .bind(a)
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("row-level security"),
+        "unexpected error: {err}"
+    );
+    drop(tx);
+    conn.close().await.ok();
+
+    // Through the ledger, A still has exactly its own effect.
+    let l = db.ledger();
+    let ta = l.tenant_by_slug("tenant-a").await.unwrap();
+    let found = l.lookup(ta.id, "ORD-1", 10).await.unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].key, "charge:v1:cus_tenant-a:ORD-1");
+    assert_eq!(found[0].state, State::Unknown);
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn an_abandoned_transaction_leaves_no_tenant_on_the_pooled_connection() {
+    let db = TestDb::postgres().await;
+    let (_a, b) = two_tenants(&db).await;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::raw_sql("SET ROLE reckon_app").execute(conn).await?;
+                Ok(())
+            })
+        })
+        .connect(&url(&db))
+        .await
+        .unwrap();
+    for i in 0..200 {
+        let mut tx = pool.begin().await.unwrap();
+        sqlx::query("SELECT set_config('reckon.tenant', $1, true)")
+            .bind(b.to_string())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        if i % 2 == 0 {
+            // Cancelled mid-flight: the future is dropped before it finishes.
+            let q = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM effect, pg_sleep(0.01)")
+                .fetch_one(&mut *tx);
+            let _ = tokio::time::timeout(std::time::Duration::from_micros(50), q).await;
+        }
+        drop(tx);
+        let mut conn = pool.acquire().await.unwrap();
+        let (tenant, effects): (Option<String>, i64) = sqlx::query_as(
+            "SELECT NULLIF(current_setting('reckon.tenant', true), ''), \
+             (SELECT count(*) FROM effect)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        assert_eq!(
+            tenant, None,
+            "round {i}: a tenant survived on the connection"
+        );
+        assert_eq!(effects, 0, "round {i}");
+    }
+    pool.close().await;
+    db.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_and_postgres_agree_on_accounts() {
+    // The same account behaviour on both ledgers (the Accounts impl is one macro body).
+    for db in [TestDb::sqlite().await, TestDb::postgres().await] {
+        let l = db.ledger();
+        let t = l.create_tenant("acme").await.unwrap();
+        let u = l
+            .create_user(" Alice@Acme.TEST ", "$argon2id$h")
+            .await
+            .unwrap();
+        assert_eq!(u.email, "alice@acme.test");
+        assert!(
+            l.create_user("alice@acme.test", "$argon2id$h")
+                .await
+                .is_err()
+        );
+        assert!(l.create_user("not an email", "$argon2id$h").await.is_err());
+        l.set_membership(t.id, u.id, Role::Support).await.unwrap();
+        let m = l.memberships(u.id).await.unwrap();
+        assert_eq!(m.len(), 1);
+        assert_eq!((m[0].0.slug.as_str(), m[0].1), ("acme", Role::Support));
+        let creds = l.user_by_email("ALICE@acme.test").await.unwrap().unwrap();
+        assert_eq!(creds.generation, 0);
+        assert!(creds.totp_secret.is_none());
+        l.set_totp_secret(u.id, Some(b"0123456789abcdef"))
+            .await
+            .unwrap();
+        let creds = l.user_by_email("alice@acme.test").await.unwrap().unwrap();
+        use secrecy::ExposeSecret;
+        assert_eq!(
+            creds.totp_secret.unwrap().expose_secret().as_slice(),
+            b"0123456789abcdef"
+        );
+        // The stored secret is ciphertext.
+        let cells = db.raw.cells("app_user").await;
+        assert!(
+            !cells
+                .iter()
+                .any(|(_, v)| v.windows(16).any(|w| w == b"0123456789abcdef"))
+        );
+        // Throttle counters.
+        let now = time::now();
+        for _ in 0..3 {
+            l.throttle_record_failure("account", "alice@acme.test", now, 900.0)
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            l.throttle_failures("account", "alice@acme.test", now, 900.0)
+                .await
+                .unwrap(),
+            3
+        );
+        // After the window, the count starts again.
+        assert_eq!(
+            l.throttle_failures("account", "alice@acme.test", now + 901.0, 900.0)
+                .await
+                .unwrap(),
+            0
+        );
+        l.throttle_reset("account", "alice@acme.test")
+            .await
+            .unwrap();
+        assert_eq!(
+            l.throttle_failures("account", "alice@acme.test", now, 900.0)
+                .await
+                .unwrap(),
+            0
+        );
+        // A session dies with its user's generation.
+        l.create_session(
+            t.id,
+            reckon_ledger::NewSession {
+                id_hash: "h1".into(),
+                user_id: u.id,
+                generation: 0,
+                csrf_token: "c".into(),
+                now,
+                expires_at: now + 3600.0,
+            },
+        )
+        .await
+        .unwrap();
+        assert!(l.session("h1", now, 1800.0).await.unwrap().is_some());
+        assert!(
+            l.session("h1", now + 1801.0, 1800.0)
+                .await
+                .unwrap()
+                .is_none(),
+            "idle"
+        );
+        db.finish().await;
+    }
+}

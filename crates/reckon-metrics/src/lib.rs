@@ -1,0 +1,340 @@
+//! Instance-level metrics: counters and histograms that code updates as things happen
+//! (records ingested, scan errors, reconcile outcomes, provider requests, HTTP requests,
+//! audit results). One [`Metrics`] per process, cloned cheaply (the series are shared).
+//!
+//! This crate knows nothing of HTTP or the ledger, so the engine and the reconciler can
+//! record into it without depending on `reckon-web`; `reckon-web` renders it next to the
+//! gauges it computes from the ledger at scrape time.
+//!
+//! Labels stay bounded: tenant and source are slugs/names from reckon's own tables,
+//! `provider` a configured provider name, the rest small enums defined here. Never a key,
+//! an order id or user input.
+
+use prometheus::{
+    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, core::Collector,
+};
+use std::time::Duration;
+
+/// The conclusion of one provider lookup (PRODUCT.md "Outcome").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReconcileOutcome {
+    Applied,
+    NotApplied,
+    Duplicate,
+    Indeterminate,
+}
+
+impl ReconcileOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileOutcome::Applied => "applied",
+            ReconcileOutcome::NotApplied => "not_applied",
+            ReconcileOutcome::Duplicate => "duplicate",
+            ReconcileOutcome::Indeterminate => "indeterminate",
+        }
+    }
+}
+
+/// How one provider HTTP request ended, reduced to a bounded set for the `status` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderStatus {
+    /// A 2xx answer that parsed.
+    Ok,
+    /// 404 and friends: a complete answer, not an error of the provider.
+    NotFound,
+    RateLimited,
+    ClientError,
+    ServerError,
+    Timeout,
+    /// Connection refused/reset, TLS, DNS.
+    Transport,
+    /// A 2xx whose body could not be understood.
+    Malformed,
+}
+
+impl ProviderStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderStatus::Ok => "ok",
+            ProviderStatus::NotFound => "not_found",
+            ProviderStatus::RateLimited => "rate_limited",
+            ProviderStatus::ClientError => "client_error",
+            ProviderStatus::ServerError => "server_error",
+            ProviderStatus::Timeout => "timeout",
+            ProviderStatus::Transport => "transport",
+            ProviderStatus::Malformed => "malformed",
+        }
+    }
+
+    /// Whether this status counts as a provider error in alerts (everything that is not
+    /// a complete answer).
+    pub fn is_error(self) -> bool {
+        !matches!(self, ProviderStatus::Ok | ProviderStatus::NotFound)
+    }
+}
+
+/// Buckets for provider calls: tens of milliseconds to the 30 s a slow API may take.
+const PROVIDER_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+/// Buckets for our own HTTP handlers.
+const HTTP_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    records_ingested: IntCounterVec,
+    scan_errors: IntCounterVec,
+    reconcile_outcomes: IntCounterVec,
+    provider_duration: HistogramVec,
+    http_requests: IntCounterVec,
+    http_duration: HistogramVec,
+    audit_findings: GaugeVec,
+    audit_last_run: GaugeVec,
+    build_info: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let records_ingested = IntCounterVec::new(
+            Opts::new(
+                "reckon_records_ingested_total",
+                "Source records this instance stored as new or changed effects.",
+            ),
+            &["tenant", "source"],
+        )
+        .expect("valid metric");
+        let scan_errors = IntCounterVec::new(
+            Opts::new(
+                "reckon_source_scan_errors_total",
+                "Scans of a source that failed on this instance.",
+            ),
+            &["tenant", "source"],
+        )
+        .expect("valid metric");
+        let reconcile_outcomes = IntCounterVec::new(
+            Opts::new(
+                "reckon_reconcile_outcomes_total",
+                "Provider lookups by their outcome: applied, not_applied, duplicate, indeterminate.",
+            ),
+            &["tenant", "provider", "outcome"],
+        )
+        .expect("valid metric");
+        let provider_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "reckon_provider_request_duration_seconds",
+                "Duration of provider HTTP requests, by provider and how they ended (status).",
+            )
+            .buckets(PROVIDER_BUCKETS.to_vec()),
+            &["provider_kind", "provider", "status"],
+        )
+        .expect("valid metric");
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "reckon_http_requests_total",
+                "HTTP requests served, by route template (never the raw path) and status code.",
+            ),
+            &["method", "route", "status"],
+        )
+        .expect("valid metric");
+        let http_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "reckon_http_request_duration_seconds",
+                "Time to produce the response head, by route template.",
+            )
+            .buckets(HTTP_BUCKETS.to_vec()),
+            &["method", "route"],
+        )
+        .expect("valid metric");
+        let audit_findings = GaugeVec::new(
+            Opts::new(
+                "reckon_audit_findings",
+                "Findings of the tenant's last audit, by kind (duplicate, orphan, missing, unresolved, risky_reclaim).",
+            ),
+            &["tenant", "kind"],
+        )
+        .expect("valid metric");
+        let audit_last_run = GaugeVec::new(
+            Opts::new(
+                "reckon_audit_last_run_timestamp_seconds",
+                "Unix time the tenant's last audit finished.",
+            ),
+            &["tenant"],
+        )
+        .expect("valid metric");
+        let build_info = Gauge::with_opts(
+            Opts::new(
+                "reckon_build_info",
+                "Always 1; the version label says which reckon.",
+            )
+            .const_label("version", env!("CARGO_PKG_VERSION")),
+        )
+        .expect("valid metric");
+        build_info.set(1.0);
+        let m = Metrics {
+            registry,
+            records_ingested,
+            scan_errors,
+            reconcile_outcomes,
+            provider_duration,
+            http_requests,
+            http_duration,
+            audit_findings,
+            audit_last_run,
+            build_info,
+        };
+        for c in m.collectors() {
+            m.registry.register(c).expect("unique metric names");
+        }
+        m
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.records_ingested.clone()),
+            Box::new(self.scan_errors.clone()),
+            Box::new(self.reconcile_outcomes.clone()),
+            Box::new(self.provider_duration.clone()),
+            Box::new(self.http_requests.clone()),
+            Box::new(self.http_duration.clone()),
+            Box::new(self.audit_findings.clone()),
+            Box::new(self.audit_last_run.clone()),
+            Box::new(self.build_info.clone()),
+        ]
+    }
+
+    /// The registry to render (`prometheus::TextEncoder`).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Every metric name this type defines, from the metrics' own descriptors (so a name
+    /// check never relies on a hand-copied list). Histograms are listed by base name.
+    pub fn metric_names(&self) -> Vec<String> {
+        self.collectors()
+            .iter()
+            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
+            .collect()
+    }
+
+    /// A finished scan of a source: `stored` records became new or changed effects.
+    pub fn record_scan_success(&self, tenant: &str, source: &str, stored: u64) {
+        self.records_ingested
+            .with_label_values(&[tenant, source])
+            .inc_by(stored);
+    }
+
+    /// A scan of a source that failed (or panicked). The counter is created at zero by the
+    /// first success too, so `rate()` sees the first error.
+    pub fn record_scan_error(&self, tenant: &str, source: &str) {
+        self.scan_errors.with_label_values(&[tenant, source]).inc();
+    }
+
+    /// Make a source's counters exist at zero, so the first error is a visible increase.
+    pub fn touch_source(&self, tenant: &str, source: &str) {
+        self.records_ingested.with_label_values(&[tenant, source]);
+        self.scan_errors.with_label_values(&[tenant, source]);
+    }
+
+    /// For the reconciler: one provider lookup ended with `outcome`.
+    pub fn record_reconcile(&self, tenant: &str, provider: &str, outcome: ReconcileOutcome) {
+        self.reconcile_outcomes
+            .with_label_values(&[tenant, provider, outcome.as_str()])
+            .inc();
+    }
+
+    /// For provider clients: one HTTP request to a provider (`provider_kind` is `stripe`,
+    /// `http` or `demo`; `provider` the configured provider's name).
+    pub fn record_provider_request(
+        &self,
+        provider_kind: &str,
+        provider: &str,
+        status: ProviderStatus,
+        took: Duration,
+    ) {
+        self.provider_duration
+            .with_label_values(&[provider_kind, provider, status.as_str()])
+            .observe(took.as_secs_f64());
+    }
+
+    /// For the audit: the findings of a tenant's finished audit, by kind, replacing the
+    /// previous run's. Pass every kind, zeros included, so a cleared finding reads 0.
+    pub fn record_audit(&self, tenant: &str, findings: &[(&str, u64)], finished_at: f64) {
+        for (kind, n) in findings {
+            self.audit_findings
+                .with_label_values(&[tenant, kind])
+                .set(*n as f64);
+        }
+        self.audit_last_run
+            .with_label_values(&[tenant])
+            .set(finished_at);
+    }
+
+    /// One HTTP request; `route` must be a route template (`MatchedPath`) or `unmatched`.
+    pub fn record_http(&self, method: &str, route: &str, status: u16, took: Duration) {
+        self.http_requests
+            .with_label_values(&[method, route, &status.to_string()])
+            .inc();
+        self.http_duration
+            .with_label_values(&[method, route])
+            .observe(took.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::{Encoder, TextEncoder};
+
+    fn render(m: &Metrics) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&m.registry().gather(), &mut out)
+            .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn recorded_events_appear_with_their_labels() {
+        let m = Metrics::new();
+        m.record_scan_success("acme", "shop", 3);
+        m.record_scan_success("acme", "shop", 2);
+        m.record_scan_error("acme", "shop");
+        m.record_reconcile("acme", "stripe-live", ReconcileOutcome::Indeterminate);
+        m.record_provider_request(
+            "stripe",
+            "stripe-live",
+            ProviderStatus::RateLimited,
+            Duration::from_millis(30),
+        );
+        m.record_audit("acme", &[("duplicate", 2), ("orphan", 0)], 1700000000.0);
+        let text = render(&m);
+        for line in [
+            "reckon_records_ingested_total{source=\"shop\",tenant=\"acme\"} 5",
+            "reckon_source_scan_errors_total{source=\"shop\",tenant=\"acme\"} 1",
+            "reckon_reconcile_outcomes_total{outcome=\"indeterminate\",provider=\"stripe-live\",tenant=\"acme\"} 1",
+            "reckon_provider_request_duration_seconds_bucket{provider=\"stripe-live\",provider_kind=\"stripe\",status=\"rate_limited\",le=\"0.05\"} 1",
+            "reckon_provider_request_duration_seconds_bucket{provider=\"stripe-live\",provider_kind=\"stripe\",status=\"rate_limited\",le=\"0.025\"} 0",
+            "reckon_audit_findings{kind=\"duplicate\",tenant=\"acme\"} 2",
+            "reckon_audit_findings{kind=\"orphan\",tenant=\"acme\"} 0",
+            "reckon_audit_last_run_timestamp_seconds{tenant=\"acme\"} 1700000000",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn names_come_from_the_descriptors() {
+        let names = Metrics::new().metric_names();
+        assert!(names.contains(&"reckon_reconcile_outcomes_total".to_owned()));
+        assert!(names.contains(&"reckon_provider_request_duration_seconds".to_owned()));
+        assert_eq!(names.len(), 9);
+    }
+}

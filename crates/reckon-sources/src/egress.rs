@@ -1,0 +1,444 @@
+//! Where tenants' DSNs may point. A DSN is hostile input: without this, a tenant could make
+//! reckon connect to its own database, to a cloud metadata endpoint, or to any service on
+//! the private network (and read the answer back through error messages).
+//!
+//! - PostgreSQL / MySQL hosts are resolved and EVERY address checked: loopback, private
+//!   (RFC 1918, CGNAT, ULA), link-local (incl. 169.254.169.254), unspecified, multicast,
+//!   broadcast and documentation ranges, and IPv4-mapped forms of all of these, are refused
+//!   unless the operator allow-lists the network in configuration.
+//! - reckon's own database (host and port, or file) is refused even when allow-listed.
+//! - SQLite sources must be files inside the operator's source directory, after resolving
+//!   symlinks and `..` (canonicalised), so no path or link leads outside it.
+//!
+//! Check-then-connect leaves a window for DNS rebinding (the name could resolve elsewhere
+//! at connect time); connecting to the checked address is not done yet (see notes/auth.md).
+
+use crate::dsn::SourceDsn;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Component, Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct EgressError(pub String);
+
+/// A network `addr/prefix`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Network {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    pub fn parse(s: &str) -> Result<Network, EgressError> {
+        let bad = || {
+            EgressError(format!(
+                "{s:?} is not a network (like 10.1.0.0/16 or ::1/128)"
+            ))
+        };
+        let (a, p) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = a.trim().parse().map_err(|_| bad())?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match p {
+            Some(p) => p.trim().parse::<u8>().map_err(|_| bad())?,
+            None => max,
+        };
+        if prefix > max {
+            return Err(bad());
+        }
+        Ok(Network { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, canonical(ip)) {
+            (IpAddr::V4(n), IpAddr::V4(i)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(n) & mask == u32::from(i) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(i)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(n) & mask == u128::from(i) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// IPv4-mapped and -compatible IPv6 addresses are judged as the IPv4 address they carry.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                if s[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
+                    IpAddr::V4(Ipv4Addr::new(
+                        (s[6] >> 8) as u8,
+                        s[6] as u8,
+                        (s[7] >> 8) as u8,
+                        s[7] as u8,
+                    ))
+                } else {
+                    IpAddr::V6(v6)
+                }
+            }
+        },
+        v4 => v4,
+    }
+}
+
+/// Why an address is not a public one, or `None` when it is.
+pub fn forbidden_reason(ip: IpAddr) -> Option<&'static str> {
+    match canonical(ip) {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            if v4.is_loopback() {
+                Some("loopback")
+            } else if v4.is_unspecified() || o[0] == 0 {
+                Some("unspecified")
+            } else if v4.is_private() {
+                Some("private")
+            } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
+                Some("shared (CGNAT)")
+            } else if v4.is_link_local() {
+                Some("link-local (cloud metadata)")
+            } else if v4.is_multicast() || v4.is_broadcast() || o[0] >= 240 {
+                Some("multicast or reserved")
+            } else if v4.is_documentation() || (o[0] == 198 && (o[1] & 0xfe) == 18) {
+                Some("documentation or benchmarking")
+            } else if o[0] == 192 && o[1] == 0 && o[2] == 0 {
+                Some("IETF protocol assignment")
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            if v6.is_loopback() {
+                Some("loopback")
+            } else if v6.is_unspecified() {
+                Some("unspecified")
+            } else if (s[0] & 0xfe00) == 0xfc00 {
+                Some("private (unique local)")
+            } else if (s[0] & 0xffc0) == 0xfe80 {
+                Some("link-local")
+            } else if v6.is_multicast() {
+                Some("multicast")
+            } else if s[0] == 0x2001 && s[1] == 0x0db8 {
+                Some("documentation")
+            } else if s[0] == 0x64 && s[1] == 0xff9b {
+                // NAT64 could reach any IPv4 address, private ones included.
+                Some("NAT64")
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// reckon's own database, which no source may name.
+#[derive(Debug, Clone)]
+pub enum OwnDatabase {
+    /// Same server and same database name. (Another database on the same server is a
+    /// tenant's business: its DSN's own credentials decide what it may read.)
+    Network {
+        host: String,
+        port: u16,
+        database: String,
+    },
+    File(PathBuf),
+}
+
+/// The operator's policy. The default allows no private network and no SQLite source.
+#[derive(Debug, Clone, Default)]
+pub struct EgressPolicy {
+    allow: Vec<Network>,
+    sqlite_root: Option<PathBuf>,
+    own: Vec<OwnDatabase>,
+}
+
+impl EgressPolicy {
+    /// `allow`: networks sources may reach although not public (e.g. `10.0.0.0/8` for a
+    /// private deployment, `127.0.0.0/8` in tests). `sqlite_root`: the directory SQLite
+    /// sources must live in (`None`: SQLite sources are refused).
+    pub fn new(
+        allow: &[String],
+        sqlite_root: Option<PathBuf>,
+    ) -> Result<EgressPolicy, EgressError> {
+        Ok(EgressPolicy {
+            allow: allow
+                .iter()
+                .map(|s| Network::parse(s))
+                .collect::<Result<_, _>>()?,
+            sqlite_root,
+            own: Vec::new(),
+        })
+    }
+
+    pub fn with_own_database(mut self, own: OwnDatabase) -> EgressPolicy {
+        self.own.push(own);
+        self
+    }
+
+    fn allowed(&self, ip: IpAddr) -> bool {
+        self.allow.iter().any(|n| n.contains(ip))
+    }
+
+    async fn resolve(host: &str, port: u16) -> Result<Vec<IpAddr>, EgressError> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![ip]);
+        }
+        let addrs: Vec<IpAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|_| EgressError(format!("host {host:?} could not be resolved")))?
+            .map(|a| a.ip())
+            .collect();
+        if addrs.is_empty() {
+            return Err(EgressError(format!("host {host:?} has no address")));
+        }
+        Ok(addrs)
+    }
+
+    /// May a source connect where `dsn` points? The answer names the reason, never the DSN's
+    /// password.
+    pub async fn check(&self, dsn: &SourceDsn) -> Result<(), EgressError> {
+        match dsn {
+            SourceDsn::Sqlite { path } => self.check_sqlite(path),
+            SourceDsn::Network {
+                host,
+                port,
+                database,
+                ..
+            } => {
+                if host.starts_with('/') || host.contains('%') || host.contains('\\') {
+                    return Err(EgressError(
+                        "unix sockets and encoded hosts are not allowed".into(),
+                    ));
+                }
+                let addrs = Self::resolve(host, *port).await?;
+                let mut own_addrs = Vec::new();
+                for own in &self.own {
+                    if let OwnDatabase::Network {
+                        host: oh,
+                        port: op,
+                        database: od,
+                    } = own
+                        && op == port
+                        && od == database
+                    {
+                        own_addrs.extend(Self::resolve(oh, *op).await.unwrap_or_default());
+                        if oh.eq_ignore_ascii_case(host) {
+                            return Err(EgressError(
+                                "the DSN points at reckon's own database".into(),
+                            ));
+                        }
+                    }
+                }
+                for ip in addrs {
+                    let ip = canonical(ip);
+                    if own_addrs.iter().any(|o| canonical(*o) == ip) {
+                        return Err(EgressError(
+                            "the DSN points at reckon's own database".into(),
+                        ));
+                    }
+                    if let Some(why) = forbidden_reason(ip)
+                        && !self.allowed(ip)
+                    {
+                        return Err(EgressError(format!(
+                            "host {host:?} resolves to {ip}, a {why} address; the operator's \
+                             egress policy (egress_allow) does not allow it"
+                        )));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn check_sqlite(&self, path: &Path) -> Result<(), EgressError> {
+        let Some(root) = &self.sqlite_root else {
+            return Err(EgressError(
+                "SQLite sources are not enabled: the operator sets sqlite_source_dir".into(),
+            ));
+        };
+        if path.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(EgressError(
+                "a SQLite source path may not contain '..'".into(),
+            ));
+        }
+        let root = root
+            .canonicalize()
+            .map_err(|_| EgressError("the SQLite source directory does not exist".into()))?;
+        // Resolves every symlink: a link inside the directory pointing out of it is caught.
+        let real = path
+            .canonicalize()
+            .map_err(|_| EgressError("the SQLite source file does not exist".into()))?;
+        if !real.starts_with(&root) {
+            return Err(EgressError(format!(
+                "SQLite sources must be inside {} (after following links)",
+                root.display()
+            )));
+        }
+        if !real.is_file() {
+            return Err(EgressError("a SQLite source must be a regular file".into()));
+        }
+        for own in &self.own {
+            if let OwnDatabase::File(f) = own
+                && f.canonicalize().is_ok_and(|f| f == real)
+            {
+                return Err(EgressError(
+                    "the DSN points at reckon's own database".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dsn::Dialect;
+    use std::net::Ipv6Addr;
+
+    fn pg(dsn: &str) -> SourceDsn {
+        SourceDsn::parse(Dialect::Postgres, dsn).unwrap()
+    }
+
+    #[tokio::test]
+    async fn non_public_addresses_are_refused_unless_allow_listed() {
+        let strict = EgressPolicy::default();
+        for (host, why) in [
+            ("127.0.0.1", "loopback"),
+            ("127.8.9.10", "loopback"),
+            ("[::1]", "loopback"),
+            ("localhost", "loopback"),
+            ("0.0.0.0", "unspecified"),
+            ("10.1.2.3", "private"),
+            ("172.16.0.1", "private"),
+            ("192.168.1.1", "private"),
+            ("100.64.0.1", "CGNAT"),
+            ("169.254.169.254", "link-local"),
+            ("[fe80::1]", "link-local"),
+            ("[fd00::1]", "unique local"),
+            ("[::ffff:127.0.0.1]", "loopback"),
+            ("[::ffff:169.254.169.254]", "link-local"),
+            ("224.0.0.1", "multicast"),
+            ("2130706433", "loopback"), // decimal 127.0.0.1, as the URL parser normalises it
+            ("0x7f.1", "loopback"),
+        ] {
+            let e = strict
+                .check(&pg(&format!("postgres://u:pw@{host}/db")))
+                .await
+                .expect_err(host);
+            assert!(e.0.contains(why), "{host}: {e}");
+            assert!(!e.0.contains("pw"), "{e}");
+        }
+        let tests = EgressPolicy::new(&["127.0.0.0/8".into(), "::1".into()], None).unwrap();
+        assert!(
+            tests
+                .check(&pg("postgres://u:p@127.0.0.1/db"))
+                .await
+                .is_ok()
+        );
+        assert!(tests.check(&pg("postgres://u:p@[::1]/db")).await.is_ok());
+        assert!(
+            tests
+                .check(&pg("postgres://u:p@10.0.0.1/db"))
+                .await
+                .is_err()
+        );
+        assert!(
+            tests
+                .check(&pg("postgres://u:p@93.184.216.34/db"))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn reckons_own_database_is_refused_even_when_allow_listed() {
+        let p = EgressPolicy::new(&["127.0.0.0/8".into()], None)
+            .unwrap()
+            .with_own_database(OwnDatabase::Network {
+                host: "localhost".into(),
+                port: 5432,
+                database: "reckon".into(),
+            });
+        for dsn in [
+            "postgres://u:p@127.0.0.1:5432/reckon",
+            "postgres://u:p@localhost/reckon",
+            "postgres://u:p@[::ffff:127.0.0.1]/reckon",
+        ] {
+            let e = p.check(&pg(dsn)).await.expect_err(dsn);
+            assert!(e.0.contains("own database"), "{dsn}: {e}");
+        }
+        assert!(
+            p.check(&pg("postgres://u:p@127.0.0.1:5433/reckon"))
+                .await
+                .is_ok()
+        );
+        assert!(
+            p.check(&pg("postgres://u:p@127.0.0.1:5432/shop"))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn sqlite_paths_stay_inside_the_operators_directory() {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().join("sources");
+        std::fs::create_dir(&root).unwrap();
+        let inside = root.join("shop.db");
+        std::fs::write(&inside, b"x").unwrap();
+        let outside = base.path().join("secret.db");
+        std::fs::write(&outside, b"x").unwrap();
+        let own = root.join("reckon.db");
+        std::fs::write(&own, b"x").unwrap();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&outside, root.join("link.db")).unwrap();
+        let p = EgressPolicy::new(&[], Some(root.clone()))
+            .unwrap()
+            .with_own_database(OwnDatabase::File(own.clone()));
+        let sq = |p: &Path| SourceDsn::Sqlite {
+            path: p.to_path_buf(),
+        };
+        assert!(p.check(&sq(&inside)).await.is_ok());
+        for bad in [
+            outside.clone(),
+            root.join("../secret.db"),
+            root.join("link.db"),
+            root.join("missing.db"),
+            root.clone(),
+            own,
+        ] {
+            assert!(p.check(&sq(&bad)).await.is_err(), "{}", bad.display());
+        }
+        let none = EgressPolicy::default();
+        assert!(none.check(&sq(&inside)).await.is_err());
+    }
+
+    #[test]
+    fn networks_parse_and_match() {
+        let n = Network::parse("10.1.0.0/16").unwrap();
+        assert!(n.contains("10.1.200.3".parse().unwrap()));
+        assert!(!n.contains("10.2.0.1".parse().unwrap()));
+        assert!(n.contains("::ffff:10.1.0.9".parse().unwrap()));
+        assert!(Network::parse("10.0.0.0/33").is_err());
+        assert!(Network::parse("nonsense").is_err());
+        assert!(
+            Network::parse("0.0.0.0/0")
+                .unwrap()
+                .contains("8.8.8.8".parse().unwrap())
+        );
+        assert!(forbidden_reason(IpAddr::V6(Ipv6Addr::LOCALHOST)).is_some());
+        assert!(forbidden_reason("8.8.8.8".parse().unwrap()).is_none());
+    }
+}

@@ -1,0 +1,133 @@
+//! The route registry: every route of [`crate::app`], with who may call it. It is the one
+//! place access is decided: [`guard`] runs before every handler, looks the matched route
+//! up here, authenticates the caller the way the entry says (bearer token or dashboard
+//! session), checks the role against the permission matrix ([`crate::authz`]) and hands the
+//! result to the handler. A route missing from this table answers 500 to every request, so
+//! a route added without an entry fails its first test; the isolation sweep
+//! (`tests/isolation.rs`) calls every entry with another tenant's token and session.
+
+use crate::AppState;
+use crate::auth::Auth;
+use crate::authz::{Permission, allows};
+use crate::error::ApiError;
+use crate::web::{self, WebSession};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone: health probes, the sign-in page.
+    Public,
+    /// `Authorization: Bearer` with a token of a role that has the permission. Not
+    /// CSRF-able: a browser never attaches this header to a cross-site request by itself.
+    Token(Permission),
+    /// The dashboard session cookie, of a person whose role has the permission. Every
+    /// state-changing request on these routes also passes the CSRF checks.
+    Session(Permission),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct RouteSpec {
+    pub method: &'static str,
+    /// The route template exactly as registered (`/api/v1/effects/{source}/{*key}`).
+    pub path: &'static str,
+    pub access: Access,
+}
+
+const fn r(method: &'static str, path: &'static str, access: Access) -> RouteSpec {
+    RouteSpec {
+        method,
+        path,
+        access,
+    }
+}
+
+use Access::{Public, Session, Token};
+use Permission as P;
+
+pub const ROUTES: &[RouteSpec] = &[
+    r("GET", "/healthz", Public),
+    r("GET", "/readyz", Public),
+    // JSON API (bearer tokens)
+    r("GET", "/api/v1/sources", Token(P::Read)),
+    r("POST", "/api/v1/sources", Token(P::ManageSources)),
+    r("GET", "/api/v1/sources/{name}/quarantine", Token(P::Read)),
+    r("GET", "/api/v1/quarantine", Token(P::Read)),
+    r("GET", "/api/v1/effects", Token(P::Read)),
+    r("POST", "/api/v1/effects", Token(P::ManageSources)),
+    r("GET", "/api/v1/effects/{source}/{*key}", Token(P::Lookup)),
+    r("GET", "/api/v1/lookup", Token(P::Lookup)),
+    r("GET", "/api/v1/tokens", Token(P::ManageTokens)),
+    r("POST", "/api/v1/tokens", Token(P::ManageTokens)),
+    r("DELETE", "/api/v1/tokens/{id}", Token(P::ManageTokens)),
+    // Dashboard (session cookie)
+    r("GET", "/signin", Public),
+    r("POST", "/signin", Public),
+    r("POST", "/signout", Session(P::Read)),
+    r("GET", "/app", Session(P::Read)),
+];
+
+pub fn lookup(method: &Method, path: &str) -> Option<&'static RouteSpec> {
+    // axum answers HEAD with the GET handler.
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    ROUTES.iter().find(|r| r.method == method && r.path == path)
+}
+
+/// Runs before every matched route (a `route_layer` of the whole app).
+pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let path = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_default();
+    let Some(spec) = lookup(req.method(), &path) else {
+        if ROUTES.iter().any(|r| r.path == path) {
+            // The path is known for other methods: refuse this one (never pass it through:
+            // a handler added for it without a registry entry would run unguarded).
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        }
+        tracing::error!(method = %req.method(), route = %path, "route missing from the registry");
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "this route is not in the route registry (crates/reckon-web/src/routes.rs)",
+        )
+            .into_response();
+    };
+    let (mut parts, body) = req.into_parts();
+    match spec.access {
+        Public => {}
+        Token(permission) => {
+            let auth = match Auth::authenticate(&parts.headers, &state).await {
+                Ok(a) => a,
+                Err(e) => return e.into_response(),
+            };
+            if !allows(auth.role, permission) {
+                return ApiError::Forbidden(format!(
+                    "this needs a token with the {} role; this token has {}",
+                    permission.least_role().as_str(),
+                    auth.role.as_str()
+                ))
+                .into_response();
+            }
+            parts.extensions.insert(auth);
+        }
+        Session(permission) => {
+            let session: WebSession = match web::current_session(&state, &parts.headers).await {
+                Ok(Some(s)) => s,
+                Ok(None) => return Redirect::to("/signin").into_response(),
+                Err(e) => return e.into_response(),
+            };
+            if !allows(session.role, permission) {
+                return (StatusCode::FORBIDDEN, "your role may not do this").into_response();
+            }
+            parts.extensions.insert(session);
+        }
+    }
+    next.run(Request::from_parts(parts, body)).await
+}

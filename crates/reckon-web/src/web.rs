@@ -1,0 +1,375 @@
+//! Dashboard sign-in: `GET/POST /signin`, `POST /signout`, and `GET /app` (a placeholder
+//! the dashboard fills later).
+//!
+//! - Passwords: argon2id off the executor (`password.rs`); an unknown email costs the same
+//!   time as a wrong password, and both get the same answer.
+//! - Throttling: failures counted in the ledger per account and per client address (so the
+//!   limits hold across replicas); past a limit, sign-in answers 429 without checking the
+//!   password until the window ends.
+//! - Sessions: a fresh random id at every sign-in (any session the browser came with is
+//!   ended: no fixation), stored only as SHA-256 in the ledger, sent as
+//!   `__Host-reckon_session` (Secure, HttpOnly, SameSite=Lax, Path=/). Idle timeout and an
+//!   absolute lifetime; sign-out deletes it; a new password or disabling the user ends all
+//!   of the user's sessions and tokens (their generation changes).
+//! - CSRF: these routes sit behind tower-http's `CsrfLayer` (Sec-Fetch-Site / Origin), and
+//!   state-changing requests of a signed-in session also carry the session's CSRF token.
+//! - Optional TOTP second factor per user (totp-rs, SHA-1, 6 digits, 30 s, ±1 step).
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::password;
+use askama::Template;
+use axum::Extension;
+use axum::Form;
+use axum::Router;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
+use axum::http::header::{CACHE_CONTROL, COOKIE, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore;
+use reckon_domain::time;
+use reckon_ledger::{NewSession, Role, Tenant, User};
+use secrecy::{ExposeSecret, SecretString};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
+use tower_http::csrf::CsrfLayer;
+
+pub const COOKIE_NAME: &str = "__Host-reckon_session";
+/// A session ends after this long without a request...
+pub const IDLE_SECS: f64 = 30.0 * 60.0;
+/// ...and after this long in any case.
+pub const ABSOLUTE_SECS: f64 = 12.0 * 3600.0;
+/// Failed sign-ins counted per window.
+pub const THROTTLE_WINDOW_SECS: f64 = 15.0 * 60.0;
+/// Failures of one account in a window before its sign-in is refused until the window ends.
+pub const ACCOUNT_LIMIT: i64 = 5;
+/// Failures from one client address in a window (many accounts, one attacker).
+pub const ADDRESS_LIMIT: i64 = 50;
+/// Sign-in forms are small.
+const FORM_LIMIT_BYTES: usize = 16 * 1024;
+
+/// A signed-in person, as the route guard found them.
+#[derive(Debug, Clone)]
+pub struct WebSession {
+    pub tenant: Tenant,
+    pub user: User,
+    pub role: Role,
+    pub csrf_token: String,
+    pub id_hash: String,
+}
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/signin", get(signin_page).post(signin))
+        .route("/signout", post(signout))
+        .route("/app", get(app_home))
+        .layer(DefaultBodyLimit::max(FORM_LIMIT_BYTES))
+        .layer(CsrfLayer::new())
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+fn random_token() -> String {
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    URL_SAFE_NO_PAD.encode(b)
+}
+
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE_NAME)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// The live session of this request, if its cookie names one.
+pub async fn current_session(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<WebSession>, ApiError> {
+    let Some(id) = cookie_value(headers) else {
+        return Ok(None);
+    };
+    // Session ids are 43 characters of base64url; anything else cannot exist.
+    if id.len() != 43
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Ok(None);
+    }
+    let id_hash = sha256_hex(&id);
+    let grant = state
+        .ledger
+        .session(&id_hash, time::now(), IDLE_SECS)
+        .await?;
+    Ok(grant.map(|g| WebSession {
+        tenant: g.tenant,
+        user: g.user,
+        role: g.role,
+        csrf_token: g.csrf_token,
+        id_hash,
+    }))
+}
+
+#[derive(Template)]
+#[template(path = "signin.html")]
+struct SignInPage {
+    message: Option<String>,
+    email: String,
+    tenant: String,
+}
+
+#[derive(Template)]
+#[template(path = "app.html")]
+struct AppPage<'a> {
+    email: &'a str,
+    tenant: &'a str,
+    role: &'a str,
+    csrf: &'a str,
+}
+
+fn page(status: StatusCode, tpl: &impl Template) -> Response {
+    match tpl.render() {
+        Ok(html) => {
+            let mut res = (status, Html(html)).into_response();
+            res.headers_mut()
+                .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            res
+        }
+        Err(e) => ApiError::internal(e).into_response(),
+    }
+}
+
+async fn signin_page() -> Response {
+    page(
+        StatusCode::OK,
+        &SignInPage {
+            message: None,
+            email: String::new(),
+            tenant: String::new(),
+        },
+    )
+}
+
+#[derive(Deserialize)]
+pub struct SignInForm {
+    email: String,
+    password: SecretString,
+    #[serde(default)]
+    totp: Option<String>,
+    #[serde(default)]
+    tenant: Option<String>,
+}
+
+fn client_address(conn: Option<&ConnectInfo<SocketAddr>>) -> String {
+    // The peer address; X-Forwarded-For is not trusted (anyone can send it). Behind a proxy
+    // every client shares the proxy's address, which only makes the address limit stricter.
+    conn.map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string())
+}
+
+fn totp_ok(secret: &[u8], code: Option<&str>) -> bool {
+    let Some(code) = code.map(str::trim).filter(|c| !c.is_empty()) else {
+        return false;
+    };
+    match totp_rs::TOTP::new(totp_rs::Algorithm::SHA1, 6, 1, 30, secret.to_vec()) {
+        Ok(t) => t.check_current(code).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+async fn signin(
+    State(state): State<AppState>,
+    conn: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    form: Result<Form<SignInForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    let form = match form {
+        Ok(Form(f)) => Ok(f),
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return (StatusCode::PAYLOAD_TOO_LARGE, "the form is too large").into_response();
+        }
+        Err(e) => Err(e),
+    };
+    let Ok(form) = form else {
+        return page(
+            StatusCode::BAD_REQUEST,
+            &SignInPage {
+                message: Some("Enter an email and a password.".into()),
+                email: String::new(),
+                tenant: String::new(),
+            },
+        );
+    };
+    match signin_inner(&state, conn.as_ref().map(|e| &e.0), &headers, &form).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn signin_inner(
+    state: &AppState,
+    conn: Option<&ConnectInfo<SocketAddr>>,
+    headers: &HeaderMap,
+    form: &SignInForm,
+) -> Result<Response, ApiError> {
+    let ledger = &state.ledger;
+    let now = time::now();
+    let address = client_address(conn);
+    let account = form.email.trim().to_lowercase();
+    let again = |status, message: &str| {
+        page(
+            status,
+            &SignInPage {
+                message: Some(message.to_owned()),
+                email: form.email.clone(),
+                tenant: form.tenant.clone().unwrap_or_default(),
+            },
+        )
+    };
+    let by_address = ledger
+        .throttle_failures("address", &address, now, THROTTLE_WINDOW_SECS)
+        .await?;
+    let by_account = ledger
+        .throttle_failures("account", &account, now, THROTTLE_WINDOW_SECS)
+        .await?;
+    if by_address >= ADDRESS_LIMIT || by_account >= ACCOUNT_LIMIT {
+        tracing::warn!(throttled = true, "sign-in refused: too many failures");
+        return Ok(again(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many failed sign-ins. Try again in 15 minutes.",
+        ));
+    }
+    let creds = ledger.user_by_email(&form.email).await?;
+    let password_ok = password::verify(
+        SecretString::from(form.password.expose_secret().to_owned()),
+        creds.as_ref().map(|c| c.password_hash.clone()),
+    )
+    .await;
+    let ok = match &creds {
+        Some(c) if password_ok && !c.user.disabled => match &c.totp_secret {
+            None => true,
+            Some(secret) => totp_ok(secret.expose_secret(), form.totp.as_deref()),
+        },
+        _ => false,
+    };
+    let Some(creds) = creds.filter(|_| ok) else {
+        ledger
+            .throttle_record_failure("account", &account, now, THROTTLE_WINDOW_SECS)
+            .await?;
+        ledger
+            .throttle_record_failure("address", &address, now, THROTTLE_WINDOW_SECS)
+            .await?;
+        tracing::info!(outcome = "failed", "sign-in");
+        return Ok(again(
+            StatusCode::UNAUTHORIZED,
+            "The email, password or one-time code is not right.",
+        ));
+    };
+    let memberships = ledger.memberships(creds.user.id).await?;
+    let wanted = form
+        .tenant
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let chosen = match wanted {
+        Some(slug) => memberships.iter().find(|(t, _)| t.slug == slug),
+        None if memberships.len() == 1 => memberships.first(),
+        None => None,
+    };
+    let Some((tenant, _role)) = chosen else {
+        let msg = if memberships.is_empty() {
+            "This account belongs to no tenant yet."
+        } else {
+            "Name the tenant to sign in to."
+        };
+        return Ok(again(StatusCode::BAD_REQUEST, msg));
+    };
+    ledger.throttle_reset("account", &account).await?;
+    // Rotation: whatever session the browser arrived with ends here, and a new id is made.
+    if let Some(old) = cookie_value(headers) {
+        ledger.delete_session(&sha256_hex(&old)).await?;
+    }
+    let id = random_token();
+    ledger
+        .create_session(
+            tenant.id,
+            NewSession {
+                id_hash: sha256_hex(&id),
+                user_id: creds.user.id,
+                generation: creds.generation,
+                csrf_token: random_token(),
+                now,
+                expires_at: now + ABSOLUTE_SECS,
+            },
+        )
+        .await?;
+    tracing::info!(outcome = "ok", tenant = %tenant.slug, "sign-in");
+    let mut res = Redirect::to("/app").into_response();
+    res.headers_mut().insert(
+        SET_COOKIE,
+        HeaderValue::from_str(&format!(
+            "{COOKIE_NAME}={id}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age={}",
+            ABSOLUTE_SECS as u64
+        ))
+        .expect("base64url is a valid header value"),
+    );
+    Ok(res)
+}
+
+#[derive(Deserialize)]
+pub struct SignOutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// Constant-time comparison, so the CSRF token cannot be guessed byte by byte.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+async fn signout(
+    State(state): State<AppState>,
+    Extension(session): Extension<WebSession>,
+    form: Result<Form<SignOutForm>, axum::extract::rejection::FormRejection>,
+) -> Result<Response, ApiError> {
+    let csrf = form.map(|f| f.0.csrf).unwrap_or_default();
+    if !same(&csrf, &session.csrf_token) {
+        return Ok((StatusCode::FORBIDDEN, "missing or wrong CSRF token").into_response());
+    }
+    state.ledger.delete_session(&session.id_hash).await?;
+    let mut res = Redirect::to("/signin").into_response();
+    res.headers_mut().insert(
+        SET_COOKIE,
+        HeaderValue::from_static(
+            "__Host-reckon_session=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0",
+        ),
+    );
+    Ok(res)
+}
+
+async fn app_home(Extension(session): Extension<WebSession>) -> Response {
+    page(
+        StatusCode::OK,
+        &AppPage {
+            email: &session.user.email,
+            tenant: &session.tenant.slug,
+            role: session.role.as_str(),
+            csrf: &session.csrf_token,
+        },
+    )
+}

@@ -1,0 +1,301 @@
+//! Tenant isolation over every route of the router (T01, T02, T24 of the security
+//! checklist): the sweep reads the route registry (`reckon_web::routes::ROUTES`), which the
+//! router's guard enforces (a route missing from it answers 500), and calls each route with
+//! tenant A's object names:
+//!
+//! - without credentials: token routes 401, session routes redirect to /signin;
+//! - with tenant B's token and with tenant B's session: refused (401/403/404/3xx) or an
+//!   answer that holds nothing of tenant A;
+//! - afterwards tenant A's source, effect and token are all still there and unchanged.
+//!
+//! A new route needs a request here ([`request_for`]) or the sweep fails: that is the point.
+//! Run on both ledgers.
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{Backend, Req, World, form, same_origin, send, session};
+use reckon_web::routes::{Access, ROUTES, RouteSpec};
+use serde_json::json;
+
+/// Tenant A's data that tenant B never sends (its effect's hash and response, its token's
+/// label) holds this, so a leak is a substring search. (A's names do appear in B's
+/// requests, and a 404 may echo what was asked.)
+const CANARY: &str = "zqleak";
+const A_SOURCE: &str = "acanary-src";
+const A_KEY: &str = "charge:v1:acanary-ORD-1";
+
+struct Fixture {
+    a_token_id: i64,
+}
+
+async fn seed_tenant_a(w: &World) -> Fixture {
+    let r = send(
+        &w.app,
+        Method::POST,
+        "/api/v1/sources",
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: json!({"name": A_SOURCE, "kind": "push"}).to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let record = json!([{
+        "key": A_KEY, "state": "unknown", "request_hash": "1:zqleak",
+        "response": "zqleak-response", "attempts": 1, "created_at": 1_700_000_000.0,
+        "updated_at": 1_700_000_001.0,
+    }]);
+    let r = send(
+        &w.app,
+        Method::POST,
+        &format!("/api/v1/effects?source={A_SOURCE}"),
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: record.to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = send(
+        &w.app,
+        Method::POST,
+        "/api/v1/tokens",
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: json!({"role": "viewer", "label": "zqleak-label"}).to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    Fixture {
+        a_token_id: r.json["id"].as_i64().unwrap(),
+    }
+}
+
+/// The URI (with tenant A's names in it), content type and body for each route.
+fn request_for(
+    spec: &RouteSpec,
+    fx: &Fixture,
+    csrf: &str,
+) -> (String, Option<&'static str>, String) {
+    let json = Some("application/json");
+    let form_ct = Some("application/x-www-form-urlencoded");
+    match (spec.method, spec.path) {
+        ("GET", "/healthz" | "/readyz" | "/signin" | "/app") => {
+            (spec.path.into(), None, String::new())
+        }
+        ("GET", "/api/v1/sources" | "/api/v1/quarantine" | "/api/v1/tokens") => {
+            (spec.path.into(), None, String::new())
+        }
+        ("GET", "/api/v1/effects") => (
+            format!("/api/v1/effects?source={A_SOURCE}"),
+            None,
+            String::new(),
+        ),
+        ("POST", "/api/v1/sources") => (
+            spec.path.into(),
+            json,
+            json!({"name": "b-own-source", "kind": "push"}).to_string(),
+        ),
+        ("GET", "/api/v1/sources/{name}/quarantine") => (
+            format!("/api/v1/sources/{A_SOURCE}/quarantine"),
+            None,
+            String::new(),
+        ),
+        ("POST", "/api/v1/effects") => (
+            // Push into tenant A's source, overwriting A's effect if it could.
+            format!("/api/v1/effects?source={A_SOURCE}"),
+            json,
+            json!([{
+                "key": A_KEY, "state": "succeeded", "request_hash": "1:b",
+                "response": 1, "attempts": 2, "created_at": 1_700_000_000.0,
+                "updated_at": 1_800_000_000.0,
+            }])
+            .to_string(),
+        ),
+        ("GET", "/api/v1/effects/{source}/{*key}") => (
+            format!("/api/v1/effects/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1"),
+            None,
+            String::new(),
+        ),
+        ("GET", "/api/v1/lookup") => ("/api/v1/lookup?q=acanary-ORD-1".into(), None, String::new()),
+        ("POST", "/api/v1/tokens") => (
+            spec.path.into(),
+            json,
+            json!({"role": "viewer", "label": "b"}).to_string(),
+        ),
+        ("DELETE", "/api/v1/tokens/{id}") => (
+            format!("/api/v1/tokens/{}", fx.a_token_id),
+            None,
+            String::new(),
+        ),
+        ("POST", "/signin") => (
+            spec.path.into(),
+            form_ct,
+            // Bob is not a member of acme: signing in to it must fail.
+            form(&[
+                ("email", "bob@globex.test"),
+                ("password", common::PASSWORD),
+                ("tenant", "acme"),
+            ]),
+        ),
+        ("POST", "/signout") => (spec.path.into(), form_ct, form(&[("csrf", csrf)])),
+        (m, p) => panic!(
+            "route {m} {p} has no request in the isolation sweep (tests/isolation.rs): add one"
+        ),
+    }
+}
+
+fn method(spec: &RouteSpec) -> Method {
+    Method::from_bytes(spec.method.as_bytes()).unwrap()
+}
+
+async fn sweep(backend: Backend) {
+    let w = World::new(backend).await;
+    let fx = seed_tenant_a(&w).await;
+    let mut swept = 0;
+
+    for spec in ROUTES {
+        // T01: no credentials.
+        let (uri, ct, body) = request_for(spec, &fx, "");
+        let r = send(
+            &w.app,
+            method(spec),
+            &uri,
+            Req {
+                content_type: ct,
+                headers: same_origin(),
+                body: body.clone(),
+                ..Default::default()
+            },
+        )
+        .await;
+        match spec.access {
+            Access::Token(_) => assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{uri}"),
+            Access::Session(_) => {
+                assert_eq!(r.status, StatusCode::SEE_OTHER, "{uri}");
+                assert_eq!(r.location(), Some("/signin"), "{uri}");
+            }
+            Access::Public => assert!(!r.status.is_server_error(), "{uri}: {}", r.text),
+        }
+        assert!(!r.text.contains(CANARY), "{uri} leaked without credentials");
+
+        // T02: tenant B's token, then tenant B's session (a fresh one each time, since
+        // signing out ends it).
+        let (cookie, csrf) = session(&w.app, "bob@globex.test").await;
+        let (uri, ct, body) = request_for(spec, &fx, &csrf);
+        for (who, req) in [
+            (
+                "B's token",
+                Req {
+                    token: Some(&w.token_b),
+                    content_type: ct,
+                    body: body.clone(),
+                    ..Default::default()
+                },
+            ),
+            (
+                "B's session",
+                Req {
+                    cookie: Some(&cookie),
+                    content_type: ct,
+                    headers: same_origin(),
+                    body: body.clone(),
+                    ..Default::default()
+                },
+            ),
+        ] {
+            let r = send(&w.app, method(spec), &uri, req).await;
+            assert!(
+                !r.status.is_server_error(),
+                "{} {uri} with {who}: {} {}",
+                spec.method,
+                r.status,
+                r.text
+            );
+            assert!(
+                !r.text.contains(CANARY),
+                "{} {uri} with {who} answered {} with tenant A's data: {}",
+                spec.method,
+                r.status,
+                r.text
+            );
+            if r.status.is_success() {
+                // Only routes that are about B's own things may succeed.
+                assert!(
+                    matches!(
+                        (spec.method, spec.path),
+                        ("GET", _) | ("POST", "/api/v1/sources") | ("POST", "/api/v1/tokens")
+                    ),
+                    "{} {uri} with {who} succeeded: {}",
+                    spec.method,
+                    r.text
+                );
+            }
+            swept += 1;
+        }
+    }
+    assert_eq!(swept, ROUTES.len() * 2);
+
+    // Tenant A is untouched: its token works, its effect is as it was, its source is there.
+    let r = send(
+        &w.app,
+        Method::GET,
+        &format!("/api/v1/effects/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1"),
+        Req {
+            token: Some(&w.token_a),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["effect"]["state"], "unknown", "{}", r.text);
+    assert_eq!(r.json["effect"]["attempts"], 1, "{}", r.text);
+    let sources = w.ledger.list_sources(w.a.id).await.unwrap();
+    assert_eq!(
+        sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        vec![A_SOURCE]
+    );
+    let tokens = w.ledger.list_tokens(w.a.id).await.unwrap();
+    let made = tokens.iter().find(|t| t.id == fx.a_token_id).unwrap();
+    assert_eq!(made.revoked_at, None, "B revoked A's token");
+    let b_sources = w.ledger.list_sources(w.b.id).await.unwrap();
+    assert!(b_sources.iter().all(|s| s.name != A_SOURCE));
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn every_route_refuses_another_tenant_on_sqlite() {
+    sweep(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn every_route_refuses_another_tenant_on_postgres() {
+    sweep(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn a_route_missing_from_the_registry_answers_500() {
+    use axum::routing::get;
+    let w = World::new(Backend::Sqlite).await;
+    // The real app plus one route nobody registered, behind the same guard.
+    let state = reckon_web::AppState::new(w.ledger.clone());
+    let app = axum::Router::new()
+        .route("/unregistered", get(|| async { "should never run" }))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            reckon_web::routes::guard,
+        ))
+        .with_state(state);
+    let r = send(&app, Method::GET, "/unregistered", Req::default()).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(r.text.contains("route registry"), "{}", r.text);
+    w.finish().await;
+}
