@@ -25,7 +25,9 @@ fn unknown(key: &str, updated_at: f64) -> SourceRecord {
 async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never_conclude() {
     let dir = tempfile::tempdir().unwrap();
     let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
-    let ledger = reckon_ledger::connect(None, dir.path(), keyring).await.unwrap();
+    let ledger = reckon_ledger::connect(None, dir.path(), keyring)
+        .await
+        .unwrap();
     let t = ledger.create_tenant("acme").await.unwrap();
     let source = ledger
         .add_source(
@@ -63,6 +65,7 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
                 rejected: vec![],
                 abandoned_after_secs: 300.0,
                 cursor: None,
+                lease: None,
             },
         )
         .await
@@ -85,8 +88,14 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
         )
         .await
         .unwrap();
-    ledger.set_route(t.id, "shop", "charge", Some("demo")).await.unwrap();
-    ledger.set_route(t.id, "shop", "send_receipt", None).await.unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("demo"))
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "send_receipt", None)
+        .await
+        .unwrap();
 
     let ctx = ReconcileCtx::new(ledger.clone());
     let outcomes = reconcile_all(&ctx, t.id).await.unwrap();
@@ -96,13 +105,19 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
     assert_eq!(by_key["charge:v1:o1"].outcome, "applied");
     assert_eq!(by_key["charge:v1:o2"].outcome, "duplicate");
     assert_eq!(by_key["charge:v1:o3"].outcome, "not_applied");
-    assert_eq!(by_key["charge:v1:o4"].outcome, "indeterminate", "too recent");
+    assert_eq!(
+        by_key["charge:v1:o4"].outcome, "indeterminate",
+        "too recent"
+    );
     assert!(!by_key["charge:v1:o4"].resolved);
     assert_eq!(by_key["send_receipt:v1:o5"].outcome, "no_provider");
     assert!(by_key["send_receipt:v1:o5"].reason.contains("no provider"));
     for k in ["charge:v1:o1", "charge:v1:o2", "charge:v1:o3"] {
         assert!(by_key[k].resolved, "{k}");
-        let view = ledger.reconcile_view(t.id, by_key[k].effect_id).await.unwrap();
+        let view = ledger
+            .reconcile_view(t.id, by_key[k].effect_id)
+            .await
+            .unwrap();
         let r = view.resolution.expect("resolved");
         assert_eq!(r.author, "reconciler");
         assert_eq!(r.outcome, by_key[k].outcome);
@@ -113,12 +128,18 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
         .await
         .unwrap();
     let cert = &o3.resolution.unwrap().evidence["classification"]["certificate"];
-    assert_eq!(cert["method"], "http.lookup", "absence carries its certificate");
+    assert_eq!(
+        cert["method"], "http.lookup",
+        "absence carries its certificate"
+    );
     let o5 = ledger
         .reconcile_view(t.id, by_key["send_receipt:v1:o5"].effect_id)
         .await
         .unwrap();
-    assert_eq!(o5.state.unwrap().last_error.as_deref(), Some("no provider: routed to none"));
+    assert_eq!(
+        o5.state.unwrap().last_error.as_deref(),
+        Some("no provider: routed to none")
+    );
     assert!(o5.attempts.is_empty());
 
     // Running again concludes nothing new and records no second resolution.
@@ -130,7 +151,9 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
 async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
     let dir = tempfile::tempdir().unwrap();
     let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
-    let ledger = reckon_ledger::connect(None, dir.path(), keyring).await.unwrap();
+    let ledger = reckon_ledger::connect(None, dir.path(), keyring)
+        .await
+        .unwrap();
     let t = ledger.create_tenant("acme").await.unwrap();
     let source = ledger
         .add_source(
@@ -161,6 +184,7 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
                 rejected: vec![],
                 abandoned_after_secs: 300.0,
                 cursor: None,
+                lease: None,
             },
         )
         .await
@@ -181,7 +205,10 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
         )
         .await
         .unwrap();
-    ledger.set_route(t.id, "shop", "*", Some("down")).await.unwrap();
+    ledger
+        .set_route(t.id, "shop", "*", Some("down"))
+        .await
+        .unwrap();
     let ctx = ReconcileCtx::new(ledger.clone());
     let out = reconcile_all(&ctx, t.id).await.unwrap();
     assert_eq!(out.len(), 1);

@@ -60,9 +60,7 @@ impl PgLedger {
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        rows.iter()
-        .map(provider_row::<Postgres>)
-        .collect()
+        rows.iter().map(provider_row::<Postgres>).collect()
     }
 
     pub(super) async fn rc_provider_by(
