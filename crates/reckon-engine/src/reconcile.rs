@@ -153,9 +153,13 @@ pub async fn reconcile_all(
     Ok(all)
 }
 
+/// A built adapter, or why it could not be built (bad settings, missing secret): an effect
+/// routed to it is deferred with that reason rather than failing the whole batch.
+type BuiltProvider = Result<Arc<dyn Provider>, String>;
+
 struct Routing {
     routes: Vec<Route>,
-    providers: HashMap<i64, (ProviderRow, Result<Arc<dyn Provider>, String>)>,
+    providers: HashMap<i64, (ProviderRow, BuiltProvider)>,
 }
 
 impl Routing {

@@ -166,11 +166,11 @@ pub(crate) fn status_fault(r: &GetResponse) -> Option<Fault> {
         format!("HTTP {} {}", r.status, message).trim().to_owned(),
     );
     f.http_status = Some(r.status);
-    if kind == FaultKind::RateLimited {
-        if let Some(reason) = r.header("stripe-rate-limited-reason") {
-            f.retry = RetryAdvice::Harder;
-            f.detail.push_str(&format!(" (rate limited: {reason})"));
-        }
+    if kind == FaultKind::RateLimited
+        && let Some(reason) = r.header("stripe-rate-limited-reason")
+    {
+        f.retry = RetryAdvice::Harder;
+        f.detail.push_str(&format!(" (rate limited: {reason})"));
     }
     match r.header("stripe-should-retry").as_deref() {
         Some("false") => {
