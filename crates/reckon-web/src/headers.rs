@@ -12,8 +12,10 @@ pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; 
     form-action 'self'";
 
 type L = SetResponseHeaderLayer<HeaderValue>;
+/// The four header layers stacked (named for clippy::type_complexity).
+type Headers = Stack<L, Stack<L, Stack<L, Stack<L, Identity>>>>;
 
-pub fn security_headers() -> ServiceBuilder<Stack<L, Stack<L, Stack<L, Stack<L, Identity>>>>> {
+pub fn security_headers() -> ServiceBuilder<Headers> {
     let set = |name: HeaderName, value: &'static str| {
         SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
     };
