@@ -274,6 +274,123 @@ impl Ledger for TimedLedger {
     ) -> Result<reckon_ledger::MetricsSnapshot> {
         self.inner.metrics_snapshot(q).await
     }
+
+    // ---- reconciliation (issue 4): plain delegation ----
+    async fn add_provider(
+        &self,
+        tenant: TenantId,
+        new: reckon_ledger::NewProvider,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.add_provider(tenant, new).await
+    }
+    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<reckon_ledger::Provider>> {
+        self.inner.list_providers(tenant).await
+    }
+    async fn provider_by_name(
+        &self,
+        tenant: TenantId,
+        name: &str,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.provider_by_name(tenant, name).await
+    }
+    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<reckon_ledger::Provider> {
+        self.inner.provider_by_id(tenant, id).await
+    }
+    async fn provider_secret(
+        &self,
+        tenant: TenantId,
+        provider: &reckon_ledger::Provider,
+    ) -> Result<Option<SecretString>> {
+        self.inner.provider_secret(tenant, provider).await
+    }
+    async fn set_route(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        provider: Option<&str>,
+    ) -> Result<reckon_ledger::Route> {
+        self.inner
+            .set_route(tenant, source, operation, provider)
+            .await
+    }
+    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<reckon_ledger::Route>> {
+        self.inner.list_routes(tenant).await
+    }
+    async fn claim_due(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+        limit: i64,
+    ) -> Result<Vec<reckon_ledger::Claim>> {
+        self.inner
+            .claim_due(tenant, owner, now, lease_secs, limit)
+            .await
+    }
+    async fn claim_effect(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+    ) -> Result<Option<reckon_ledger::Claim>> {
+        self.inner
+            .claim_effect(tenant, effect_id, owner, now, lease_secs)
+            .await
+    }
+    async fn defer(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        next_attempt_at: f64,
+        note: &str,
+    ) -> Result<()> {
+        self.inner
+            .defer(tenant, effect_id, owner, next_attempt_at, note)
+            .await
+    }
+    async fn record_attempt(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        attempt: reckon_ledger::NewAttempt,
+    ) -> Result<reckon_ledger::AttemptRecorded> {
+        self.inner
+            .record_attempt(tenant, effect_id, owner, attempt)
+            .await
+    }
+    async fn resolve_by_hand(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        new: reckon_ledger::NewResolution,
+    ) -> Result<reckon_ledger::Resolution> {
+        self.inner.resolve_by_hand(tenant, effect_id, new).await
+    }
+    async fn reconcile_view(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+    ) -> Result<reckon_ledger::ReconcileView> {
+        self.inner.reconcile_view(tenant, effect_id).await
+    }
+    async fn requeue_indeterminate(
+        &self,
+        tenant: TenantId,
+        provider_id: i64,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> Result<u64> {
+        self.inner
+            .requeue_indeterminate(tenant, provider_id, from, to, now)
+            .await
+    }
 }
 
 /// Totals for one statement text.

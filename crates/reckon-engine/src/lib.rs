@@ -2,6 +2,7 @@
 //! directly: scan a source ([`scan::scan_source`]), take pushed records ([`push`]).
 
 pub mod push;
+pub mod reconcile;
 pub mod scan;
 pub mod source_input;
 

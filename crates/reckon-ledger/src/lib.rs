@@ -9,6 +9,7 @@ mod metrics;
 mod model;
 mod plan;
 mod postgres;
+mod reconcile;
 mod rows;
 mod sqlite;
 
@@ -22,6 +23,7 @@ pub use metrics::{
 };
 pub use model::*;
 pub use plan::ingest_plan;
+pub use reconcile::*;
 
 use async_trait::async_trait;
 use reckon_domain::{Disappearance, Rejected, SourceRecord};
@@ -167,6 +169,86 @@ pub trait Ledger: Accounts + Send + Sync + 'static {
         source_id: i64,
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>>;
+    // ---- reconciliation (issue 4): providers, routes, leases, attempts, resolutions.
+    // Implemented in `sqlite/reconcile.rs` and `postgres/reconcile.rs`. ----
+
+    async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider>;
+    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>>;
+    async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider>;
+    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider>;
+    /// The provider's secret, decrypted (`None` when it has none).
+    async fn provider_secret(
+        &self,
+        tenant: TenantId,
+        provider: &Provider,
+    ) -> Result<Option<SecretString>>;
+    /// Route an operation pattern (a name or `*`) of a source to a provider, or to none.
+    /// Setting a route again replaces it.
+    async fn set_route(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        provider: Option<&str>,
+    ) -> Result<Route>;
+    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>>;
+    /// Lease up to `limit` unresolved, unresolution-free effects whose next attempt is due
+    /// and whose lease (if any) has expired. PostgreSQL: `FOR UPDATE SKIP LOCKED`; SQLite:
+    /// a conditional upsert under the write lock.
+    async fn claim_due(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+        limit: i64,
+    ) -> Result<Vec<Claim>>;
+    /// Lease one effect now, whatever its schedule (not if resolved or leased by another).
+    async fn claim_effect(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+    ) -> Result<Option<Claim>>;
+    /// Release a lease without an attempt (e.g. "no provider"), noting why and when to
+    /// look again.
+    async fn defer(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        next_attempt_at: f64,
+        note: &str,
+    ) -> Result<()>;
+    /// Append one attempt, update the schedule, release the lease, and (if asked) record
+    /// the resolution, all in one transaction. A second resolution is never stored.
+    async fn record_attempt(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        attempt: NewAttempt,
+    ) -> Result<AttemptRecorded>;
+    /// A person's resolution. `Conflict` when the effect is already resolved.
+    async fn resolve_by_hand(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        new: NewResolution,
+    ) -> Result<Resolution>;
+    async fn reconcile_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView>;
+    /// Make the indeterminate effects of one provider created in `[from, to]` due now
+    /// (clearing "needs attention"); returns how many.
+    async fn requeue_indeterminate(
+        &self,
+        tenant: TenantId,
+        provider_id: i64,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> Result<u64>;
 
     // ---- leases: work that exactly one replica does at a time ----
     /// Take the lease `name` for `ttl_secs` if it is free, expired, or already held by

@@ -8,6 +8,7 @@ mod metrics;
 use crate::crypto::{Keyring, dsn_aad};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
+use crate::reconcile::*;
 use crate::rows::{self, check_name, cursor_parts};
 use crate::sqlite::{outcome, push_filters};
 use crate::{Ledger, LedgerError, Result};
@@ -19,6 +20,8 @@ use sqlx::{AssertSqlSafe, Postgres, QueryBuilder, Row};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
+
+mod reconcile;
 
 pub struct PgLedger {
     pool: PgPool,
@@ -794,6 +797,118 @@ impl Ledger for PgLedger {
 
     async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
         self.metrics_snapshot_pg(q).await
+    }
+
+    // ---- reconciliation: see the `reconcile` submodule ----
+
+    async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider> {
+        self.rc_add_provider(tenant, new).await
+    }
+
+    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
+        self.rc_list_providers(tenant).await
+    }
+
+    async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider> {
+        self.rc_provider_by(tenant, Some(name), None).await
+    }
+
+    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider> {
+        self.rc_provider_by(tenant, None, Some(id)).await
+    }
+
+    async fn provider_secret(
+        &self,
+        tenant: TenantId,
+        provider: &Provider,
+    ) -> Result<Option<SecretString>> {
+        self.rc_provider_secret(tenant, provider).await
+    }
+
+    async fn set_route(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        provider: Option<&str>,
+    ) -> Result<Route> {
+        self.rc_set_route(tenant, source, operation, provider).await
+    }
+
+    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>> {
+        self.rc_list_routes(tenant).await
+    }
+
+    async fn claim_due(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+        limit: i64,
+    ) -> Result<Vec<Claim>> {
+        self.rc_claim_due(tenant, owner, now, lease_secs, limit)
+            .await
+    }
+
+    async fn claim_effect(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+    ) -> Result<Option<Claim>> {
+        self.rc_claim_effect(tenant, effect_id, owner, now, lease_secs)
+            .await
+    }
+
+    async fn defer(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        next_attempt_at: f64,
+        note: &str,
+    ) -> Result<()> {
+        self.rc_defer(tenant, effect_id, owner, next_attempt_at, note)
+            .await
+    }
+
+    async fn record_attempt(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        attempt: NewAttempt,
+    ) -> Result<AttemptRecorded> {
+        self.rc_record_attempt(tenant, effect_id, owner, attempt)
+            .await
+    }
+
+    async fn resolve_by_hand(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        new: NewResolution,
+    ) -> Result<Resolution> {
+        self.rc_resolve_by_hand(tenant, effect_id, new).await
+    }
+
+    async fn reconcile_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView> {
+        self.rc_view(tenant, effect_id).await
+    }
+
+    async fn requeue_indeterminate(
+        &self,
+        tenant: TenantId,
+        provider_id: i64,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> Result<u64> {
+        self.rc_requeue_indeterminate(tenant, provider_id, from, to, now)
+            .await
     }
 }
 

@@ -71,6 +71,10 @@ conformance! {
     a_tenant_cannot_write_into_another_tenants_source => story_isolation_writes;
     effect_listings_filter_by_source_state_operation_and_time_and_page_by_id => story_list_filters;
     a_lease_has_one_holder_and_a_lost_lease_writes_nothing => story_leases;
+    // reconciliation (issue 4)
+    a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
+    an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
+    providers_keep_their_secret_sealed_and_routes_and_requeue_stay_in_their_tenant => story_rc_providers with raw;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1733,4 +1737,423 @@ async fn story_leases(ledger: Arc<dyn Ledger>) {
             Err(LedgerError::Invalid(_))
         ));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// reconciliation (issue 4)
+
+fn attempt(outcome: &str, at: f64, next: f64, resolve: bool) -> reckon_ledger::NewAttempt {
+    reckon_ledger::NewAttempt {
+        provider_id: None,
+        started_at: at,
+        finished_at: at,
+        outcome: outcome.to_owned(),
+        method: Some("test".to_owned()),
+        error: None,
+        evidence: serde_json::json!({ "outcome": outcome, "at": at }),
+        next_attempt_at: next,
+        non_final: false,
+        needs_attention: false,
+        resolve,
+    }
+}
+
+async fn story_rc_claims(ledger: Arc<dyn Ledger>) {
+    let (t, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    let s = ledger.source_by_name(t.id, "shop").await.unwrap();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 100.0),
+                rec("charge:v1:o2", State::Succeeded, now - 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+
+    let a = ledger
+        .claim_due(t.id, "worker-a", now, 30.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(a.len(), 1, "only the unresolved effect is due");
+    assert_eq!(a[0].effect.key, "charge:v1:o1");
+    assert_eq!(a[0].owner, "worker-a");
+    let id = a[0].effect.id;
+    assert!(
+        ledger
+            .claim_due(t.id, "worker-b", now + 1.0, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a leased effect is not claimed by another worker"
+    );
+    assert!(
+        ledger
+            .claim_effect(t.id, id, "worker-b", now + 1.0, 30.0)
+            .await
+            .unwrap()
+            .is_none(),
+        "nor claimed one by one"
+    );
+    // worker-a dies; once its lease expires worker-b takes the effect over
+    let b = ledger
+        .claim_due(t.id, "worker-b", now + 31.0, 30.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(b.len(), 1);
+    // worker-a comes back late: its attempt is kept as evidence but does not move the schedule
+    ledger
+        .record_attempt(
+            t.id,
+            id,
+            "worker-a",
+            attempt("indeterminate", now + 32.0, now + 32.0, false),
+        )
+        .await
+        .unwrap();
+    let view = ledger.reconcile_view(t.id, id).await.unwrap();
+    assert_eq!(view.attempts.len(), 1);
+    let st = view.state.unwrap();
+    assert_eq!(st.attempts, 0, "the stale worker did not count");
+    assert_eq!(st.lease_owner.as_deref(), Some("worker-b"));
+    // worker-b records an indeterminate outcome and schedules the next look in 100 s
+    ledger
+        .record_attempt(
+            t.id,
+            id,
+            "worker-b",
+            attempt("indeterminate", now + 33.0, now + 133.0, false),
+        )
+        .await
+        .unwrap();
+    let st = ledger
+        .reconcile_view(t.id, id)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(st.attempts, 1);
+    assert_eq!(st.lease_owner, None, "recording releases the lease");
+    assert_eq!(st.last_outcome.as_deref(), Some("indeterminate"));
+    assert!(
+        ledger
+            .claim_due(t.id, "worker-c", now + 100.0, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "not due before its next attempt time"
+    );
+    assert!(
+        ledger
+            .claim_effect(t.id, id, "worker-c", now + 100.0, 30.0)
+            .await
+            .unwrap()
+            .is_some(),
+        "but a one-off reconcile may take it early"
+    );
+    ledger
+        .defer(t.id, id, "worker-c", now + 133.0, "no provider")
+        .await
+        .unwrap();
+    let st = ledger
+        .reconcile_view(t.id, id)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(st.last_error.as_deref(), Some("no provider"));
+    assert_eq!(st.attempts, 1, "a deferral is not an attempt");
+    let c = ledger
+        .claim_due(t.id, "worker-c", now + 134.0, 30.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(c.len(), 1, "due again after its next attempt time");
+    // another tenant never sees it
+    let other = ledger.create_tenant("other").await.unwrap();
+    assert!(
+        ledger
+            .claim_due(other.id, "w", now + 1e6, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        ledger
+            .claim_effect(other.id, id, "w", now + 1e6, 30.0)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+async fn story_rc_resolution_unique(ledger: Arc<dyn Ledger>) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 100.0),
+                rec("charge:v1:o2", State::Unknown, now - 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w1", now, 30.0, 10).await.unwrap();
+    assert_eq!(claims.len(), 2);
+    let id = claims
+        .iter()
+        .find(|c| c.effect.key == "charge:v1:o1")
+        .unwrap()
+        .effect
+        .id;
+    let id2 = claims
+        .iter()
+        .find(|c| c.effect.key == "charge:v1:o2")
+        .unwrap()
+        .effect
+        .id;
+    let first = ledger
+        .record_attempt(t.id, id, "w1", attempt("applied", now, now + 60.0, true))
+        .await
+        .unwrap();
+    assert!(first.resolved_now);
+    let r1 = first.resolution.unwrap();
+    assert_eq!(
+        (r1.outcome.as_str(), r1.author.as_str()),
+        ("applied", "reconciler")
+    );
+    assert_eq!(r1.attempt_id, Some(first.attempt_id));
+    // a crash after the lookup and a retry: the second record finds the first resolution
+    let again = ledger
+        .record_attempt(
+            t.id,
+            id,
+            "w2",
+            attempt("duplicate", now + 1.0, now + 60.0, true),
+        )
+        .await
+        .unwrap();
+    assert!(!again.resolved_now, "never a second resolution");
+    assert_eq!(again.resolution.unwrap().id, r1.id);
+    let view = ledger.reconcile_view(t.id, id).await.unwrap();
+    assert_eq!(
+        view.attempts.len(),
+        2,
+        "both attempts are kept (append-only)"
+    );
+    assert_eq!(view.resolution.unwrap().outcome, "applied");
+    // a resolved effect is never claimed again
+    let later = ledger
+        .claim_due(t.id, "w3", now + 1e4, 30.0, 10)
+        .await
+        .unwrap();
+    assert!(later.iter().all(|c| c.effect.id != id));
+    // by hand: a note is required, and a resolved effect refuses a second one
+    let by_hand = |note: Option<&str>| reckon_ledger::NewResolution {
+        outcome: "not_applied".into(),
+        author: "alice".into(),
+        note: note.map(str::to_owned),
+        evidence: serde_json::json!({ "seen": [] }),
+    };
+    assert!(matches!(
+        ledger.resolve_by_hand(t.id, id2, by_hand(None)).await,
+        Err(LedgerError::Invalid(_))
+    ));
+    assert!(matches!(
+        ledger.resolve_by_hand(t.id, id2, by_hand(Some("  "))).await,
+        Err(LedgerError::Invalid(_))
+    ));
+    assert!(matches!(
+        ledger
+            .resolve_by_hand(t.id, id, by_hand(Some("checked")))
+            .await,
+        Err(LedgerError::Conflict(_))
+    ));
+    let r2 = ledger
+        .resolve_by_hand(t.id, id2, by_hand(Some("refunded in the dashboard")))
+        .await
+        .unwrap();
+    assert_eq!(r2.author, "alice");
+    assert_eq!(r2.note.as_deref(), Some("refunded in the dashboard"));
+    assert_eq!(r2.evidence, serde_json::json!({ "seen": [] }));
+    // indeterminate never resolves, unknown words are refused
+    assert!(matches!(
+        ledger
+            .record_attempt(t.id, id2, "w1", attempt("indeterminate", now, now, true))
+            .await,
+        Err(LedgerError::Invalid(_))
+    ));
+    assert!(matches!(
+        ledger
+            .record_attempt(t.id, id2, "w1", attempt("maybe", now, now, false))
+            .await,
+        Err(LedgerError::Invalid(_))
+    ));
+    // another tenant cannot resolve it
+    let other = ledger.create_tenant("other").await.unwrap();
+    assert!(matches!(
+        ledger
+            .resolve_by_hand(other.id, id2, by_hand(Some("x")))
+            .await,
+        Err(LedgerError::NotFound(_) | LedgerError::Conflict(_))
+    ));
+}
+
+async fn story_rc_providers(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let p = ledger
+        .add_provider(
+            t.id,
+            reckon_ledger::NewProvider {
+                name: "stripe-live".into(),
+                kind: "stripe".into(),
+                secret: Some(SecretString::from("rk_live_canary123".to_owned())),
+                settings: serde_json::json!({ "mode": "live" }),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(p.has_secret);
+    assert_eq!(p.settings["mode"], "live");
+    let cells = raw.cells("provider").await;
+    assert!(
+        cells
+            .iter()
+            .all(|(_, v)| !String::from_utf8_lossy(v).contains("canary123")),
+        "the secret is stored only sealed"
+    );
+    assert_eq!(
+        ledger
+            .provider_secret(t.id, &p)
+            .await
+            .unwrap()
+            .unwrap()
+            .expose_secret(),
+        "rk_live_canary123"
+    );
+    assert!(matches!(
+        ledger
+            .add_provider(
+                t.id,
+                reckon_ledger::NewProvider {
+                    name: "stripe-live".into(),
+                    kind: "stripe".into(),
+                    secret: None,
+                    settings: serde_json::json!({}),
+                },
+            )
+            .await,
+        Err(LedgerError::Conflict(_))
+    ));
+    let r = ledger
+        .set_route(t.id, "shop", "charge", Some("stripe-live"))
+        .await
+        .unwrap();
+    assert_eq!(r.provider_id, Some(p.id));
+    ledger
+        .set_route(t.id, "shop", "send_receipt", None)
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("stripe-live"))
+        .await
+        .unwrap();
+    let routes = ledger.list_routes(t.id).await.unwrap();
+    assert_eq!(routes.len(), 2, "setting a route again replaces it");
+    assert!(
+        ledger
+            .set_route(t.id, "shop", "Bad Op", None)
+            .await
+            .is_err()
+    );
+    assert!(
+        ledger
+            .set_route(t.id, "nope", "charge", None)
+            .await
+            .is_err()
+    );
+
+    let other = ledger.create_tenant("other").await.unwrap();
+    assert!(ledger.list_providers(other.id).await.unwrap().is_empty());
+    assert!(
+        ledger
+            .provider_by_name(other.id, "stripe-live")
+            .await
+            .is_err()
+    );
+    assert!(ledger.provider_by_id(other.id, p.id).await.is_err());
+    assert!(ledger.list_routes(other.id).await.unwrap().is_empty());
+    assert!(
+        ledger
+            .set_route(other.id, "shop", "charge", None)
+            .await
+            .is_err()
+    );
+
+    // bulk re-lookup: indeterminate effects of the provider in a time range become due now
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![rec("charge:v1:o9", State::Unknown, now - 100.0)]),
+        )
+        .await
+        .unwrap();
+    let c = ledger.claim_due(t.id, "w", now, 30.0, 10).await.unwrap();
+    let id = c[0].effect.id;
+    let mut a = attempt("indeterminate", now, now + 9999.0, false);
+    a.provider_id = Some(p.id);
+    a.needs_attention = true;
+    ledger.record_attempt(t.id, id, "w", a).await.unwrap();
+    assert!(
+        ledger
+            .claim_due(t.id, "w", now + 1.0, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ledger
+            .requeue_indeterminate(other.id, p.id, 0.0, now, now)
+            .await
+            .unwrap(),
+        0,
+        "not another tenant's"
+    );
+    assert_eq!(
+        ledger
+            .requeue_indeterminate(t.id, p.id, now + 10.0, now + 20.0, now)
+            .await
+            .unwrap(),
+        0,
+        "outside the range"
+    );
+    assert_eq!(
+        ledger
+            .requeue_indeterminate(t.id, p.id, 0.0, now, now)
+            .await
+            .unwrap(),
+        1
+    );
+    let st = ledger
+        .reconcile_view(t.id, id)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert!(!st.needs_attention);
+    assert_eq!(
+        ledger
+            .claim_due(t.id, "w", now + 1.0, 30.0, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }

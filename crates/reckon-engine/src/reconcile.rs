@@ -1,0 +1,353 @@
+//! The reconciler as a step function: [`reconcile_next`] claims due unresolved effects of
+//! one tenant with a lease, looks each up with its routed provider, classifies the answer
+//! (`reckon_providers::classify`, the one judgement), records the attempt with its
+//! evidence, resolves when the outcome is conclusive, and releases the lease, all through
+//! the ledger. The scheduler, `reckon reconcile` and the API call it; so do tests.
+
+use futures::StreamExt;
+use reckon_ledger::{
+    Claim, Effect, Ledger, LedgerError, NewAttempt, Provider as ProviderRow, Route, TenantId,
+};
+use reckon_providers::{
+    Classification, GetClient, LookupQuery, Outcome, Provider, RetryAdvice, build_provider,
+    classify, provider_key,
+};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub struct ReconcileOptions {
+    /// Who holds the leases (one per process).
+    pub owner: String,
+    pub lease_secs: f64,
+    /// Effects claimed per step.
+    pub batch: i64,
+    /// Lookups in flight at once (the per-account budget still applies).
+    pub concurrency: usize,
+    /// Backoff after an indeterminate outcome: base * 2^attempts, capped, jittered.
+    pub backoff_base_secs: f64,
+    pub backoff_cap_secs: f64,
+    /// After this many indeterminate attempts the effect needs attention (and stays
+    /// unresolved, still re-checked at the cap).
+    pub max_attempts: i64,
+    /// Re-check interval for applied objects in non-final states.
+    pub non_final_recheck_secs: f64,
+    /// Look again for a route this long after "no provider".
+    pub no_route_recheck_secs: f64,
+}
+
+impl Default for ReconcileOptions {
+    fn default() -> Self {
+        ReconcileOptions {
+            owner: format!("reckon-{}-{}", std::process::id(), rand::random::<u32>()),
+            lease_secs: 120.0,
+            batch: 32,
+            concurrency: 8,
+            backoff_base_secs: 30.0,
+            backoff_cap_secs: 6.0 * 3600.0,
+            max_attempts: 8,
+            non_final_recheck_secs: 900.0,
+            no_route_recheck_secs: 600.0,
+        }
+    }
+}
+
+pub struct ReconcileCtx {
+    pub ledger: Arc<dyn Ledger>,
+    pub client: GetClient,
+    pub options: ReconcileOptions,
+}
+
+impl ReconcileCtx {
+    pub fn new(ledger: Arc<dyn Ledger>) -> ReconcileCtx {
+        ReconcileCtx {
+            ledger,
+            client: GetClient::shared(),
+            options: ReconcileOptions::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EffectOutcome {
+    pub effect_id: i64,
+    pub source: String,
+    pub key: String,
+    pub provider: Option<String>,
+    /// `applied` | `not_applied` | `duplicate` | `indeterminate`, or `no_provider`.
+    pub outcome: String,
+    pub reason: String,
+    pub resolved: bool,
+    pub needs_attention: bool,
+    pub next_attempt_at: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Step {
+    Done(Vec<EffectOutcome>),
+    Empty,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// Where a counter of outcomes would be incremented (the metrics work defines it); the
+/// ledger's attempt rows are the durable record.
+fn observe_outcome(_tenant: TenantId, _provider: Option<&str>, _outcome: &str) {}
+
+/// One step: claim, look up, classify, record, release. `Empty` when nothing is due.
+pub async fn reconcile_next(ctx: &ReconcileCtx, tenant: TenantId) -> Result<Step, ReconcileError> {
+    let now = reckon_domain::time::now();
+    let o = &ctx.options;
+    let claims = ctx
+        .ledger
+        .claim_due(tenant, &o.owner, now, o.lease_secs, o.batch)
+        .await?;
+    if claims.is_empty() {
+        return Ok(Step::Empty);
+    }
+    let routing = Routing::load(ctx, tenant).await?;
+    let results: Vec<Result<EffectOutcome, ReconcileError>> = futures::stream::iter(claims)
+        .map(|c| process(ctx, tenant, &routing, c))
+        .buffer_unordered(o.concurrency.max(1))
+        .collect()
+        .await;
+    results
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map(Step::Done)
+}
+
+/// Reconcile one effect now (the API's and CLI's one-off), whatever its schedule.
+pub async fn reconcile_one(
+    ctx: &ReconcileCtx,
+    tenant: TenantId,
+    effect_id: i64,
+) -> Result<Option<EffectOutcome>, ReconcileError> {
+    let now = reckon_domain::time::now();
+    let o = &ctx.options;
+    let Some(claim) = ctx
+        .ledger
+        .claim_effect(tenant, effect_id, &o.owner, now, o.lease_secs)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let routing = Routing::load(ctx, tenant).await?;
+    process(ctx, tenant, &routing, claim).await.map(Some)
+}
+
+/// Run steps until nothing is due; returns every outcome.
+pub async fn reconcile_all(
+    ctx: &ReconcileCtx,
+    tenant: TenantId,
+) -> Result<Vec<EffectOutcome>, ReconcileError> {
+    let mut all = Vec::new();
+    while let Step::Done(mut v) = reconcile_next(ctx, tenant).await? {
+        all.append(&mut v);
+    }
+    Ok(all)
+}
+
+/// A built adapter, or why it could not be built (bad settings, missing secret): an effect
+/// routed to it is deferred with that reason rather than failing the whole batch.
+type BuiltProvider = Result<Arc<dyn Provider>, String>;
+
+struct Routing {
+    routes: Vec<Route>,
+    providers: HashMap<i64, (ProviderRow, BuiltProvider)>,
+}
+
+impl Routing {
+    async fn load(ctx: &ReconcileCtx, tenant: TenantId) -> Result<Routing, ReconcileError> {
+        let routes = ctx.ledger.list_routes(tenant).await?;
+        let mut providers = HashMap::new();
+        for p in ctx.ledger.list_providers(tenant).await? {
+            let secret = ctx.ledger.provider_secret(tenant, &p).await?;
+            let built = build_provider(&p.kind, &p.settings, secret, ctx.client.clone())
+                .map_err(|e| e.to_string());
+            providers.insert(p.id, (p, built));
+        }
+        Ok(Routing { routes, providers })
+    }
+
+    /// The route of an effect: its operation's own, else the source's `*`.
+    fn route(&self, e: &Effect) -> Option<&Route> {
+        let op = e.operation.as_deref();
+        self.routes
+            .iter()
+            .find(|r| r.source == e.source && Some(r.operation.as_str()) == op)
+            .or_else(|| {
+                self.routes
+                    .iter()
+                    .find(|r| r.source == e.source && r.operation == "*")
+            })
+    }
+}
+
+fn jitter() -> f64 {
+    0.5 + rand::random::<f64>() * 0.5
+}
+
+async fn process(
+    ctx: &ReconcileCtx,
+    tenant: TenantId,
+    routing: &Routing,
+    claim: Claim,
+) -> Result<EffectOutcome, ReconcileError> {
+    let o = &ctx.options;
+    let e = &claim.effect;
+    let mut out = EffectOutcome {
+        effect_id: e.id,
+        source: e.source.clone(),
+        key: e.key.clone(),
+        provider: None,
+        outcome: "no_provider".into(),
+        reason: String::new(),
+        resolved: false,
+        needs_attention: false,
+        next_attempt_at: None,
+    };
+    let route = routing.route(e);
+    let Some((row, adapter)) = route
+        .and_then(|r| r.provider_id)
+        .and_then(|id| routing.providers.get(&id))
+    else {
+        let next = reckon_domain::time::now() + o.no_route_recheck_secs;
+        out.reason = match route {
+            Some(_) => "no provider: routed to none".into(),
+            None => "no provider: no route for this operation".into(),
+        };
+        ctx.ledger
+            .defer(tenant, e.id, &claim.owner, next, &out.reason)
+            .await?;
+        out.next_attempt_at = Some(next);
+        return Ok(out);
+    };
+    out.provider = Some(row.name.clone());
+    let started = reckon_domain::time::now();
+    let (class, evidence) = match adapter {
+        Ok(p) => {
+            let q = LookupQuery {
+                key: provider_key(
+                    &row.settings,
+                    &e.key,
+                    e.operation.as_deref(),
+                    e.subject.as_deref(),
+                ),
+                created_at: e.created_at,
+                updated_at: e.updated_at,
+                expires_at: e.expires_at,
+                response_json: e.response_json.clone(),
+                now: started,
+            };
+            let report = p.lookup(&q).await;
+            let class = classify(&report, reckon_domain::time::now());
+            let evidence = serde_json::json!({ "classification": class, "report": report });
+            (Some(class), evidence)
+        }
+        Err(msg) => (None, serde_json::json!({ "configuration_error": msg })),
+    };
+    let finished = reckon_domain::time::now();
+    let attempts = claim.state.attempts + 1;
+    let (outcome, resolve, non_final, next, attention, error, method) = match &class {
+        Some(c) => decide(o, c, attempts, finished),
+        None => (
+            Outcome::Indeterminate,
+            false,
+            false,
+            finished + o.backoff_cap_secs,
+            true,
+            Some(format!("provider {:?} is misconfigured", row.name)),
+            None,
+        ),
+    };
+    out.outcome = outcome.as_str().to_owned();
+    out.reason = class
+        .as_ref()
+        .map(|c| c.reason.clone())
+        .unwrap_or_else(|| error.clone().unwrap_or_default());
+    let recorded = ctx
+        .ledger
+        .record_attempt(
+            tenant,
+            e.id,
+            &claim.owner,
+            NewAttempt {
+                provider_id: Some(row.id),
+                started_at: started,
+                finished_at: finished,
+                outcome: out.outcome.clone(),
+                method,
+                error,
+                evidence,
+                next_attempt_at: next,
+                non_final,
+                needs_attention: attention,
+                resolve,
+            },
+        )
+        .await?;
+    observe_outcome(tenant, Some(&row.name), &out.outcome);
+    out.resolved = recorded.resolution.is_some();
+    out.needs_attention = attention;
+    out.next_attempt_at = (!out.resolved).then_some(next);
+    Ok(out)
+}
+
+/// What to record for a classification: (outcome, resolve?, non_final, next attempt,
+/// needs attention, error, method).
+type Decision = (
+    Outcome,
+    bool,
+    bool,
+    f64,
+    bool,
+    Option<String>,
+    Option<String>,
+);
+
+fn decide(o: &ReconcileOptions, c: &Classification, attempts: i64, now: f64) -> Decision {
+    match c.outcome {
+        Outcome::Indeterminate => {
+            let factor = match c.retry {
+                RetryAdvice::Normal => 1.0,
+                RetryAdvice::Harder => 4.0,
+                RetryAdvice::DoNotRetry => f64::INFINITY,
+            };
+            let exp = o.backoff_base_secs * 2f64.powi((attempts - 1).clamp(0, 30) as i32) * factor;
+            let mut next = now + exp.min(o.backoff_cap_secs) * jitter();
+            if let Some(nb) = c.not_before {
+                // Too recent: come back when it is old enough, not later.
+                next = nb.max(now);
+            }
+            let attention = attempts >= o.max_attempts || c.retry == RetryAdvice::DoNotRetry;
+            (
+                Outcome::Indeterminate,
+                false,
+                false,
+                next,
+                attention,
+                Some(c.reason.clone()),
+                None,
+            )
+        }
+        outcome => {
+            // A non-final object is applied but re-checked before it becomes a resolution.
+            let resolve = !c.non_final;
+            (
+                outcome,
+                resolve,
+                c.non_final,
+                now + o.non_final_recheck_secs,
+                false,
+                None,
+                c.method.clone(),
+            )
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The reconciler end to end on a real SQLite ledger against the demo provider served on
+//! loopback (the `http` protocol): applied, duplicate, not_applied, a too-recent effect
+//! left indeterminate, and an operation routed to no provider.
+
+use reckon_domain::{SourceRecord, State, time};
+use reckon_engine::reconcile::{ReconcileCtx, reconcile_all};
+use reckon_ledger::{IngestBatch, Keyring, NewProvider, NewSource, Origin, SourceKind};
+use reckon_providers::demo::{DemoState, serve_loopback};
+use std::collections::HashMap;
+
+fn unknown(key: &str, updated_at: f64) -> SourceRecord {
+    SourceRecord {
+        key: key.to_owned(),
+        state: State::Unknown,
+        request_hash: "1:9f86d081884c7d65".to_owned(),
+        response: None,
+        attempts: 1,
+        created_at: updated_at - 1.0,
+        updated_at,
+        expires_at: None,
+    }
+}
+
+#[tokio::test]
+async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never_conclude() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
+    let ledger = reckon_ledger::connect(None, dir.path(), keyring)
+        .await
+        .unwrap();
+    let t = ledger.create_tenant("acme").await.unwrap();
+    let source = ledger
+        .add_source(
+            t.id,
+            NewSource {
+                name: "shop".into(),
+                kind: SourceKind::Push,
+                dsn: None,
+                dsn_display: None,
+                table_name: "justonce_keys".into(),
+                scan_interval_secs: 60,
+                abandoned_after_secs: 300.0,
+                overlap_secs: 5.0,
+                full_scan_every_secs: 3600,
+            },
+        )
+        .await
+        .unwrap();
+    let now = time::now();
+    let old = now - 3600.0;
+    ledger
+        .ingest(
+            t.id,
+            source.id,
+            IngestBatch {
+                origin: Origin::Push,
+                observed_at: now,
+                records: vec![
+                    unknown("charge:v1:o1", old),
+                    unknown("charge:v1:o2", old),
+                    unknown("charge:v1:o3", old),
+                    unknown("charge:v1:o4", now),
+                    unknown("send_receipt:v1:o5", old),
+                ],
+                rejected: vec![],
+                abandoned_after_secs: 300.0,
+                cursor: None,
+                lease: None,
+            },
+        )
+        .await
+        .unwrap();
+
+    let demo = DemoState::new();
+    demo.charge("charge:v1:o1", 1999, "eur", old);
+    demo.charge("charge:v1:o2", 500, "eur", old);
+    demo.charge("charge:v1:o2", 500, "eur", old + 2.0);
+    let (base, _server) = serve_loopback(demo).await.unwrap();
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "demo".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: serde_json::json!({ "base_url": base, "visibility_lag_secs": 30 }),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("demo"))
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "send_receipt", None)
+        .await
+        .unwrap();
+
+    let ctx = ReconcileCtx::new(ledger.clone());
+    let outcomes = reconcile_all(&ctx, t.id).await.unwrap();
+    let by_key: HashMap<&str, &reckon_engine::reconcile::EffectOutcome> =
+        outcomes.iter().map(|o| (o.key.as_str(), o)).collect();
+    assert_eq!(by_key.len(), 5, "{outcomes:#?}");
+    assert_eq!(by_key["charge:v1:o1"].outcome, "applied");
+    assert_eq!(by_key["charge:v1:o2"].outcome, "duplicate");
+    assert_eq!(by_key["charge:v1:o3"].outcome, "not_applied");
+    assert_eq!(
+        by_key["charge:v1:o4"].outcome, "indeterminate",
+        "too recent"
+    );
+    assert!(!by_key["charge:v1:o4"].resolved);
+    assert_eq!(by_key["send_receipt:v1:o5"].outcome, "no_provider");
+    assert!(by_key["send_receipt:v1:o5"].reason.contains("no provider"));
+    for k in ["charge:v1:o1", "charge:v1:o2", "charge:v1:o3"] {
+        assert!(by_key[k].resolved, "{k}");
+        let view = ledger
+            .reconcile_view(t.id, by_key[k].effect_id)
+            .await
+            .unwrap();
+        let r = view.resolution.expect("resolved");
+        assert_eq!(r.author, "reconciler");
+        assert_eq!(r.outcome, by_key[k].outcome);
+        assert!(r.evidence["classification"]["outcome"].is_string());
+    }
+    let o3 = ledger
+        .reconcile_view(t.id, by_key["charge:v1:o3"].effect_id)
+        .await
+        .unwrap();
+    let cert = &o3.resolution.unwrap().evidence["classification"]["certificate"];
+    assert_eq!(
+        cert["method"], "http.lookup",
+        "absence carries its certificate"
+    );
+    let o5 = ledger
+        .reconcile_view(t.id, by_key["send_receipt:v1:o5"].effect_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        o5.state.unwrap().last_error.as_deref(),
+        Some("no provider: routed to none")
+    );
+    assert!(o5.attempts.is_empty());
+
+    // Running again concludes nothing new and records no second resolution.
+    let again = reconcile_all(&ctx, t.id).await.unwrap();
+    assert!(again.is_empty(), "{again:#?}");
+}
+
+#[tokio::test]
+async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
+    let ledger = reckon_ledger::connect(None, dir.path(), keyring)
+        .await
+        .unwrap();
+    let t = ledger.create_tenant("acme").await.unwrap();
+    let source = ledger
+        .add_source(
+            t.id,
+            NewSource {
+                name: "shop".into(),
+                kind: SourceKind::Push,
+                dsn: None,
+                dsn_display: None,
+                table_name: "justonce_keys".into(),
+                scan_interval_secs: 60,
+                abandoned_after_secs: 300.0,
+                overlap_secs: 5.0,
+                full_scan_every_secs: 3600,
+            },
+        )
+        .await
+        .unwrap();
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            source.id,
+            IngestBatch {
+                origin: Origin::Push,
+                observed_at: now,
+                records: vec![unknown("charge:v1:o1", now - 3600.0)],
+                rejected: vec![],
+                abandoned_after_secs: 300.0,
+                cursor: None,
+                lease: None,
+            },
+        )
+        .await
+        .unwrap();
+    // A port nothing listens on: connection refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/", closed.local_addr().unwrap());
+    drop(closed);
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "down".into(),
+                kind: "http".into(),
+                secret: None,
+                settings: serde_json::json!({ "base_url": base }),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "*", Some("down"))
+        .await
+        .unwrap();
+    let ctx = ReconcileCtx::new(ledger.clone());
+    let out = reconcile_all(&ctx, t.id).await.unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].outcome, "indeterminate");
+    assert!(!out[0].resolved);
+    assert!(out[0].next_attempt_at.unwrap() > now, "backs off");
+    let view = ledger.reconcile_view(t.id, out[0].effect_id).await.unwrap();
+    assert!(view.resolution.is_none());
+    assert_eq!(view.attempts.len(), 1);
+    assert_eq!(view.attempts[0].outcome, "indeterminate");
+}

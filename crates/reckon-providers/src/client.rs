@@ -1,0 +1,184 @@
+//! The only HTTP type adapters have. It wraps one `reqwest::Client` and exposes GET and
+//! nothing else, so no code path of a reconciler can send a POST (a replayed POST is not a
+//! lookup: it may execute, see `stripe.md` section 1). Budgets are per provider account.
+
+use crate::{Fault, FaultKind};
+use governor::{DefaultDirectRateLimiter, Quota};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+#[derive(Clone)]
+pub struct GetClient {
+    inner: reqwest::Client,
+}
+
+impl std::fmt::Debug for GetClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GetClient")
+    }
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct GetResponse {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl GetResponse {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    }
+}
+
+impl GetClient {
+    /// The process's client (one connection pool for all lookups): 30 s per request.
+    pub fn shared() -> GetClient {
+        static CLIENT: OnceLock<GetClient> = OnceLock::new();
+        CLIENT
+            .get_or_init(|| GetClient::new(Duration::from_secs(30)))
+            .clone()
+    }
+
+    pub fn new(timeout: Duration) -> GetClient {
+        // rustls is built without a bundled provider (see Cargo.toml); ring is the one the
+        // rest of the process (sqlx) already uses. A second install is a harmless no-op.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let inner = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5).min(timeout))
+            .timeout(timeout)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .user_agent(concat!("reckon/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("a reqwest client with rustls and static settings builds");
+        GetClient { inner }
+    }
+
+    /// GET `url`. Transport failures become faults; the URL and headers are never part of
+    /// the fault (headers carry secrets).
+    pub async fn get(
+        &self,
+        url: &url::Url,
+        headers: &[(&str, &str)],
+    ) -> Result<GetResponse, Fault> {
+        let mut req = self.inner.get(url.clone());
+        for (k, v) in headers {
+            let mut value = reqwest::header::HeaderValue::from_str(v)
+                .map_err(|_| Fault::new(FaultKind::Config, format!("header {k} is not valid")))?;
+            value.set_sensitive(true);
+            req = req.header(*k, value);
+        }
+        let resp = req.send().await.map_err(transport)?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.map_err(|e| {
+            let mut f = transport(e);
+            if f.kind == FaultKind::Connection {
+                f.kind = FaultKind::Truncated;
+                f.detail = format!("the body was cut off: {}", f.detail);
+            }
+            f
+        })?;
+        Ok(GetResponse {
+            status,
+            headers,
+            body: body.to_vec(),
+        })
+    }
+}
+
+fn transport(e: reqwest::Error) -> Fault {
+    let e = e.without_url();
+    let kind = if e.is_timeout() {
+        FaultKind::Timeout
+    } else {
+        FaultKind::Connection
+    };
+    // The chain holds the useful part ("connection reset", "unexpected EOF").
+    let mut detail = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        detail.push_str(": ");
+        detail.push_str(&s.to_string());
+        src = s.source();
+    }
+    Fault::new(kind, detail)
+}
+
+/// A request budget per provider account, shared by every lookup of the process.
+/// `rate_per_sec <= 0` means no budget. Burst 1: requests are spaced, never bunched, so
+/// the rate never exceeds the budget in any window.
+pub fn budget(account_key: &str, rate_per_sec: f64) -> Option<Arc<DefaultDirectRateLimiter>> {
+    if rate_per_sec <= 0.0 || !rate_per_sec.is_finite() {
+        return None;
+    }
+    static BUDGETS: OnceLock<Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>> =
+        OnceLock::new();
+    let mut map = BUDGETS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let key = format!("{account_key}|{rate_per_sec}");
+    Some(
+        map.entry(key)
+            .or_insert_with(|| {
+                let period = Duration::from_secs_f64(1.0 / rate_per_sec);
+                let quota = Quota::with_period(period)
+                    .expect("a positive finite rate gives a non-zero period");
+                Arc::new(governor::RateLimiter::direct(quota))
+            })
+            .clone(),
+    )
+}
+
+/// The fault of a non-2xx answer, honouring Stripe's headers: `Stripe-Should-Retry`
+/// (the server's explicit advice) and `Stripe-Rate-Limited-Reason` (back off harder).
+pub(crate) fn status_fault(r: &GetResponse) -> Option<Fault> {
+    use crate::RetryAdvice;
+    if (200..300).contains(&r.status) {
+        return None;
+    }
+    let kind = match r.status {
+        401 | 403 => FaultKind::Auth,
+        404 => FaultKind::NotFound,
+        408 => FaultKind::Timeout,
+        429 => FaultKind::RateLimited,
+        500..=599 => FaultKind::ServerError,
+        _ => FaultKind::Unsupported,
+    };
+    // The provider's own error message helps the person who must fix a key or a setting;
+    // it never contains our secret.
+    let message = serde_json::from_slice::<serde_json::Value>(&r.body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let mut f = Fault::new(
+        kind,
+        format!("HTTP {} {}", r.status, message).trim().to_owned(),
+    );
+    f.http_status = Some(r.status);
+    if kind == FaultKind::RateLimited
+        && let Some(reason) = r.header("stripe-rate-limited-reason")
+    {
+        f.retry = RetryAdvice::Harder;
+        f.detail.push_str(&format!(" (rate limited: {reason})"));
+    }
+    match r.header("stripe-should-retry").as_deref() {
+        Some("false") => {
+            f.retry = RetryAdvice::DoNotRetry;
+            f.detail.push_str(" (Stripe-Should-Retry: false)");
+        }
+        Some("true") if f.retry == RetryAdvice::DoNotRetry => f.retry = RetryAdvice::Normal,
+        _ => {}
+    }
+    Some(f)
+}

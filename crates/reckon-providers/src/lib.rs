@@ -1,0 +1,215 @@
+//! Provider adapters: they ask a provider (Stripe, an in-house HTTP endpoint, the built-in
+//! demo) what happened to one effect, and report what they saw, step by step, without
+//! judging it. The judgement lives in one place, [`classify::classify`]: every path that
+//! is not a complete, successful answer is `indeterminate`.
+//!
+//! Adapters are read-only by construction: their only HTTP type, [`client::GetClient`],
+//! cannot send anything but a GET.
+
+pub mod classify;
+pub mod client;
+pub mod demo;
+pub mod http;
+pub mod settings;
+pub mod stripe;
+
+pub use classify::{Certificate, Classification, classify};
+pub use client::GetClient;
+pub use settings::{SettingsError, build_provider, provider_key};
+
+use serde::{Deserialize, Serialize};
+
+/// The four outcome words of PRODUCT.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Applied,
+    NotApplied,
+    Duplicate,
+    Indeterminate,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::NotApplied => "not_applied",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Indeterminate => "indeterminate",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        [
+            Outcome::Applied,
+            Outcome::NotApplied,
+            Outcome::Duplicate,
+            Outcome::Indeterminate,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
+/// One object the provider holds (a charge, a PaymentIntent, an in-house record).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProviderObject {
+    pub id: String,
+    /// `charge`, `payment_intent`, or `object` for the http protocol.
+    pub object: String,
+    pub status: Option<String>,
+    pub amount: Option<i64>,
+    pub currency: Option<String>,
+    pub created: Option<f64>,
+    /// Objects of one payment share a group (a charge belongs to its PaymentIntent), so a
+    /// PaymentIntent and its charge are one payment, not a duplicate.
+    pub group: String,
+    /// False for states that may still change (`processing`, `requires_capture`, ...).
+    pub final_state: bool,
+    /// False for failed or canceled objects: the call ran, but no money moved.
+    pub money_moved: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Consistency {
+    /// An ordinary read: what was written is visible (Stripe retrieve, list, events).
+    Strong,
+    /// An index that lags (Stripe search): a miss proves nothing.
+    Eventual,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    Timeout,
+    Connection,
+    ServerError,
+    RateLimited,
+    Auth,
+    NotFound,
+    Malformed,
+    Truncated,
+    Unsupported,
+    Config,
+}
+
+/// How hard to back off after a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryAdvice {
+    Normal,
+    /// Rate limited with a reason (`Stripe-Rate-Limited-Reason`): back off harder.
+    Harder,
+    /// The provider said not to retry (`Stripe-Should-Retry: false`), or the request
+    /// itself is wrong (auth, configuration): a person must look.
+    DoNotRetry,
+}
+
+/// Why a step did not give a complete, successful answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub detail: String,
+    pub retry: RetryAdvice,
+    pub http_status: Option<u16>,
+}
+
+impl Fault {
+    pub fn new(kind: FaultKind, detail: impl Into<String>) -> Fault {
+        let retry = match kind {
+            FaultKind::Auth | FaultKind::NotFound | FaultKind::Config | FaultKind::Unsupported => {
+                RetryAdvice::DoNotRetry
+            }
+            _ => RetryAdvice::Normal,
+        };
+        Fault {
+            kind,
+            detail: detail.into(),
+            retry,
+            http_status: None,
+        }
+    }
+}
+
+/// One method of the lookup ladder, as it went.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    /// e.g. `stripe.list.charges`, `http.lookup`.
+    pub method: String,
+    pub consistency: Consistency,
+    /// The created-time window this step covered; `None` = all time (a lookup by key).
+    pub window: Option<(f64, f64)>,
+    pub pages: u32,
+    /// Every page of the window was read, to the provider's own end marker.
+    pub complete: bool,
+    pub request_ids: Vec<String>,
+    pub objects: Vec<ProviderObject>,
+    pub fault: Option<Fault>,
+    /// Whether a complete miss of this method can ever prove absence (search: never; events:
+    /// only when the guarded call's event types are configured).
+    pub proves_absence: bool,
+}
+
+impl Step {
+    pub fn new(method: &str, consistency: Consistency, window: Option<(f64, f64)>) -> Step {
+        Step {
+            method: method.to_owned(),
+            consistency,
+            window,
+            pages: 0,
+            complete: false,
+            request_ids: Vec::new(),
+            objects: Vec::new(),
+            fault: None,
+            proves_absence: consistency == Consistency::Strong,
+        }
+    }
+}
+
+/// Everything an adapter saw for one effect. Facts only; [`classify`] judges.
+#[derive(Debug, Clone, Serialize)]
+pub struct LookupReport {
+    pub provider_kind: String,
+    /// The key as the application sent it to the provider (after the key template).
+    pub provider_key: String,
+    pub account: Option<String>,
+    pub mode: Option<String>,
+    /// The answers came from the configured account and mode (key prefix and objects'
+    /// `livemode` agree with the settings).
+    pub account_verified: bool,
+    /// The window in which the guarded call could have created something.
+    pub effect_window: (f64, f64),
+    pub visibility_lag_secs: f64,
+    pub steps: Vec<Step>,
+    pub checked_at: f64,
+}
+
+/// What an adapter is asked about one effect.
+#[derive(Debug, Clone)]
+pub struct LookupQuery {
+    /// The key as sent to the provider (see [`provider_key`]).
+    pub key: String,
+    pub created_at: f64,
+    pub updated_at: f64,
+    pub expires_at: Option<f64>,
+    /// The response the source recorded, if any (may carry a provider object id).
+    pub response_json: Option<String>,
+    pub now: f64,
+}
+
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    fn kind(&self) -> &'static str;
+    /// How long after creation the provider keeps an idempotency key (Stripe: 24 h), after
+    /// which an application retry with the same key executes again.
+    fn replay_window_secs(&self) -> Option<f64>;
+    async fn lookup(&self, q: &LookupQuery) -> LookupReport;
+}
+
+pub fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
