@@ -67,9 +67,8 @@ pub struct MetricsSnapshot {
     pub unresolved: Vec<UnresolvedGroup>,
     pub sources: Vec<SourceHealth>,
     pub quarantine: Vec<QuarantineGroup>,
-    // HOOK(recon): effects the reconciler has parked as needing a person ("needs attention")
-    // join here once the reconciler's tables exist (branch `recon`, migration 0003); until
-    // then nothing is parked and the metric `reckon_needs_attention_effects` has no series.
+    /// Unresolved effects the reconciler has parked as needing a person (bounded attempts
+    /// spent, or a provider that said not to retry), by source and operation.
     pub needs_attention: Vec<NeedsAttentionGroup>,
 }
 
@@ -96,6 +95,7 @@ FROM (SELECT e.tenant_id, e.source_id, e.operation, \
       WHERE (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
         AND (e.state = 'unknown' OR e.abandoned_at <= $1) \
         AND ($3 = 0 OR e.tenant_id = $3) \
+        AND NOT EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id) \
       GROUP BY e.tenant_id, e.source_id, e.operation) g \
 JOIN source s ON s.id = g.source_id \
 JOIN tenant t ON t.id = g.tenant_id";
@@ -115,6 +115,18 @@ FROM (SELECT q.tenant_id, q.source_id, q.reason, COUNT(*) AS n FROM quarantine q
 JOIN source s ON s.id = g.source_id \
 JOIN tenant t ON t.id = g.tenant_id";
 
+/// `$1` tenant id or 0. Served by the partial index `reconcile_state_attention`
+/// (migration 0010): O(parked effects), never O(effects). A resolved effect needs nobody.
+pub(crate) const NEEDS_ATTENTION_SQL: &str = "\
+SELECT t.slug AS tenant, s.name AS source, g.operation, g.n \
+FROM (SELECT e.tenant_id, e.source_id, e.operation, COUNT(*) AS n \
+      FROM reconcile_state r JOIN effect e ON e.id = r.effect_id \
+      WHERE r.needs_attention AND ($1 = 0 OR r.tenant_id = $1) \
+        AND NOT EXISTS (SELECT 1 FROM resolution x WHERE x.effect_id = r.effect_id) \
+      GROUP BY e.tenant_id, e.source_id, e.operation) g \
+JOIN source s ON s.id = g.source_id \
+JOIN tenant t ON t.id = g.tenant_id";
+
 pub(crate) fn tenant_param(q: &MetricsQuery) -> i64 {
     q.tenant.map_or(0, |t| t.0)
 }
@@ -124,6 +136,7 @@ pub(crate) fn map_rows<R: sqlx::Row>(
     unresolved: &[R],
     sources: &[R],
     quarantine: &[R],
+    needs_attention: &[R],
 ) -> Result<MetricsSnapshot, sqlx::Error>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
@@ -172,6 +185,16 @@ where
                 })
             })
             .collect::<Result<_, sqlx::Error>>()?,
-        needs_attention: Vec::new(),
+        needs_attention: needs_attention
+            .iter()
+            .map(|r| {
+                Ok(NeedsAttentionGroup {
+                    tenant: r.try_get("tenant")?,
+                    source: r.try_get("source")?,
+                    operation: r.try_get("operation")?,
+                    count: r.try_get("n")?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()?,
     })
 }

@@ -824,21 +824,23 @@ where
         qb.push(" AND e.updated_at >= ").push_bind(since);
     }
     match q.unresolved {
+        // Unresolved: nobody knows the outcome. An effect reckon (or a person) resolved is
+        // known, whatever its source row still says.
         Some(true) => {
             qb.push(
                 " AND (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL \
                  AND e.abandoned_at <= ",
             )
             .push_bind(q.now)
-            .push("))");
+            .push(")) AND NOT EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id)");
         }
         Some(false) => {
             qb.push(
-                " AND NOT (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL \
+                " AND (NOT (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL \
                  AND e.abandoned_at IS NOT NULL AND e.abandoned_at <= ",
             )
             .push_bind(q.now)
-            .push("))");
+            .push(")) OR EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id))");
         }
         None => {}
     }

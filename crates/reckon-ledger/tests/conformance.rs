@@ -1804,18 +1804,25 @@ async fn story_rc_claims(ledger: Arc<dyn Ledger>) {
         .await
         .unwrap();
     assert_eq!(b.len(), 1);
-    // worker-a comes back late: its attempt is kept as evidence but does not move the schedule
-    ledger
+    // worker-a comes back late (paused past its lease): it writes nothing at all
+    let late = ledger
         .record_attempt(
             t.id,
             id,
             "worker-a",
-            attempt("indeterminate", now + 32.0, now + 32.0, false),
+            attempt("applied", now + 32.0, now + 32.0, true),
         )
-        .await
-        .unwrap();
+        .await;
+    assert!(
+        matches!(late, Err(LedgerError::LeaseLost(_))),
+        "a late worker's write was not refused: {late:?}"
+    );
     let view = ledger.reconcile_view(t.id, id).await.unwrap();
-    assert_eq!(view.attempts.len(), 1);
+    assert!(view.attempts.is_empty(), "the late worker left an attempt");
+    assert!(
+        view.resolution.is_none(),
+        "the late worker resolved the effect"
+    );
     let st = view.state.unwrap();
     assert_eq!(st.attempts, 0, "the stale worker did not count");
     assert_eq!(st.lease_owner.as_deref(), Some("worker-b"));
@@ -1928,7 +1935,7 @@ async fn story_rc_resolution_unique(ledger: Arc<dyn Ledger>) {
         ("applied", "reconciler")
     );
     assert_eq!(r1.attempt_id, Some(first.attempt_id));
-    // a crash after the lookup and a retry: the second record finds the first resolution
+    // a worker without the lease (a stale retry after a crash) writes nothing
     let again = ledger
         .record_attempt(
             t.id,
@@ -1936,16 +1943,10 @@ async fn story_rc_resolution_unique(ledger: Arc<dyn Ledger>) {
             "w2",
             attempt("duplicate", now + 1.0, now + 60.0, true),
         )
-        .await
-        .unwrap();
-    assert!(!again.resolved_now, "never a second resolution");
-    assert_eq!(again.resolution.unwrap().id, r1.id);
+        .await;
+    assert!(matches!(again, Err(LedgerError::LeaseLost(_))), "{again:?}");
     let view = ledger.reconcile_view(t.id, id).await.unwrap();
-    assert_eq!(
-        view.attempts.len(),
-        2,
-        "both attempts are kept (append-only)"
-    );
+    assert_eq!(view.attempts.len(), 1, "the refused write left nothing");
     assert_eq!(view.resolution.unwrap().outcome, "applied");
     // a resolved effect is never claimed again
     let later = ledger
@@ -1981,6 +1982,21 @@ async fn story_rc_resolution_unique(ledger: Arc<dyn Ledger>) {
     assert_eq!(r2.author, "alice");
     assert_eq!(r2.note.as_deref(), Some("refunded in the dashboard"));
     assert_eq!(r2.evidence, serde_json::json!({ "seen": [] }));
+    // w1 had claimed id2, but its lease expired and w3 took id2 over (the claim 1e4 s
+    // later, above); w1 comes back late with a conclusive answer, after the person
+    // resolved it: it writes nothing (no attempt, never a second resolution)
+    let raced = ledger
+        .record_attempt(
+            t.id,
+            id2,
+            "w1",
+            attempt("applied", now + 2.0, now + 60.0, true),
+        )
+        .await;
+    assert!(matches!(raced, Err(LedgerError::LeaseLost(_))), "{raced:?}");
+    let view2 = ledger.reconcile_view(t.id, id2).await.unwrap();
+    assert_eq!(view2.resolution.unwrap().id, r2.id);
+    assert!(view2.attempts.is_empty());
     // indeterminate never resolves, unknown words are refused
     assert!(matches!(
         ledger

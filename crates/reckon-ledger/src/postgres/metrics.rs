@@ -2,8 +2,8 @@
 
 use super::PgLedger;
 use crate::metrics::{
-    MetricsQuery, MetricsSnapshot, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL, map_rows,
-    tenant_param,
+    MetricsQuery, MetricsSnapshot, NEEDS_ATTENTION_SQL, QUARANTINE_SQL, SOURCES_SQL,
+    UNRESOLVED_SQL, map_rows, tenant_param,
 };
 use crate::{Ledger, Result};
 
@@ -45,7 +45,7 @@ impl PgLedger {
     async fn metrics_snapshot_tenant(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
         let tenant = tenant_param(&q);
         let scoped = q.tenant.expect("a tenant-scoped snapshot");
-        // One read transaction, so the three answers describe the same moment.
+        // One read transaction, so the answers describe the same moment.
         // The isolation level must be set before any other statement, the tenant right after.
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -70,7 +70,11 @@ impl PgLedger {
             .bind(tenant)
             .fetch_all(&mut *tx)
             .await?;
+        let attention = sqlx::query(NEEDS_ATTENTION_SQL)
+            .bind(tenant)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
-        Ok(map_rows(&unresolved, &sources, &quarantine)?)
+        Ok(map_rows(&unresolved, &sources, &quarantine, &attention)?)
     }
 }

@@ -184,6 +184,11 @@ impl PgLedger {
     }
 
     /// Take the lease of `effect_id` if it is free; the claim, or `None`.
+    /// Take (or create) the effect's lease. The conditions are checked again on the
+    /// state row as it is when locked, not as the caller's earlier read saw it: between
+    /// a claim's SELECT and this upsert another worker may have recorded a resolution and
+    /// released its lease (PostgreSQL: the SELECT's `FOR UPDATE OF e` does not wait for
+    /// that), and a resolved or not-yet-due effect must not be leased again.
     async fn lease(
         tx: &mut Conn,
         tenant: TenantId,
@@ -191,14 +196,22 @@ impl PgLedger {
         owner: &str,
         now: f64,
         lease_secs: f64,
+        due_only: bool,
     ) -> Result<Option<Claim>> {
         let until = now + lease_secs;
+        let due = if due_only {
+            "AND reconcile_state.next_attempt_at <= $5 "
+        } else {
+            ""
+        };
         let Some(row) = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO reconcile_state (effect_id, tenant_id, lease_owner, lease_until, \
              next_attempt_at) VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (effect_id) DO UPDATE SET lease_owner = excluded.lease_owner, \
              lease_until = excluded.lease_until \
-             WHERE reconcile_state.lease_until IS NULL OR reconcile_state.lease_until <= $5 \
+             WHERE (reconcile_state.lease_until IS NULL OR reconcile_state.lease_until <= $5) \
+             {due}AND NOT EXISTS (SELECT 1 FROM resolution z \
+                                  WHERE z.effect_id = reconcile_state.effect_id) \
              RETURNING {STATE_COLUMNS}"
         )))
         .bind(effect_id)
@@ -252,7 +265,7 @@ impl PgLedger {
         .await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(c) = Self::lease(&mut tx, tenant, id, owner, now, lease_secs).await? {
+            if let Some(c) = Self::lease(&mut tx, tenant, id, owner, now, lease_secs, true).await? {
                 out.push(c);
             }
         }
@@ -280,7 +293,7 @@ impl PgLedger {
         if open.is_none() {
             return Ok(None);
         }
-        let c = Self::lease(&mut tx, tenant, effect_id, owner, now, lease_secs).await?;
+        let c = Self::lease(&mut tx, tenant, effect_id, owner, now, lease_secs, false).await?;
         tx.commit().await?;
         Ok(c)
     }
@@ -324,25 +337,10 @@ impl PgLedger {
             ));
         }
         let mut tx = self.begin_for(tenant).await?;
-        let attempt_id: i64 = sqlx::query_scalar(
-            "INSERT INTO reconcile_attempt (tenant_id, effect_id, provider_id, started_at, \
-             finished_at, outcome, method, error, evidence) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
-        )
-        .bind(tenant.0)
-        .bind(effect_id)
-        .bind(a.provider_id)
-        .bind(a.started_at)
-        .bind(a.finished_at)
-        .bind(&a.outcome)
-        .bind(&a.method)
-        .bind(&a.error)
-        .bind(a.evidence.to_string())
-        .fetch_one(&mut *tx)
-        .await?;
-        // Only the lease holder moves the schedule; a worker whose lease expired still
-        // leaves its attempt (evidence is never thrown away).
-        sqlx::query(
+        // Fenced: only the lease holder writes. A worker paused past its lease whose effect
+        // another worker has claimed since writes nothing at all (no attempt, no schedule,
+        // no resolution); the new owner looks again.
+        let fenced = sqlx::query(
             "UPDATE reconcile_state SET attempts = attempts + 1, last_attempt_at = $1, \
              last_outcome = $2, last_error = $3, provider_id = $4, non_final = $5, \
              needs_attention = $6, next_attempt_at = $7, lease_owner = NULL, lease_until = NULL \
@@ -359,6 +357,27 @@ impl PgLedger {
         .bind(effect_id)
         .bind(owner)
         .execute(&mut *tx)
+        .await?;
+        if fenced.rows_affected() == 0 {
+            return Err(LedgerError::LeaseLost(format!(
+                "reconcile of effect {effect_id} by {owner}"
+            )));
+        }
+        let attempt_id: i64 = sqlx::query_scalar(
+            "INSERT INTO reconcile_attempt (tenant_id, effect_id, provider_id, started_at, \
+             finished_at, outcome, method, error, evidence) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        )
+        .bind(tenant.0)
+        .bind(effect_id)
+        .bind(a.provider_id)
+        .bind(a.started_at)
+        .bind(a.finished_at)
+        .bind(&a.outcome)
+        .bind(&a.method)
+        .bind(&a.error)
+        .bind(a.evidence.to_string())
+        .fetch_one(&mut *tx)
         .await?;
         let mut resolved_now = false;
         if a.resolve {

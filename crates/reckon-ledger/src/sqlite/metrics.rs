@@ -3,14 +3,14 @@
 use super::SqliteLedger;
 use crate::Result;
 use crate::metrics::{
-    MetricsQuery, MetricsSnapshot, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL, map_rows,
-    tenant_param,
+    MetricsQuery, MetricsSnapshot, NEEDS_ATTENTION_SQL, QUARANTINE_SQL, SOURCES_SQL,
+    UNRESOLVED_SQL, map_rows, tenant_param,
 };
 
 impl SqliteLedger {
     pub(crate) async fn metrics_snapshot_sqlite(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
         let tenant = tenant_param(&q);
-        // One read transaction, so the three answers describe the same moment.
+        // One read transaction, so the answers describe the same moment.
         let mut tx = self.pool.begin().await?;
         let unresolved = sqlx::query(UNRESOLVED_SQL)
             .bind(q.now)
@@ -26,7 +26,11 @@ impl SqliteLedger {
             .bind(tenant)
             .fetch_all(&mut *tx)
             .await?;
+        let attention = sqlx::query(NEEDS_ATTENTION_SQL)
+            .bind(tenant)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
-        Ok(map_rows(&unresolved, &sources, &quarantine)?)
+        Ok(map_rows(&unresolved, &sources, &quarantine, &attention)?)
     }
 }
