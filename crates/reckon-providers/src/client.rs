@@ -11,6 +11,16 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct GetClient {
     inner: reqwest::Client,
+    /// Where each request's duration and status are counted, with the provider's labels
+    /// (`provider_kind`, `provider`). Set per provider by [`GetClient::observed`].
+    observer: Option<Observer>,
+}
+
+#[derive(Clone)]
+struct Observer {
+    metrics: reckon_metrics::Metrics,
+    kind: String,
+    provider: String,
 }
 
 impl std::fmt::Debug for GetClient {
@@ -56,7 +66,23 @@ impl GetClient {
             .user_agent(concat!("reckon/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("a reqwest client with rustls and static settings builds");
-        GetClient { inner }
+        GetClient {
+            inner,
+            observer: None,
+        }
+    }
+
+    /// The same client (same pool), counting every request in `metrics` under this
+    /// provider's labels (`reckon_provider_request_duration_seconds`).
+    pub fn observed(&self, metrics: reckon_metrics::Metrics, kind: &str, provider: &str) -> Self {
+        GetClient {
+            inner: self.inner.clone(),
+            observer: Some(Observer {
+                metrics,
+                kind: kind.to_owned(),
+                provider: provider.to_owned(),
+            }),
+        }
     }
 
     /// GET `url`. Transport failures become faults; the URL and headers are never part of
@@ -66,6 +92,20 @@ impl GetClient {
         url: &url::Url,
         headers: &[(&str, &str)],
     ) -> Result<GetResponse, Fault> {
+        let started = std::time::Instant::now();
+        let result = self.send(url, headers).await;
+        if let Some(o) = &self.observer {
+            o.metrics.record_provider_request(
+                &o.kind,
+                &o.provider,
+                status_of(&result),
+                started.elapsed(),
+            );
+        }
+        result
+    }
+
+    async fn send(&self, url: &url::Url, headers: &[(&str, &str)]) -> Result<GetResponse, Fault> {
         let mut req = self.inner.get(url.clone());
         for (k, v) in headers {
             let mut value = reqwest::header::HeaderValue::from_str(v)
@@ -89,6 +129,27 @@ impl GetClient {
             headers,
             body: body.to_vec(),
         })
+    }
+}
+
+/// The bounded status label of one request (a 2xx whose body turns out malformed is
+/// still `ok` here: the transport worked; the adapter's step records the rest).
+fn status_of(r: &Result<GetResponse, Fault>) -> reckon_metrics::ProviderStatus {
+    use reckon_metrics::ProviderStatus as S;
+    match r {
+        Ok(resp) => match resp.status {
+            200..=299 => S::Ok,
+            404 => S::NotFound,
+            429 => S::RateLimited,
+            408 => S::Timeout,
+            400..=499 => S::ClientError,
+            _ => S::ServerError,
+        },
+        Err(f) => match f.kind {
+            FaultKind::Timeout => S::Timeout,
+            FaultKind::Config => S::ClientError,
+            _ => S::Transport,
+        },
     }
 }
 

@@ -27,6 +27,8 @@ pub struct DemoState {
     charges: Arc<Mutex<BTreeMap<String, Vec<DemoCharge>>>>,
     /// Simulated answer time, for benchmarks.
     pub delay: Option<Duration>,
+    /// Lookups answered, so tests and benchmarks can count the provider's side.
+    lookups: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl DemoState {
@@ -39,6 +41,11 @@ impl DemoState {
             delay: Some(delay),
             ..DemoState::default()
         }
+    }
+
+    /// How many lookups this provider has answered.
+    pub fn lookups(&self) -> u64 {
+        self.lookups.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Record a charge made with `key`.
@@ -78,6 +85,7 @@ async fn lookup(State(s): State<DemoState>, Query(q): Query<KeyQuery>) -> Json<V
     if let Some(d) = s.delay {
         tokio::time::sleep(d).await;
     }
+    s.lookups.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let map = s.charges.lock().unwrap_or_else(|p| p.into_inner());
     let objects: Vec<Value> = map.get(&q.key).into_iter().flatten().map(wire).collect();
     Json(json!({ "found": !objects.is_empty(), "complete": true, "objects": objects }))

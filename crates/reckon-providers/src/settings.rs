@@ -190,3 +190,13 @@ pub fn provider_key(
         .replace("{operation}", operation.unwrap_or(""))
         .replace("{subject}", subject.unwrap_or(""))
 }
+
+/// How long the provider keeps an idempotency key, from a provider row's kind and settings
+/// alone (no secret needed): Stripe's documented 24 hours, or an http/demo provider's
+/// `replay_window_secs`. `None`: the provider does not say.
+pub fn replay_window_secs(kind: &str, settings: &serde_json::Value) -> Option<f64> {
+    match kind {
+        "stripe" => Some(crate::stripe::REPLAY_WINDOW_SECS),
+        _ => parse(settings).ok()?.replay_window_secs,
+    }
+}

@@ -261,6 +261,35 @@ impl EgressPolicy {
         }
     }
 
+    /// May a provider lookup go to `url`? Tenants name their providers' base URLs, so a
+    /// URL is hostile input like a DSN: no loopback, private or link-local address unless
+    /// the operator allows it. Checked before every reconcile step (a name that re-resolves
+    /// elsewhere is caught at the next step, not mid-step).
+    pub async fn check_url(&self, url: &url::Url) -> Result<(), EgressError> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(EgressError("a provider URL must be http or https".into()));
+        }
+        let host = match url.host() {
+            Some(url::Host::Domain(d)) => d.to_owned(),
+            Some(url::Host::Ipv4(ip)) => ip.to_string(),
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            None => return Err(EgressError("a provider URL needs a host".into())),
+        };
+        let port = url.port_or_known_default().unwrap_or(443);
+        for ip in Self::resolve(&host, port).await? {
+            let ip = canonical(ip);
+            if let Some(why) = forbidden_reason(ip)
+                && !self.allowed(ip)
+            {
+                return Err(EgressError(format!(
+                    "host {host:?} resolves to {ip}, a {why} address; the operator's \
+                     egress policy (egress_allow) does not allow it"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn check_sqlite(&self, path: &Path) -> Result<(), EgressError> {
         let Some(root) = &self.sqlite_root else {
             return Err(EgressError(
