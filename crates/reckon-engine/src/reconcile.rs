@@ -6,8 +6,9 @@
 
 use futures::StreamExt;
 use reckon_ledger::{
-    Claim, Effect, Ledger, LedgerError, NewAttempt, Provider as ProviderRow, Route, TenantId,
+    Claim, Effect, Ledger, LedgerError, NewAttempt, Provider as ProviderRow, Route, Tenant,
 };
+use reckon_metrics::{Metrics, ReconcileOutcome};
 use reckon_providers::{
     Classification, GetClient, LookupQuery, Outcome, Provider, RetryAdvice, build_provider,
     classify, provider_key,
@@ -57,6 +58,11 @@ pub struct ReconcileCtx {
     pub ledger: Arc<dyn Ledger>,
     pub client: GetClient,
     pub options: ReconcileOptions,
+    /// Outcomes and provider requests are counted here when set (`reckon serve`).
+    pub metrics: Option<Metrics>,
+    /// Where providers may be reached: their base URLs are the tenant's input. The default
+    /// refuses loopback and private networks.
+    pub egress: Arc<reckon_sources::EgressPolicy>,
 }
 
 impl ReconcileCtx {
@@ -65,7 +71,19 @@ impl ReconcileCtx {
             ledger,
             client: GetClient::shared(),
             options: ReconcileOptions::default(),
+            metrics: None,
+            egress: Arc::new(reckon_sources::EgressPolicy::default()),
         }
+    }
+
+    pub fn with_egress(mut self, egress: Arc<reckon_sources::EgressPolicy>) -> ReconcileCtx {
+        self.egress = egress;
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: Metrics) -> ReconcileCtx {
+        self.metrics = Some(metrics);
+        self
     }
 }
 
@@ -75,7 +93,8 @@ pub struct EffectOutcome {
     pub source: String,
     pub key: String,
     pub provider: Option<String>,
-    /// `applied` | `not_applied` | `duplicate` | `indeterminate`, or `no_provider`.
+    /// `applied` | `not_applied` | `duplicate` | `indeterminate`, or `no_provider`, or
+    /// `lease_lost` (nothing recorded: another worker owns the effect now).
     pub outcome: String,
     pub reason: String,
     pub resolved: bool,
@@ -95,17 +114,26 @@ pub enum ReconcileError {
     Ledger(#[from] LedgerError),
 }
 
-/// Where a counter of outcomes would be incremented (the metrics work defines it); the
-/// ledger's attempt rows are the durable record.
-fn observe_outcome(_tenant: TenantId, _provider: Option<&str>, _outcome: &str) {}
+/// Count one lookup's outcome (`reckon_reconcile_outcomes_total`); the ledger's attempt
+/// rows are the durable record, this is the rate on-call alerts on.
+fn observe_outcome(ctx: &ReconcileCtx, tenant: &Tenant, provider: &str, outcome: Outcome) {
+    let Some(m) = &ctx.metrics else { return };
+    let o = match outcome {
+        Outcome::Applied => ReconcileOutcome::Applied,
+        Outcome::NotApplied => ReconcileOutcome::NotApplied,
+        Outcome::Duplicate => ReconcileOutcome::Duplicate,
+        Outcome::Indeterminate => ReconcileOutcome::Indeterminate,
+    };
+    m.record_reconcile(&tenant.slug, provider, o);
+}
 
 /// One step: claim, look up, classify, record, release. `Empty` when nothing is due.
-pub async fn reconcile_next(ctx: &ReconcileCtx, tenant: TenantId) -> Result<Step, ReconcileError> {
+pub async fn reconcile_next(ctx: &ReconcileCtx, tenant: &Tenant) -> Result<Step, ReconcileError> {
     let now = reckon_domain::time::now();
     let o = &ctx.options;
     let claims = ctx
         .ledger
-        .claim_due(tenant, &o.owner, now, o.lease_secs, o.batch)
+        .claim_due(tenant.id, &o.owner, now, o.lease_secs, o.batch)
         .await?;
     if claims.is_empty() {
         return Ok(Step::Empty);
@@ -125,14 +153,14 @@ pub async fn reconcile_next(ctx: &ReconcileCtx, tenant: TenantId) -> Result<Step
 /// Reconcile one effect now (the API's and CLI's one-off), whatever its schedule.
 pub async fn reconcile_one(
     ctx: &ReconcileCtx,
-    tenant: TenantId,
+    tenant: &Tenant,
     effect_id: i64,
 ) -> Result<Option<EffectOutcome>, ReconcileError> {
     let now = reckon_domain::time::now();
     let o = &ctx.options;
     let Some(claim) = ctx
         .ledger
-        .claim_effect(tenant, effect_id, &o.owner, now, o.lease_secs)
+        .claim_effect(tenant.id, effect_id, &o.owner, now, o.lease_secs)
         .await?
     else {
         return Ok(None);
@@ -144,7 +172,7 @@ pub async fn reconcile_one(
 /// Run steps until nothing is due; returns every outcome.
 pub async fn reconcile_all(
     ctx: &ReconcileCtx,
-    tenant: TenantId,
+    tenant: &Tenant,
 ) -> Result<Vec<EffectOutcome>, ReconcileError> {
     let mut all = Vec::new();
     while let Step::Done(mut v) = reconcile_next(ctx, tenant).await? {
@@ -163,13 +191,28 @@ struct Routing {
 }
 
 impl Routing {
-    async fn load(ctx: &ReconcileCtx, tenant: TenantId) -> Result<Routing, ReconcileError> {
-        let routes = ctx.ledger.list_routes(tenant).await?;
+    async fn load(ctx: &ReconcileCtx, tenant: &Tenant) -> Result<Routing, ReconcileError> {
+        let routes = ctx.ledger.list_routes(tenant.id).await?;
         let mut providers = HashMap::new();
-        for p in ctx.ledger.list_providers(tenant).await? {
-            let secret = ctx.ledger.provider_secret(tenant, &p).await?;
-            let built = build_provider(&p.kind, &p.settings, secret, ctx.client.clone())
-                .map_err(|e| e.to_string());
+        for p in ctx.ledger.list_providers(tenant.id).await? {
+            let secret = ctx.ledger.provider_secret(tenant.id, &p).await?;
+            let client = match &ctx.metrics {
+                Some(m) => ctx.client.observed(m.clone(), &p.kind, &p.name),
+                None => ctx.client.clone(),
+            };
+            let mut built =
+                build_provider(&p.kind, &p.settings, secret, client).map_err(|e| e.to_string());
+            if built.is_ok()
+                && let Some(base) = p.settings.get("base_url").and_then(|u| u.as_str())
+            {
+                let checked = match url::Url::parse(base) {
+                    Ok(u) => ctx.egress.check_url(&u).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(format!("base_url: {e}")),
+                };
+                if let Err(why) = checked {
+                    built = Err(format!("refused by the egress policy: {why}"));
+                }
+            }
             providers.insert(p.id, (p, built));
         }
         Ok(Routing { routes, providers })
@@ -195,7 +238,7 @@ fn jitter() -> f64 {
 
 async fn process(
     ctx: &ReconcileCtx,
-    tenant: TenantId,
+    tenant: &Tenant,
     routing: &Routing,
     claim: Claim,
 ) -> Result<EffectOutcome, ReconcileError> {
@@ -223,7 +266,7 @@ async fn process(
             None => "no provider: no route for this operation".into(),
         };
         ctx.ledger
-            .defer(tenant, e.id, &claim.owner, next, &out.reason)
+            .defer(tenant.id, e.id, &claim.owner, next, &out.reason)
             .await?;
         out.next_attempt_at = Some(next);
         return Ok(out);
@@ -274,7 +317,7 @@ async fn process(
     let recorded = ctx
         .ledger
         .record_attempt(
-            tenant,
+            tenant.id,
             e.id,
             &claim.owner,
             NewAttempt {
@@ -291,8 +334,19 @@ async fn process(
                 resolve,
             },
         )
-        .await?;
-    observe_outcome(tenant, Some(&row.name), &out.outcome);
+        .await;
+    let recorded = match recorded {
+        Ok(r) => r,
+        // This worker was paused past its lease and another took the effect: its answer
+        // is dropped whole; the new owner looks again.
+        Err(LedgerError::LeaseLost(_)) => {
+            out.outcome = "lease_lost".into();
+            out.reason = "the lease expired and another worker took the effect over".into();
+            return Ok(out);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    observe_outcome(ctx, tenant, &row.name, outcome);
     out.resolved = recorded.resolution.is_some();
     out.needs_attention = attention;
     out.next_attempt_at = (!out.resolved).then_some(next);
@@ -350,4 +404,43 @@ fn decide(o: &ReconcileOptions, c: &Classification, attempts: i64, now: f64) -> 
             )
         }
     }
+}
+
+/// Where an unresolved effect stands against its provider's idempotency window: after
+/// `closes_at` the provider may have forgotten the key, and an application retry would
+/// run the call again (Stripe: 24 hours). `None` when no provider is routed for the
+/// effect or the provider does not say.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayWindow {
+    pub provider: String,
+    pub closes_at: f64,
+    /// Negative once closed.
+    pub seconds_left: f64,
+}
+
+pub async fn replay_window(
+    ledger: &dyn Ledger,
+    tenant: &Tenant,
+    effect: &Effect,
+    now: f64,
+) -> Result<Option<ReplayWindow>, LedgerError> {
+    let routes = ledger.list_routes(tenant.id).await?;
+    let routing = Routing {
+        routes,
+        providers: HashMap::new(),
+    };
+    let Some(provider_id) = routing.route(effect).and_then(|r| r.provider_id) else {
+        return Ok(None);
+    };
+    let p = ledger.provider_by_id(tenant.id, provider_id).await?;
+    Ok(
+        reckon_providers::settings::replay_window_secs(&p.kind, &p.settings).map(|w| {
+            let closes_at = effect.created_at + w;
+            ReplayWindow {
+                provider: p.name,
+                closes_at,
+                seconds_left: closes_at - now,
+            }
+        }),
+    )
 }

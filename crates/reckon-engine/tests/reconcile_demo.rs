@@ -97,8 +97,8 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
         .await
         .unwrap();
 
-    let ctx = ReconcileCtx::new(ledger.clone());
-    let outcomes = reconcile_all(&ctx, t.id).await.unwrap();
+    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(loopback_allowed());
+    let outcomes = reconcile_all(&ctx, &t).await.unwrap();
     let by_key: HashMap<&str, &reckon_engine::reconcile::EffectOutcome> =
         outcomes.iter().map(|o| (o.key.as_str(), o)).collect();
     assert_eq!(by_key.len(), 5, "{outcomes:#?}");
@@ -143,7 +143,7 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
     assert!(o5.attempts.is_empty());
 
     // Running again concludes nothing new and records no second resolution.
-    let again = reconcile_all(&ctx, t.id).await.unwrap();
+    let again = reconcile_all(&ctx, &t).await.unwrap();
     assert!(again.is_empty(), "{again:#?}");
 }
 
@@ -209,8 +209,8 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
         .set_route(t.id, "shop", "*", Some("down"))
         .await
         .unwrap();
-    let ctx = ReconcileCtx::new(ledger.clone());
-    let out = reconcile_all(&ctx, t.id).await.unwrap();
+    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(loopback_allowed());
+    let out = reconcile_all(&ctx, &t).await.unwrap();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].outcome, "indeterminate");
     assert!(!out[0].resolved);
@@ -219,4 +219,11 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
     assert!(view.resolution.is_none());
     assert_eq!(view.attempts.len(), 1);
     assert_eq!(view.attempts[0].outcome, "indeterminate");
+}
+
+/// The demo provider listens on loopback, which the default egress policy refuses.
+fn loopback_allowed() -> std::sync::Arc<reckon_sources::EgressPolicy> {
+    std::sync::Arc::new(
+        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy"),
+    )
 }
