@@ -37,6 +37,11 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Instance metrics, `/metrics` access and the scrape cache (`metrics.rs`).
     pub metrics: metrics::MetricsState,
+    /// Where tenant-named endpoints (provider base URLs) may be reached.
+    pub egress: Arc<reckon_sources::EgressPolicy>,
+    /// Set on SIGTERM: `/readyz` answers 503 so load balancers stop sending while
+    /// in-flight requests and work finish.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl AppState {
@@ -45,6 +50,8 @@ impl AppState {
             ledger,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics: metrics::MetricsState::default(),
+            egress: Arc::new(reckon_sources::EgressPolicy::default()),
+            draining: Arc::default(),
         }
     }
 }
@@ -97,6 +104,9 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.draining.load(std::sync::atomic::Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    }
     match state.ledger.ping().await {
         Ok(()) => (StatusCode::OK, "ready"),
         Err(e) => {

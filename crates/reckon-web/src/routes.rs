@@ -50,6 +50,7 @@ use Permission as P;
 pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/healthz", Public),
     r("GET", "/readyz", Public),
+    r("GET", "/api/v1/openapi.json", Public),
     // JSON API (bearer tokens)
     r("GET", "/api/v1/sources", Token(P::Read)),
     r("POST", "/api/v1/sources", Token(P::ManageSources)),
@@ -59,6 +60,23 @@ pub const ROUTES: &[RouteSpec] = &[
     r("POST", "/api/v1/effects", Token(P::ManageSources)),
     r("GET", "/api/v1/effects/{source}/{*key}", Token(P::Lookup)),
     r("GET", "/api/v1/lookup", Token(P::Lookup)),
+    // ---- reconciliation (issue 4) ----
+    r("GET", "/api/v1/providers", Token(P::Read)),
+    r("POST", "/api/v1/providers", Token(P::ManageProviders)),
+    r("GET", "/api/v1/routes", Token(P::Read)),
+    r("PUT", "/api/v1/routes", Token(P::ManageProviders)),
+    // `.../{key}/reconcile` and `.../{key}/resolve` (the action is the last segment).
+    r(
+        "POST",
+        "/api/v1/effects/{source}/{*key}",
+        Token(P::ResolveWithNote),
+    ),
+    r(
+        "POST",
+        "/api/v1/reconcile/requeue",
+        Token(P::ResolveManually),
+    ),
+    // ---- end reconciliation ----
     r("GET", "/api/v1/tokens", Token(P::ManageTokens)),
     r("POST", "/api/v1/tokens", Token(P::ManageTokens)),
     r("DELETE", "/api/v1/tokens/{id}", Token(P::ManageTokens)),

@@ -51,9 +51,8 @@ async fn world_with(
     let viewer_a = token(ledger.as_ref(), &tenant_a, Role::Viewer).await;
     let ledger = wrap(ledger);
     let app = app(AppState {
-        ledger,
         max_body_bytes,
-        metrics: Default::default(),
+        ..AppState::new(ledger)
     });
     World {
         _dir: dir,

@@ -24,6 +24,7 @@ use serde_json::json;
 const CANARY: &str = "zqleak";
 const A_SOURCE: &str = "acanary-src";
 const A_KEY: &str = "charge:v1:acanary-ORD-1";
+const A_PROVIDER: &str = "acanary-pay";
 
 struct Fixture {
     a_token_id: i64,
@@ -74,9 +75,36 @@ async fn seed_tenant_a(w: &World) -> Fixture {
     )
     .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-    Fixture {
-        a_token_id: r.json["id"].as_i64().unwrap(),
+    let a_token_id = r.json["id"].as_i64().unwrap();
+    // ---- reconciliation (issue 4): a provider and a route of A's ----
+    for (method, uri, body) in [
+        (
+            Method::POST,
+            "/api/v1/providers",
+            json!({"name": A_PROVIDER, "kind": "stripe", "secret": "rk_live_zqleak",
+                   "settings": {"account": "acct_zqleak"}}),
+        ),
+        (
+            Method::PUT,
+            "/api/v1/routes",
+            json!({"source": A_SOURCE, "operation": "charge", "provider": A_PROVIDER}),
+        ),
+    ] {
+        let r = send(
+            &w.app,
+            method,
+            uri,
+            Req {
+                token: Some(&w.token_a),
+                content_type: Some("application/json"),
+                body: body.to_string(),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert!(r.status.is_success(), "{uri}: {}", r.text);
     }
+    Fixture { a_token_id }
 }
 
 /// The URI (with tenant A's names in it), content type and body for each route.
@@ -88,7 +116,7 @@ fn request_for(
     let json = Some("application/json");
     let form_ct = Some("application/x-www-form-urlencoded");
     match (spec.method, spec.path) {
-        ("GET", "/healthz" | "/readyz" | "/signin" | "/app") => {
+        ("GET", "/healthz" | "/readyz" | "/signin" | "/app" | "/api/v1/openapi.json") => {
             (spec.path.into(), None, String::new())
         }
         ("GET", "/api/v1/metrics" | "/metrics") => (spec.path.into(), None, String::new()),
@@ -146,6 +174,29 @@ fn request_for(
                 ("password", common::PASSWORD),
                 ("tenant", "acme"),
             ]),
+        ),
+        // ---- reconciliation (issue 4) ----
+        ("GET", "/api/v1/providers" | "/api/v1/routes") => (spec.path.into(), None, String::new()),
+        ("POST", "/api/v1/providers") => (
+            spec.path.into(),
+            json,
+            json!({"name": "b-pay", "kind": "stripe", "secret": "rk_test_b"}).to_string(),
+        ),
+        ("PUT", "/api/v1/routes") => (
+            // Route A's source to A's provider, from B.
+            spec.path.into(),
+            json,
+            json!({"source": A_SOURCE, "operation": "refund", "provider": A_PROVIDER}).to_string(),
+        ),
+        ("POST", "/api/v1/effects/{source}/{*key}") => (
+            format!("/api/v1/effects/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1/resolve"),
+            json,
+            json!({"outcome": "not_applied", "note": "b was here"}).to_string(),
+        ),
+        ("POST", "/api/v1/reconcile/requeue") => (
+            spec.path.into(),
+            json,
+            json!({"provider": A_PROVIDER, "from": 0.0, "to": 2e9}).to_string(),
         ),
         ("POST", "/signout") => (spec.path.into(), form_ct, form(&[("csrf", csrf)])),
         (m, p) => panic!(
@@ -233,7 +284,10 @@ async fn sweep(backend: Backend) {
                 assert!(
                     matches!(
                         (spec.method, spec.path),
-                        ("GET", _) | ("POST", "/api/v1/sources") | ("POST", "/api/v1/tokens")
+                        ("GET", _)
+                            | ("POST", "/api/v1/sources")
+                            | ("POST", "/api/v1/tokens")
+                            | ("POST", "/api/v1/providers")
                     ),
                     "{} {uri} with {who} succeeded: {}",
                     spec.method,
@@ -259,6 +313,20 @@ async fn sweep(backend: Backend) {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["effect"]["state"], "unknown", "{}", r.text);
     assert_eq!(r.json["effect"]["attempts"], 1, "{}", r.text);
+    assert!(
+        r.json["reconcile"]["resolution"].is_null(),
+        "B resolved A's effect: {}",
+        r.text
+    );
+    let routes = w.ledger.list_routes(w.a.id).await.unwrap();
+    assert_eq!(
+        routes
+            .iter()
+            .map(|r| r.operation.as_str())
+            .collect::<Vec<_>>(),
+        ["charge"],
+        "B changed A's routes"
+    );
     let sources = w.ledger.list_sources(w.a.id).await.unwrap();
     assert_eq!(
         sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),

@@ -7,7 +7,8 @@ use axum::extract::State;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use reckon_domain::{State as EffectState, time};
-use reckon_ledger::{Effect, EffectEvent, EffectQuery};
+use reckon_engine::reconcile::{ReplayWindow, replay_window};
+use reckon_ledger::{Effect, EffectEvent, EffectQuery, ReconcileView};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -136,6 +137,11 @@ pub async fn list(
 struct DetailJson {
     effect: EffectJson,
     history: Vec<EffectEvent>,
+    /// Lease, schedule, every attempt with its evidence, and the resolution if any.
+    reconcile: ReconcileView,
+    /// For an unresolved effect: when its provider may forget the key (a retry would run
+    /// the call again).
+    replay_window: Option<ReplayWindow>,
 }
 
 pub async fn detail(
@@ -150,9 +156,21 @@ pub async fn detail(
         .ok_or_else(|| {
             ApiError::NotFound(format!("no effect with that key in source {source:?}"))
         })?;
+    let reconcile = state
+        .ledger
+        .reconcile_view(auth.tenant.id, found.effect.id)
+        .await?;
+    let replay_window = match (&found.effect.unresolved_kind, &reconcile.resolution) {
+        (Some(_), None) => {
+            replay_window(&*state.ledger, &auth.tenant, &found.effect, time::now()).await?
+        }
+        _ => None,
+    };
     Ok(Json(DetailJson {
         effect: found.effect.try_into()?,
         history: found.history,
+        reconcile,
+        replay_window,
     }))
 }
 

@@ -1,8 +1,10 @@
 //! `/api/v1`: JSON, one tenant per bearer token.
 
 mod effects;
+pub mod providers;
 mod push;
 mod quarantine;
+mod reconcile;
 mod sources;
 mod tokens;
 
@@ -11,7 +13,7 @@ pub use effects::EffectJson;
 use crate::AppState;
 use crate::error::ApiError;
 use axum::Router;
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 
 /// At most this many records per push request.
 pub const MAX_PUSH_ITEMS: usize = 10_000;
@@ -23,11 +25,31 @@ pub fn router() -> Router<AppState> {
         .route("/quarantine", get(quarantine::counts))
         .route("/effects", get(effects::list).post(push::push))
         // A wildcard, so a key holding `/` works whether or not the client encoded it.
-        .route("/effects/{source}/{*key}", get(effects::detail))
+        .route(
+            "/effects/{source}/{*key}",
+            get(effects::detail).post(reconcile::action),
+        )
         .route("/lookup", get(effects::lookup))
+        // ---- reconciliation (issue 4) ----
+        .route("/providers", get(providers::list).post(providers::create))
+        .route("/routes", get(providers::routes).put(providers::set_route))
+        .route("/reconcile/requeue", post(reconcile::requeue))
+        // ---- end reconciliation ----
+        .route("/openapi.json", get(openapi))
         .route("/tokens", get(tokens::list).post(tokens::create))
         .route("/tokens/{id}", delete(tokens::revoke))
         .fallback(no_such_route)
+}
+
+/// The API's description (`docs/openapi.json`, kept in step with the route registry by the
+/// `openapi` test).
+pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI_JSON,
+    )
 }
 
 async fn no_such_route() -> ApiError {

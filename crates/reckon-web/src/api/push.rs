@@ -139,5 +139,11 @@ pub async fn push(
         }
     }
     response.results = results;
+    // Pushed records count as ingested, like scanned ones (`reckon_records_ingested_total`).
+    state.metrics.instance.record_scan_success(
+        &auth.tenant.slug,
+        &source.name,
+        response.created + response.updated,
+    );
     Ok(Json(response))
 }
