@@ -30,6 +30,35 @@ pub struct Settings {
     /// sources are refused.
     #[serde(default)]
     pub sqlite_source_dir: Option<PathBuf>,
+    // ---- reconciliation (issue 4) ----
+    /// Run the reconciler in `reckon serve` (`RECKON_RECONCILE=false` for a replica that
+    /// only serves and scans).
+    #[serde(default = "yes")]
+    pub reconcile: bool,
+    /// Provider lookups in flight at once per tenant (each provider's budget still holds).
+    #[serde(default = "default_concurrency")]
+    pub reconcile_concurrency: usize,
+    /// How long a claimed effect stays leased to one replica: a replica that dies gives its
+    /// claims up this long after it took them.
+    #[serde(default = "default_lease")]
+    pub reconcile_lease_secs: f64,
+    /// On SIGTERM, readiness turns false this long before the server stops taking
+    /// requests, so load balancers stop sending first.
+    #[serde(default = "default_drain")]
+    pub shutdown_drain_secs: f64,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_concurrency() -> usize {
+    8
+}
+fn default_lease() -> f64 {
+    120.0
+}
+fn default_drain() -> f64 {
+    2.0
 }
 
 impl std::fmt::Debug for Settings {
@@ -46,6 +75,10 @@ impl std::fmt::Debug for Settings {
             )
             .field("egress_allow", &self.egress_allow)
             .field("sqlite_source_dir", &self.sqlite_source_dir)
+            .field("reconcile", &self.reconcile)
+            .field("reconcile_concurrency", &self.reconcile_concurrency)
+            .field("reconcile_lease_secs", &self.reconcile_lease_secs)
+            .field("shutdown_drain_secs", &self.shutdown_drain_secs)
             .finish()
     }
 }
@@ -62,6 +95,10 @@ impl Default for Settings {
             metrics_token: None,
             egress_allow: Vec::new(),
             sqlite_source_dir: None,
+            reconcile: true,
+            reconcile_concurrency: default_concurrency(),
+            reconcile_lease_secs: default_lease(),
+            shutdown_drain_secs: default_drain(),
         }
     }
 }

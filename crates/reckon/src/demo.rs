@@ -4,11 +4,15 @@
 
 use crate::config::Settings;
 use anyhow::Context;
+use base64::Engine;
+use rand::RngCore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reckon_domain::time;
+use reckon_engine::reconcile::{ReconcileCtx, reconcile_all};
 use reckon_engine::{ScanOptions, SourceInput, new_source, scan_source};
 use reckon_ledger::Role;
+use reckon_providers::demo::DemoState;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::sqlite::SqliteConnectOptions;
@@ -34,7 +38,7 @@ fn request_hash(payload: &serde_json::Value) -> String {
     format!("1:{}", hex::encode(Sha256::digest(payload.to_string())))
 }
 
-struct Row {
+pub struct Row {
     key: String,
     state: &'static str,
     payload: serde_json::Value,
@@ -123,6 +127,38 @@ fn generate(seed: u64, now: f64) -> Vec<Row> {
             }
         }
     }
+    // Unknowns no provider can settle: a receipt (no provider answers for receipts) and a
+    // refund routed to the legacy ledger, which is down. They stay unresolved, and say why.
+    // (ORD-1017's charge is itself unknown, so it has no receipt yet; the refund takes the
+    // first succeeded order without one.)
+    let refund = (1045..1100)
+        .map(|n| format!("refund:v1:ORD-{n}"))
+        .find(|k| {
+            let charge = k.replace("refund:", "charge:");
+            !rows.iter().any(|r| &r.key == k)
+                && rows
+                    .iter()
+                    .any(|r| r.key == charge && r.state == "succeeded")
+        })
+        .expect("a succeeded order without a refund");
+    for (key, at) in [
+        (
+            "send_receipt:v1:ORD-1017".to_owned(),
+            day_start + 17.0 * 700.0 + 400.0,
+        ),
+        (refund, day_start + 45.0 * 700.0 + 3900.0),
+    ] {
+        rows.push(Row {
+            payload: json!({"order": key.rsplit(':').next()}),
+            key,
+            state: "unknown",
+            response: None,
+            attempts: 1,
+            created_at: at,
+            updated_at: at + 30.0,
+            expires_at: None,
+        });
+    }
     // A charge in flight right now, with a valid lease: not unresolved.
     rows.push(Row {
         key: "charge:v1:ORD-2000".into(),
@@ -137,7 +173,7 @@ fn generate(seed: u64, now: f64) -> Vec<Row> {
     rows
 }
 
-pub async fn write_store(path: &Path, seed: u64) -> anyhow::Result<usize> {
+pub async fn write_store(path: &Path, seed: u64) -> anyhow::Result<Vec<Row>> {
     let mut conn = SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
@@ -163,7 +199,52 @@ pub async fn write_store(path: &Path, seed: u64) -> anyhow::Result<usize> {
         .await?;
     }
     tx.commit().await?;
-    Ok(rows.len())
+    Ok(rows)
+}
+
+/// The demo provider's side of the day: a charge for every charge the shop recorded as
+/// succeeded, plus the troubles an audit and a reconciler exist for. Returns what was
+/// planted, for the banner.
+fn plant_provider(rows: &[Row], provider: &DemoState) -> Planted {
+    let mut planted = Planted::default();
+    for r in rows {
+        let Some(order) = r.key.strip_prefix("charge:v1:") else {
+            continue;
+        };
+        let amount = r.payload["amount"].as_i64().unwrap_or(0);
+        let created = r.created_at + 1.0;
+        match (r.state, order) {
+            // A charge recorded as succeeded that the provider never saw: "missing".
+            ("succeeded", "ORD-1075") => planted.missing.push(r.key.clone()),
+            ("succeeded", _) => {
+                provider.charge(&r.key, amount, "usd", created);
+            }
+            // Unknown: the worker died after the call. One went through, one did not, one
+            // went through twice (a retry after a timeout): applied, not_applied, duplicate.
+            ("unknown", "ORD-1017") | ("in_progress", "ORD-1040") => {
+                provider.charge(&r.key, amount, "usd", created);
+            }
+            ("unknown", "ORD-1101") => {
+                provider.charge(&r.key, amount, "usd", created);
+                provider.charge(&r.key, amount, "usd", created + 20.0);
+                planted.duplicate.push(r.key.clone());
+            }
+            _ => {}
+        }
+    }
+    // Money the provider took that the shop has no record of: "orphan".
+    if let Some(last) = rows.iter().map(|r| r.created_at).reduce(f64::max) {
+        provider.charge("charge:v1:ORD-9001", 4900, "usd", last - 600.0);
+        planted.orphan.push("charge:v1:ORD-9001".into());
+    }
+    planted
+}
+
+#[derive(Default)]
+struct Planted {
+    missing: Vec<String>,
+    duplicate: Vec<String>,
+    orphan: Vec<String>,
 }
 
 pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
@@ -179,9 +260,25 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
     let ledger = crate::open_ledger(&settings).await?;
 
     let store = dir.join("shop-justonce.db");
-    let n = write_store(&store, seed)
+    let rows = write_store(&store, seed)
         .await
         .context("writing the demo justonce store")?;
+    let n = rows.len();
+    // The built-in provider, on loopback, holding the shop's charges as the "payment
+    // provider" saw them. Loopback is refused by default; the demo allows its own.
+    let provider_state = DemoState::new();
+    let planted = plant_provider(&rows, &provider_state);
+    let (provider_url, _provider) = reckon_providers::demo::serve_loopback(provider_state)
+        .await
+        .context("starting the demo provider")?;
+    settings.egress_allow.push("127.0.0.1/32".into());
+    // /metrics is off unless configured: the demo turns it on behind a token of its own.
+    let metrics_token = {
+        let mut b = [0u8; 18];
+        rand::rng().fill_bytes(&mut b);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+    };
+    settings.metrics_token = Some(metrics_token.clone());
     let tenant = ledger.create_tenant("demo").await?;
     let (token, hash) = reckon_web::mint_token();
     ledger
@@ -209,6 +306,67 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
         ..ScanOptions::default()
     };
     let report = scan_source(&*ledger, &tenant, &source, &opts).await?;
+    // Charges go to the demo provider; receipts have no provider to ask.
+    ledger
+        .add_provider(
+            tenant.id,
+            reckon_ledger::NewProvider {
+                name: "demo-pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: json!({ "base_url": provider_url, "replay_window_secs": 86400.0 }),
+            },
+        )
+        .await?;
+    ledger
+        .set_route(tenant.id, "shop", "charge", Some("demo-pay"))
+        .await?;
+    // The shop's refunds go through an in-house ledger service that is down today: its
+    // lookups fail, so its effects stay unresolved (indeterminate, needing attention).
+    ledger
+        .add_provider(
+            tenant.id,
+            reckon_ledger::NewProvider {
+                name: "legacy-ledger".into(),
+                kind: "http".into(),
+                secret: None,
+                settings: json!({ "base_url": format!("{provider_url}down/") }),
+            },
+        )
+        .await?;
+    ledger
+        .set_route(tenant.id, "shop", "refund", Some("legacy-ledger"))
+        .await?;
+    ledger
+        .set_route(tenant.id, "shop", "send_receipt", None)
+        .await?;
+    let egress = std::sync::Arc::new(settings.egress_policy()?);
+    let instance_metrics = reckon_web::metrics::Metrics::new();
+    let ctx = ReconcileCtx::new(ledger.clone())
+        .with_egress(egress)
+        .with_metrics(instance_metrics.clone());
+    let outcomes = reconcile_all(&ctx, &tenant).await?;
+    let verdicts: Vec<String> = outcomes
+        .iter()
+        .filter(|o| o.resolved)
+        .map(|o| format!("{} {}", o.key, o.outcome))
+        .collect();
+    // A person to sign in as.
+    let password = {
+        let mut b = [0u8; 12];
+        rand::rng().fill_bytes(&mut b);
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+    };
+    let user = ledger
+        .create_user(
+            "admin@demo.invalid",
+            &reckon_web::password::hash_blocking(&password),
+        )
+        .await?;
+    ledger
+        .set_membership(tenant.id, user.id, Role::Admin)
+        .await?;
+
     let unresolved = ledger
         .list_effects(
             tenant.id,
@@ -224,13 +382,21 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
         "reckon demo\n\
          - justonce store: {store} ({n} rows written)\n\
          - first scan: {created} effects stored, {q} quarantined\n\
+         - reconciled with the demo provider: {verdicts}\n\
          - unresolved now: {u} ({unknown} unknown, {abandoned} abandoned)\n\
+         - planted for the audit: duplicate {dup:?}, orphan {orphan:?}, missing {missing:?}\n\
          - tenant: demo; admin API token: {token}\n\
+         - dashboard: http://{{addr}}/signin  (admin@demo.invalid / {password})\n\
          - API:  http://{{addr}}/api/v1/effects?unresolved=true\n\
          - try:  curl -H 'Authorization: Bearer {token}' 'http://{{addr}}/api/v1/lookup?q=ORD-1017'\n\
+         - metrics: curl -H 'Authorization: Bearer {metrics_token}' http://{{addr}}/metrics\n\
          - health: http://{{addr}}/healthz\n\
          Ctrl-C stops it. Data: {dir}",
         store = store.display(),
+        verdicts = verdicts.join(", "),
+        dup = planted.duplicate,
+        orphan = planted.orphan,
+        missing = planted.missing,
         created = report.created,
         q = report.quarantined,
         u = unresolved.len(),
@@ -244,5 +410,6 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
             .count(),
         dir = dir.display(),
     );
-    crate::serve::run(settings, ledger, Some(banner)).await
+    let metrics = crate::serve::metrics_state(&settings, instance_metrics);
+    crate::serve::run_with(settings, ledger, Some(banner), metrics).await
 }

@@ -5,6 +5,7 @@ mod config;
 mod demo;
 mod healthcheck;
 mod output;
+mod reconcile_cmd;
 mod serve;
 mod users;
 
@@ -82,6 +83,29 @@ enum Cmd {
         #[command(subcommand)]
         cmd: users::UserCmd,
     },
+    // ---- reconciliation (issue 4) ----
+    /// Provider accounts that can say whether an effect happened.
+    Provider {
+        #[command(subcommand)]
+        cmd: reconcile_cmd::ProviderCmd,
+    },
+    /// Which provider answers for which operation of a source.
+    Route {
+        #[command(subcommand)]
+        cmd: reconcile_cmd::RouteCmd,
+    },
+    /// Look up due unresolved effects now (every tenant's, one tenant's, or one effect).
+    Reconcile {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long, requires_all = ["tenant", "key"])]
+        source: Option<String>,
+        #[arg(long, requires = "source")]
+        key: Option<String>,
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
+    // ---- end reconciliation ----
     /// Find effects by exact key, or by an exact key part (an order id).
     Lookup {
         #[arg(long)]
@@ -258,6 +282,19 @@ async fn main() -> anyhow::Result<()> {
         },
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
         Cmd::Source { cmd } => source_cmd(&*ledger, cmd, settings.egress_policy()?).await?,
+        Cmd::Provider { cmd } => {
+            reconcile_cmd::provider(&*ledger, cmd, &settings.egress_policy()?).await?
+        }
+        Cmd::Route { cmd } => reconcile_cmd::route(&*ledger, cmd).await?,
+        Cmd::Reconcile {
+            tenant,
+            source,
+            key,
+            format,
+        } => {
+            let egress = Arc::new(settings.egress_policy()?);
+            reconcile_cmd::reconcile(ledger, tenant, source, key, format, egress).await?
+        }
         Cmd::Lookup {
             tenant,
             text,

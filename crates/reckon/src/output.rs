@@ -101,7 +101,7 @@ pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
         "last_error",
         "failures",
     ];
-    let row = |s: &Source| {
+    rows(list, format, &header, |s| {
         vec![
             s.name.clone(),
             s.kind.as_str().to_owned(),
@@ -110,7 +110,16 @@ pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
             s.last_error.clone().unwrap_or_default(),
             s.consecutive_failures.to_string(),
         ]
-    };
+    })
+}
+
+/// Any list as JSON (the items' own serialisation), CSV (neutralised cells) or a table.
+pub fn rows<T: serde::Serialize>(
+    list: &[T],
+    format: Format,
+    header: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> anyhow::Result<()> {
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(list)?),
         Format::Csv => {
@@ -123,7 +132,7 @@ pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
         }
         Format::Table => {
             let mut b = tabled::builder::Builder::default();
-            b.push_record(header);
+            b.push_record(header.iter().copied());
             for s in list {
                 b.push_record(row(s));
             }

@@ -4,6 +4,7 @@
 use crate::config::Settings;
 use anyhow::Context;
 use reckon_domain::time;
+use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, Step, reconcile_next};
 use reckon_engine::{ScanOptions, scan_source};
 use reckon_ledger::{Ledger, Source, Tenant};
 use std::collections::HashSet;
@@ -11,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// How often the scheduler looks for sources whose interval has passed.
 const TICK: Duration = Duration::from_secs(2);
@@ -19,6 +21,18 @@ pub async fn run(
     settings: Settings,
     ledger: Arc<dyn Ledger>,
     banner: Option<String>,
+) -> anyhow::Result<()> {
+    let metrics = metrics_state(&settings, reckon_web::metrics::Metrics::new());
+    run_with(settings, ledger, banner, metrics).await
+}
+
+/// [`run`] with instance metrics that may already hold counts (`reckon demo` reconciles
+/// before it serves).
+pub async fn run_with(
+    settings: Settings,
+    ledger: Arc<dyn Ledger>,
+    banner: Option<String>,
+    metrics: reckon_web::metrics::MetricsState,
 ) -> anyhow::Result<()> {
     let _single = lock_sqlite_ledger(&settings)?;
     // Bind first, so a taken port fails before anything else starts.
@@ -32,7 +46,6 @@ pub async fn run(
     }
 
     let stop = CancellationToken::new();
-    let metrics = metrics_state(&settings);
     let metrics_listener = match &settings.metrics_listen {
         Some(a) => Some(
             tokio::net::TcpListener::bind(a)
@@ -42,18 +55,46 @@ pub async fn run(
         None => None,
     };
     let egress = Arc::new(settings.egress_policy()?);
+    // `work` stops the scheduler taking new work; `stop` ends the HTTP servers. In-flight
+    // scans and reconcile steps run to their end (or hand their leases back) in between.
+    let work = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let owner = Arc::new(instance_id());
     let scheduler = start_scheduler(
         ledger.clone(),
-        stop.clone(),
+        work.clone(),
+        tasks.clone(),
+        owner.clone(),
         metrics.instance.clone(),
-        egress,
+        egress.clone(),
     )
     .await?;
+    // ---- reconciliation (issue 4) ----
+    let reconciler = if settings.reconcile {
+        let ctx = ReconcileCtx {
+            options: ReconcileOptions {
+                owner: owner.to_string(),
+                concurrency: settings.reconcile_concurrency.max(1),
+                lease_secs: settings.reconcile_lease_secs.clamp(1.0, 3600.0),
+                ..ReconcileOptions::default()
+            },
+            ..ReconcileCtx::new(ledger.clone())
+                .with_egress(egress.clone())
+                .with_metrics(metrics.instance.clone())
+        };
+        Some(start_reconciler(Arc::new(ctx), work.clone(), tasks.clone()).await?)
+    } else {
+        None
+    };
+    // ---- end reconciliation ----
 
+    let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = reckon_web::AppState {
-        ledger,
         max_body_bytes: settings.max_body_bytes,
         metrics,
+        egress,
+        draining: draining.clone(),
+        ..reckon_web::AppState::new(ledger)
     };
     if let Some(l) = metrics_listener {
         tracing::info!(addr = %l.local_addr()?, "serving /metrics");
@@ -70,9 +111,31 @@ pub async fn run(
     }
     let app = reckon_web::app(state);
     let shutdown = stop.clone();
+    let drain = Duration::from_secs_f64(settings.shutdown_drain_secs.clamp(0.0, 60.0));
+    let (work2, tasks2) = (work.clone(), tasks.clone());
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("shutting down");
+        // Readiness first: load balancers stop sending while we still answer.
+        tracing::info!("shutting down: readiness is false, no new work is taken");
+        draining.store(true, std::sync::atomic::Ordering::SeqCst);
+        work2.cancel();
+        tasks2.close();
+        // In-flight scans and reconcile steps finish and release their leases; one that
+        // does not within the bound loses its leases by expiry instead (nothing is lost:
+        // every write is fenced by its lease).
+        // Both at once: the drain delay lets load balancers notice readiness while the
+        // work winds down.
+        let bound = Duration::from_secs(20);
+        let wound_down = async {
+            tokio::join!(tokio::time::sleep(drain), tasks2.wait());
+        };
+        if tokio::time::timeout(drain + bound, wound_down)
+            .await
+            .is_err()
+        {
+            tracing::warn!("in-flight work did not finish in {bound:?}; its leases will expire");
+        }
+        tracing::info!("draining HTTP connections");
         shutdown.cancel();
     });
     // The peer address feeds the per-address sign-in throttle.
@@ -84,6 +147,10 @@ pub async fn run(
     .await?;
     let mut scheduler = scheduler;
     let _ = scheduler.shutdown().await;
+    if let Some(mut r) = reconciler {
+        let _ = r.shutdown().await;
+    }
+    tracing::info!("stopped");
     Ok(())
 }
 
@@ -109,18 +176,20 @@ async fn wait_for_signal() {
 async fn start_scheduler(
     ledger: Arc<dyn Ledger>,
     stop: CancellationToken,
+    tasks: TaskTracker,
+    owner: Arc<String>,
     metrics: reckon_web::metrics::Metrics,
     egress: Arc<reckon_sources::EgressPolicy>,
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
-    let owner = Arc::new(instance_id());
     tracing::info!(instance = %owner, "scheduler started");
     let job = Job::new_repeated_async(TICK, move |_id, _l| {
         let ledger = ledger.clone();
         let running = running.clone();
         let owner = owner.clone();
         let stop = stop.clone();
+        let tasks = tasks.clone();
         let metrics = metrics.clone();
         let egress = egress.clone();
         Box::pin(async move {
@@ -145,9 +214,68 @@ async fn start_scheduler(
                 let (ledger, running, owner) = (ledger.clone(), running.clone(), owner.clone());
                 let metrics = metrics.clone();
                 let egress = egress.clone();
-                tokio::spawn(async move {
+                tasks.spawn(async move {
                     let id = source.id;
                     scan_claimed(ledger, tenant, source, &owner, &metrics, egress).await;
+                    running.lock().expect("lock").remove(&id);
+                });
+            }
+        })
+    })?;
+    sched.add(job).await?;
+    sched.start().await?;
+    Ok(sched)
+}
+
+/// The reconciler: every tick, each tenant without a running loop gets one, which takes
+/// steps (`reconcile_next`: claim due effects with a lease, look up, classify, record,
+/// release) until nothing is due. Replicas share the work through the claims (PostgreSQL
+/// `FOR UPDATE SKIP LOCKED`): no effect is looked up by two at once, and a replica that dies
+/// loses its claims when their leases expire.
+async fn start_reconciler(
+    ctx: Arc<ReconcileCtx>,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) -> anyhow::Result<JobScheduler> {
+    let sched = JobScheduler::new().await?;
+    let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let job = Job::new_repeated_async(TICK, move |_id, _l| {
+        let (ctx, running, stop, tasks) =
+            (ctx.clone(), running.clone(), stop.clone(), tasks.clone());
+        Box::pin(async move {
+            if stop.is_cancelled() {
+                return;
+            }
+            let tenants = match ctx.ledger.list_tenants().await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, "reconciler: cannot list tenants");
+                    return;
+                }
+            };
+            for tenant in tenants {
+                if !running.lock().expect("lock").insert(tenant.id.get()) {
+                    continue;
+                }
+                let (ctx, running, stop) = (ctx.clone(), running.clone(), stop.clone());
+                tasks.spawn(async move {
+                    let id = tenant.id.get();
+                    while !stop.is_cancelled() {
+                        match reconcile_next(&ctx, &tenant).await {
+                            Ok(Step::Done(outcomes)) => {
+                                let resolved = outcomes.iter().filter(|o| o.resolved).count();
+                                tracing::info!(
+                                    tenant = %tenant.slug, looked_up = outcomes.len(), resolved,
+                                    "reconcile step"
+                                );
+                            }
+                            Ok(Step::Empty) => break,
+                            Err(e) => {
+                                tracing::error!(tenant = %tenant.slug, error = %e, "reconcile step failed");
+                                break;
+                            }
+                        }
+                    }
                     running.lock().expect("lock").remove(&id);
                 });
             }
@@ -310,10 +438,13 @@ fn lock_sqlite_ledger(settings: &Settings) -> anyhow::Result<Option<std::fs::Fil
 }
 
 /// `/metrics` access from the settings (see `reckon_web::metrics`).
-fn metrics_state(settings: &Settings) -> reckon_web::metrics::MetricsState {
+pub fn metrics_state(
+    settings: &Settings,
+    instance: reckon_web::metrics::Metrics,
+) -> reckon_web::metrics::MetricsState {
     let mut ms = reckon_web::metrics::MetricsSettings::default();
     if let Some(t) = &settings.metrics_token {
         ms = ms.with_operator_token(t);
     }
-    reckon_web::metrics::MetricsState::new(reckon_web::metrics::Metrics::new(), ms)
+    reckon_web::metrics::MetricsState::new(instance, ms)
 }

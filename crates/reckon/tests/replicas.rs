@@ -316,3 +316,78 @@ fn replicas_on_one_postgresql_ledger_scan_each_source_once_per_interval() {
     drop(replicas);
     drop(db);
 }
+
+/// SIGTERM: readiness turns false first while the server still answers (load balancers
+/// stop sending), then the process drains and exits on its own within the bound.
+#[test]
+fn sigterm_turns_readiness_false_first_then_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut cmd = reckon(&data);
+    cmd.env("RECKON_SHUTDOWN_DRAIN_SECS", "3");
+    let mut r = Replica::start(cmd);
+    assert!(
+        r.wait_for("listening", Duration::from_secs(60)),
+        "{:?}",
+        r.seen
+    );
+    let addr = r
+        .seen
+        .iter()
+        .find_map(|l| l.split("addr=").nth(1))
+        .map(|a| a.split_whitespace().next().unwrap().to_owned())
+        .expect("the listening line names the address");
+    let ok = |path: &str| {
+        Command::new(env!("CARGO_BIN_EXE_reckon"))
+            .args(["healthcheck", "--url", &format!("http://{addr}{path}")])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(ok("/readyz"), "ready before the signal");
+
+    let sent = Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &r.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(
+        r.wait_for("readiness is false", Duration::from_secs(5)),
+        "{:?}",
+        r.seen
+    );
+    // Inside the drain window: not ready, still alive and answering.
+    assert!(!ok("/readyz"), "readiness still true after SIGTERM");
+    assert!(
+        ok("/healthz"),
+        "the server stopped answering before the drain delay"
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "the checks above took too long to mean anything"
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(s) = r.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reckon serve did not exit within 30 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "exit status {exit:?}");
+    assert!(
+        sent.elapsed() >= Duration::from_secs(3),
+        "it exited before the drain delay"
+    );
+    assert!(
+        r.wait_for("stopped", Duration::from_secs(5)),
+        "{:?}",
+        r.seen
+    );
+}

@@ -1,0 +1,141 @@
+//! `reckon demo` as a newcomer runs it: nothing configured, a fresh data directory. Within
+//! seconds it serves unresolved effects, resolved ones with the provider's evidence (one
+//! charged, one charged twice, one never charged), and `/metrics` with the ledger's gauges
+//! and the reconciler's outcome counters.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+struct Demo(Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn after<'a>(banner: &'a str, marker: &str) -> &'a str {
+    banner
+        .split(marker)
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the banner has no {marker:?}: {banner}"))
+}
+
+async fn get(url: &str, token: &str) -> (u16, String) {
+    let auth = format!("Bearer {token}");
+    let r = reckon_providers::GetClient::shared()
+        .get(
+            &url::Url::parse(url).unwrap(),
+            &[("Authorization", auth.as_str())],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e:?}"));
+    (r.status, String::from_utf8(r.body).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics() {
+    let cwd = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_reckon"))
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .current_dir(cwd.path())
+        .env_remove("RECKON_DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start reckon demo");
+    let out = child.stdout.take().unwrap();
+    let demo = Demo(child);
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            text.push_str(&line);
+            text.push('\n');
+            if line.starts_with("Ctrl-C") {
+                let _ = tx.send(text.clone());
+            }
+        }
+    });
+    let banner = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the demo printed its banner");
+    let ready_after = started.elapsed();
+    let token = after(&banner, "admin API token: ");
+    let metrics_token =
+        after(&banner, "metrics: curl -H 'Authorization: Bearer ").trim_end_matches('\'');
+    let base = after(&banner, "health: ")
+        .trim_end_matches("/healthz")
+        .to_owned();
+    assert!(banner.contains("admin@demo.invalid"), "{banner}");
+
+    // Unresolved effects, oldest kinds both present.
+    let (status, body) = get(&format!("{base}/api/v1/effects?unresolved=true"), token).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let unresolved = v["effects"].as_array().unwrap();
+    assert!(
+        !unresolved.is_empty(),
+        "no unresolved effect in the demo: {body}"
+    );
+
+    // The planted unknowns got their verdicts, with the provider's objects as evidence.
+    for (order, outcome) in [
+        ("ORD-1017", "applied"),
+        ("ORD-1101", "duplicate"),
+        ("ORD-1063", "not_applied"),
+        ("ORD-1040", "applied"),
+        ("ORD-1088", "not_applied"),
+    ] {
+        let (status, body) = get(
+            &format!("{base}/api/v1/effects/shop/charge%3Av1%3A{order}"),
+            token,
+        )
+        .await;
+        assert_eq!(status, 200, "{order}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let r = &v["reconcile"]["resolution"];
+        assert_eq!(r["outcome"], outcome, "{order}: {body}");
+        assert_eq!(r["author"], "reconciler", "{order}");
+        if outcome != "not_applied" {
+            assert!(
+                r["evidence"].to_string().contains("demo_ch_"),
+                "{order}: no object id in {r}"
+            );
+        } else {
+            assert!(
+                r["evidence"].to_string().contains("certificate"),
+                "{order}: {r}"
+            );
+        }
+    }
+
+    // /metrics for the operator: the ledger's gauges and the reconciler's counters.
+    let (status, metrics) = get(&format!("{base}/metrics"), metrics_token).await;
+    assert_eq!(status, 200, "{metrics}");
+    for series in [
+        "reckon_unresolved_effects{",
+        "reckon_oldest_unresolved_age_seconds{",
+        "reckon_source_last_scan_success_timestamp_seconds{",
+        "reckon_reconcile_outcomes_total{",
+        "reckon_provider_request_duration_seconds_count{",
+    ] {
+        assert!(metrics.contains(series), "/metrics lacks {series}");
+    }
+    assert!(
+        metrics.contains(r#"outcome="duplicate""#),
+        "the duplicate verdict is not counted"
+    );
+    assert!(
+        ready_after < Duration::from_secs(30),
+        "the demo took {ready_after:?} to be ready"
+    );
+    eprintln!("demo ready after {ready_after:?}");
+    drop(demo);
+}
