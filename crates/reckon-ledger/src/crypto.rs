@@ -82,6 +82,30 @@ impl Keyring {
         }
     }
 
+    /// The key in a key file, or `None` when there is no such file.
+    pub fn load_file(path: &Path) -> Result<Option<Keyring>, KeyringError> {
+        match std::fs::read_to_string(path) {
+            Ok(s) => Keyring::from_base64(&s).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(KeyringError::Io {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// Write a base64 key to a new file readable by its owner only (never overwrites).
+    pub fn write_file(path: &Path, key_b64: &str) -> Result<(), KeyringError> {
+        let io = |source| KeyringError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        write_private(path, key_b64.as_bytes()).map_err(io)
+    }
+
     pub fn seal(&self, aad: &str, plaintext: &[u8]) -> Vec<u8> {
         let mut nonce = [0u8; 24];
         rand::rng().fill_bytes(&mut nonce);

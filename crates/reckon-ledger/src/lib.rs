@@ -4,7 +4,9 @@
 //! token it authenticated), so no caller can build a query without a tenant.
 
 mod accounts;
+mod actions;
 mod crypto;
+mod keys;
 mod metrics;
 mod model;
 mod plan;
@@ -16,7 +18,9 @@ mod sqlite;
 pub use accounts::{
     Accounts, NewSession, SessionGrant, TokenCreator, TokenInfo, User, UserCredentials,
 };
+pub use actions::{Action, NewAction};
 pub use crypto::{Keyring, KeyringError};
+pub use keys::RotateReport;
 pub use metrics::{
     MetricsQuery, MetricsSnapshot, NeedsAttentionGroup, QuarantineGroup, SourceHealth,
     UnresolvedGroup,
@@ -50,6 +54,13 @@ pub enum LedgerError {
     /// The write was fenced by a lease that expired or changed hands: nothing was written.
     #[error("lease {0:?} was lost (expired or taken over): nothing was written")]
     LeaseLost(String),
+    /// The configured master key does not open this ledger's secrets.
+    #[error(
+        "the master key does not open this ledger's secrets: set RECKON_MASTER_KEY to the key \
+         the ledger was created with (or restore the master.key file). reckon will not start \
+         with another key, which would make every stored secret unreadable"
+    )]
+    WrongMasterKey,
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("ledger database error: {0}")]
@@ -266,6 +277,27 @@ pub trait Ledger: Accounts + Send + Sync + 'static {
     /// Costs O(unresolved effects + live claims + sources + quarantined rows), never
     /// O(effects): see `metrics.rs` and migration 0005.
     async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot>;
+
+    // ---- the master key (issue 3) ----
+    /// Refuse a master key that is not the one this ledger's secrets were sealed with
+    /// ([`LedgerError::WrongMasterKey`]); on a new ledger, record the key's check value.
+    async fn check_keyring(&self) -> Result<()>;
+    /// Re-seal every stored secret (DSNs, provider secrets, TOTP secrets) and the check
+    /// value under `new`, in one transaction; resumable. Afterwards only `new` opens the
+    /// ledger: the operator must switch to it before the next start.
+    async fn rotate_keyring(&self, new: &Keyring) -> Result<RotateReport>;
+
+    // ---- the audit log of people's actions (issue 3) ----
+    /// Append one action to the tenant's audit log (append-only: nothing updates or
+    /// deletes it).
+    async fn record_action(&self, tenant: TenantId, action: NewAction) -> Result<()>;
+    /// The tenant's actions, newest first, before `before_id` (a page's last id).
+    async fn list_actions(
+        &self,
+        tenant: TenantId,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Action>>;
 }
 
 /// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is
@@ -275,6 +307,12 @@ pub async fn connect(
     data_dir: &Path,
     keyring: Keyring,
 ) -> Result<Arc<dyn Ledger>> {
+    let ledger = open(url, data_dir, keyring).await?;
+    ledger.check_keyring().await?;
+    Ok(ledger)
+}
+
+async fn open(url: Option<&str>, data_dir: &Path, keyring: Keyring) -> Result<Arc<dyn Ledger>> {
     match url {
         None => Ok(Arc::new(
             sqlite::SqliteLedger::open_file(&data_dir.join("reckon.db"), keyring).await?,

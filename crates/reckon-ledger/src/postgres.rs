@@ -798,6 +798,23 @@ impl Ledger for PgLedger {
     async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
         self.metrics_snapshot_pg(q).await
     }
+    async fn check_keyring(&self) -> Result<()> {
+        self.keys_check().await
+    }
+    async fn rotate_keyring(&self, new: &Keyring) -> Result<crate::RotateReport> {
+        self.keys_rotate(new).await
+    }
+    async fn record_action(&self, tenant: TenantId, action: crate::NewAction) -> Result<()> {
+        self.actions_record(tenant, action).await
+    }
+    async fn list_actions(
+        &self,
+        tenant: TenantId,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<crate::Action>> {
+        self.actions_list(tenant, before_id, limit).await
+    }
 
     // ---- reconciliation: see the `reconcile` submodule ----
 
@@ -912,4 +929,6 @@ impl Ledger for PgLedger {
     }
 }
 
+crate::keys::impl_keys!(PgLedger, Postgres);
+crate::actions::impl_actions!(PgLedger, Postgres);
 crate::accounts::impl_accounts!(PgLedger, Postgres);

@@ -785,6 +785,23 @@ impl Ledger for SqliteLedger {
     async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
         self.metrics_snapshot_sqlite(q).await
     }
+    async fn check_keyring(&self) -> Result<()> {
+        self.keys_check().await
+    }
+    async fn rotate_keyring(&self, new: &Keyring) -> Result<crate::RotateReport> {
+        self.keys_rotate(new).await
+    }
+    async fn record_action(&self, tenant: TenantId, action: crate::NewAction) -> Result<()> {
+        self.actions_record(tenant, action).await
+    }
+    async fn list_actions(
+        &self,
+        tenant: TenantId,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<crate::Action>> {
+        self.actions_list(tenant, before_id, limit).await
+    }
 }
 
 pub(crate) fn outcome(plan: &IngestPlan, rejected: usize) -> IngestOutcome {
@@ -851,4 +868,6 @@ where
         .push_bind(q.limit.clamp(1, 1000));
 }
 
+crate::keys::impl_keys!(SqliteLedger, Sqlite);
+crate::actions::impl_actions!(SqliteLedger, Sqlite);
 crate::accounts::impl_accounts!(SqliteLedger, Sqlite);

@@ -81,6 +81,18 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
             .await
             .unwrap();
         l.set_membership(t.id, u.id, Role::Admin).await.unwrap();
+        l.record_action(
+            t.id,
+            reckon_ledger::NewAction {
+                actor: format!("user:{}", u.id),
+                action: "signin".into(),
+                target: None,
+                detail: serde_json::json!({}),
+                address: None,
+            },
+        )
+        .await
+        .unwrap();
         l.create_session(
             t.id,
             reckon_ledger::NewSession {
@@ -408,4 +420,82 @@ async fn sqlite_and_postgres_agree_on_accounts() {
         );
         db.finish().await;
     }
+}
+
+/// The audit log is append-only below the application too: the application role may add
+/// and read rows, never change or remove them (PostgreSQL: no UPDATE/DELETE privilege;
+/// SQLite: triggers).
+#[tokio::test]
+async fn the_audit_log_refuses_updates_and_deletes_from_the_application() {
+    let db = TestDb::postgres().await;
+    let (a, _b) = two_tenants(&db).await;
+    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    sqlx::raw_sql("SET ROLE reckon_app")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SELECT set_config('reckon.tenant', $1, true)")
+        .bind(a.to_string())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO audit_log (tenant_id, at, actor, action) VALUES ($1, 1, 'x', 'signin')",
+    )
+    .bind(a)
+    .execute(&mut *tx)
+    .await
+    .expect("the application may append");
+    tx.commit().await.unwrap();
+    for sql in [
+        "UPDATE audit_log SET actor = 'y'",
+        "DELETE FROM audit_log",
+        "TRUNCATE audit_log",
+    ] {
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query("SELECT set_config('reckon.tenant', $1, true)")
+            .bind(a.to_string())
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let r = sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(&mut *tx)
+            .await;
+        let err = r.expect_err(sql).to_string();
+        assert!(err.contains("permission denied"), "{sql}: {err}");
+    }
+    drop(conn);
+    db.finish().await;
+
+    let db = TestDb::sqlite().await;
+    let t = db.ledger.create_tenant("acme").await.unwrap();
+    db.ledger
+        .record_action(
+            t.id,
+            reckon_ledger::NewAction {
+                actor: "x".into(),
+                action: "signin".into(),
+                target: None,
+                detail: serde_json::json!({}),
+                address: None,
+            },
+        )
+        .await
+        .unwrap();
+    let RawDb::Sqlite(path) = &db.raw else {
+        unreachable!()
+    };
+    let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    for sql in ["UPDATE audit_log SET actor = 'y'", "DELETE FROM audit_log"] {
+        let err = sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+            .execute(&mut c)
+            .await
+            .expect_err(sql)
+            .to_string();
+        assert!(err.contains("append-only"), "{sql}: {err}");
+    }
+    db.finish().await;
 }

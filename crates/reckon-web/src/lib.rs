@@ -4,6 +4,7 @@
 //! serves it, tests drive it in-process. Every `/api/v1` route takes an [`auth::Auth`]
 //! (or [`auth::Admin`]) extractor and uses its tenant for every ledger call.
 
+pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod authz;

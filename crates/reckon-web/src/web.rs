@@ -263,6 +263,7 @@ async fn signin_inner(
         },
         _ => false,
     };
+    let named_user = creds.as_ref().map(|c| c.user.id);
     let Some(creds) = creds.filter(|_| ok) else {
         ledger
             .throttle_record_failure("account", &account, now, THROTTLE_WINDOW_SECS)
@@ -271,6 +272,21 @@ async fn signin_inner(
             .throttle_record_failure("address", &address, now, THROTTLE_WINDOW_SECS)
             .await?;
         tracing::info!(outcome = "failed", "sign-in");
+        // Into the audit log of every tenant the named person belongs to (an unknown email
+        // belongs to none: nobody's log is the place for it).
+        if let Some(user_id) = named_user {
+            for (t, _) in ledger.memberships(user_id).await? {
+                crate::actions::record(
+                    state,
+                    t.id,
+                    format!("user:{user_id}"),
+                    "signin_failed",
+                    None,
+                    serde_json::json!({ "address": address }),
+                )
+                .await;
+            }
+        }
         return Ok(again(
             StatusCode::UNAUTHORIZED,
             "The email, password or one-time code is not right.",
@@ -315,6 +331,15 @@ async fn signin_inner(
         )
         .await?;
     tracing::info!(outcome = "ok", tenant = %tenant.slug, "sign-in");
+    crate::actions::record(
+        state,
+        tenant.id,
+        format!("user:{}", creds.user.id),
+        "signin",
+        None,
+        serde_json::json!({ "address": address }),
+    )
+    .await;
     let mut res = Redirect::to("/app").into_response();
     res.headers_mut().insert(
         SET_COOKIE,

@@ -176,7 +176,9 @@ fn request_for(
             ]),
         ),
         // ---- reconciliation (issue 4) ----
-        ("GET", "/api/v1/providers" | "/api/v1/routes") => (spec.path.into(), None, String::new()),
+        ("GET", "/api/v1/providers" | "/api/v1/routes" | "/api/v1/audit-log") => {
+            (spec.path.into(), None, String::new())
+        }
         ("POST", "/api/v1/providers") => (
             spec.path.into(),
             json,

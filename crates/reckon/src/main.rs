@@ -4,6 +4,7 @@
 mod config;
 mod demo;
 mod healthcheck;
+mod keys;
 mod output;
 mod reconcile_cmd;
 mod serve;
@@ -82,6 +83,11 @@ enum Cmd {
     User {
         #[command(subcommand)]
         cmd: users::UserCmd,
+    },
+    /// The master key that seals stored secrets.
+    Keys {
+        #[command(subcommand)]
+        cmd: keys::KeysCmd,
     },
     // ---- reconciliation (issue 4) ----
     /// Provider accounts that can say whether an effect happened.
@@ -202,18 +208,44 @@ fn init_tracing() {
 }
 
 pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>> {
-    let keyring = match &settings.master_key {
-        Some(k) => Keyring::from_base64(k).context("reading RECKON_MASTER_KEY")?,
-        None => Keyring::load_or_create_file(&settings.data_dir.join("master.key"))
-            .context("loading the master key file")?,
-    };
-    reckon_ledger::connect(
-        settings.database_url.as_deref(),
-        &settings.data_dir,
-        keyring,
-    )
-    .await
-    .context("opening the ledger")
+    let url = settings.database_url.as_deref();
+    let dir = &settings.data_dir;
+    if let Some(k) = &settings.master_key {
+        let keyring = Keyring::from_base64(k).context("reading RECKON_MASTER_KEY")?;
+        return reckon_ledger::connect(url, dir, keyring)
+            .await
+            .context("opening the ledger");
+    }
+    // The embedded default: a key file in the data directory. It is written only once a
+    // ledger has accepted the key, so a lost file is never silently replaced by a new key
+    // (the ledger's check value refuses it: see reckon-ledger keys.rs).
+    let path = dir.join(keys::KEY_FILE);
+    let pending = dir.join(keys::PENDING_KEY_FILE);
+    match Keyring::load_file(&path).context("loading the master key file")? {
+        Some(keyring) => match reckon_ledger::connect(url, dir, keyring).await {
+            // A rotation committed its new key but stopped before the file was switched.
+            Err(reckon_ledger::LedgerError::WrongMasterKey) if pending.exists() => {
+                let next = Keyring::load_file(&pending)?.context("reading master.key.new")?;
+                let ledger = reckon_ledger::connect(url, dir, next)
+                    .await
+                    .context("opening the ledger with master.key.new")?;
+                std::fs::rename(&pending, &path).context("finishing a key rotation")?;
+                tracing::warn!(
+                    "finished an interrupted key rotation: master.key.new is now master.key"
+                );
+                Ok(ledger)
+            }
+            other => other.context("opening the ledger"),
+        },
+        None => {
+            let key = Keyring::generate_base64();
+            let ledger = reckon_ledger::connect(url, dir, Keyring::from_base64(&key)?)
+                .await
+                .context("opening the ledger (no master key file: a new ledger needs none)")?;
+            Keyring::write_file(&path, &key).context("saving the new master key")?;
+            Ok(ledger)
+        }
+    }
 }
 
 #[tokio::main]
@@ -235,6 +267,12 @@ async fn main() -> anyhow::Result<()> {
 
     match cli.cmd {
         Cmd::Healthcheck { url } => return healthcheck::run(&url).await,
+        Cmd::Keys {
+            cmd: keys::KeysCmd::Generate,
+        } => {
+            println!("{}", Keyring::generate_base64());
+            return Ok(());
+        }
         Cmd::Demo { seed, .. } => return demo::run(settings, seed).await,
         Cmd::Serve { .. } => {
             let ledger = open_ledger(&settings).await?;
@@ -282,6 +320,7 @@ async fn main() -> anyhow::Result<()> {
         },
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
         Cmd::Source { cmd } => source_cmd(&*ledger, cmd, settings.egress_policy()?).await?,
+        Cmd::Keys { cmd } => keys::run(&*ledger, cmd, &settings).await?,
         Cmd::Provider { cmd } => {
             reconcile_cmd::provider(&*ledger, cmd, &settings.egress_policy()?).await?
         }

@@ -34,6 +34,7 @@ pub fn router() -> Router<AppState> {
         .route("/providers", get(providers::list).post(providers::create))
         .route("/routes", get(providers::routes).put(providers::set_route))
         .route("/reconcile/requeue", post(reconcile::requeue))
+        .route("/audit-log", get(crate::actions::list))
         // ---- end reconciliation ----
         .route("/openapi.json", get(openapi))
         .route("/tokens", get(tokens::list).post(tokens::create))

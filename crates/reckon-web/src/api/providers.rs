@@ -96,6 +96,14 @@ pub async fn create(
             }
             other => other.into(),
         })?;
+    crate::actions::by_token(
+        &state,
+        &auth,
+        "provider.add",
+        &provider.name,
+        json!({ "kind": provider.kind, "has_secret": provider.has_secret }),
+    )
+    .await;
     Ok((StatusCode::CREATED, Json(provider)))
 }
 
@@ -129,5 +137,13 @@ pub async fn set_route(
             input.provider.as_deref(),
         )
         .await?;
+    crate::actions::by_token(
+        &state,
+        &auth,
+        "route.set",
+        &format!("{}/{}", route.source, route.operation),
+        json!({ "provider": route.provider }),
+    )
+    .await;
     Ok(Json(route))
 }

@@ -173,6 +173,14 @@ async fn resolve(
             LedgerError::Conflict(_) => ApiError::Conflict("the effect is already resolved".into()),
             other => other.into(),
         })?;
+    crate::actions::by_token(
+        state,
+        auth,
+        "effect.resolve",
+        &format!("{source}/{key}"),
+        json!({ "outcome": resolution.outcome, "note": resolution.note }),
+    )
+    .await;
     Ok((StatusCode::CREATED, Json(json!(resolution))))
 }
 
@@ -211,5 +219,13 @@ pub async fn requeue(
             time::now(),
         )
         .await?;
+    crate::actions::by_token(
+        &state,
+        &auth,
+        "reconcile.requeue",
+        &provider.name,
+        json!({ "from": input.from, "to": input.to, "requeued": n }),
+    )
+    .await;
     Ok(Json(json!({ "requeued": n })))
 }

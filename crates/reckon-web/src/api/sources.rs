@@ -32,6 +32,14 @@ pub async fn create(
             }
             other => other.into(),
         })?;
+    crate::actions::by_token(
+        &state,
+        &auth,
+        "source.add",
+        &source.name,
+        json!({ "kind": source.kind.as_str() }),
+    )
+    .await;
     Ok((StatusCode::CREATED, Json(source)))
 }
 

@@ -59,6 +59,14 @@ pub async fn create(
         .ledger
         .create_token_by(auth.tenant.id, role, &hash, &label, creator)
         .await?;
+    crate::actions::by_token(
+        &state,
+        &auth,
+        "token.create",
+        &format!("token:{id}"),
+        json!({ "role": role, "label": label }),
+    )
+    .await;
     // The token is in this answer and nowhere else, ever.
     Ok((
         StatusCode::CREATED,
@@ -72,6 +80,14 @@ pub async fn revoke(
     ApiPath(id): ApiPath<i64>,
 ) -> Result<StatusCode, ApiError> {
     if state.ledger.revoke_token(auth.tenant.id, id).await? {
+        crate::actions::by_token(
+            &state,
+            &auth,
+            "token.revoke",
+            &format!("token:{id}"),
+            json!({}),
+        )
+        .await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::NotFound(format!(

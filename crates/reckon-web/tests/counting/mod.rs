@@ -174,6 +174,32 @@ impl Ledger for CountingLedger {
         self.inner.metrics_snapshot(q).await
     }
 
+    // ---- the master key (issue 3): plain delegation ----
+    async fn check_keyring(&self) -> Result<()> {
+        self.inner.check_keyring().await
+    }
+    async fn rotate_keyring(
+        &self,
+        new: &reckon_ledger::Keyring,
+    ) -> Result<reckon_ledger::RotateReport> {
+        self.inner.rotate_keyring(new).await
+    }
+    async fn record_action(
+        &self,
+        tenant: TenantId,
+        action: reckon_ledger::NewAction,
+    ) -> Result<()> {
+        self.inner.record_action(tenant, action).await
+    }
+    async fn list_actions(
+        &self,
+        tenant: TenantId,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<reckon_ledger::Action>> {
+        self.inner.list_actions(tenant, before_id, limit).await
+    }
+
     // ---- reconciliation (issue 4): plain delegation ----
     async fn add_provider(
         &self,

@@ -1,0 +1,101 @@
+//! The audit log of people's actions (issue 3): append-only, per tenant, read by the
+//! tenant's admins. Written by the surfaces (API, dashboard, CLI) where a person acts; the
+//! ledger only stores and lists. Both backends run the same SQL ([`impl_actions!`]).
+
+use serde::Serialize;
+
+/// One action, as recorded.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Action {
+    pub id: i64,
+    pub at: f64,
+    /// `user:<email>`, `token:<id>`, or `operator` (the CLI).
+    pub actor: String,
+    /// e.g. `signin`, `signin_failed`, `source.add`, `provider.add`, `route.set`,
+    /// `effect.resolve`, `token.create`, `token.revoke`, `export`.
+    pub action: String,
+    pub target: Option<String>,
+    pub detail: serde_json::Value,
+    pub address: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewAction {
+    pub actor: String,
+    pub action: String,
+    pub target: Option<String>,
+    /// Never a secret: callers pass names and outcomes, not DSNs or keys.
+    pub detail: serde_json::Value,
+    pub address: Option<String>,
+}
+
+macro_rules! impl_actions {
+    ($ledger:ty, $db:ty) => {
+        impl $ledger {
+            pub(crate) async fn actions_record(
+                &self,
+                tenant: $crate::TenantId,
+                a: $crate::actions::NewAction,
+            ) -> $crate::Result<()> {
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(tenant.0)
+                .bind(reckon_domain::time::now())
+                .bind(&a.actor)
+                .bind(&a.action)
+                .bind(&a.target)
+                .bind(a.detail.to_string())
+                .bind(&a.address)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            pub(crate) async fn actions_list(
+                &self,
+                tenant: $crate::TenantId,
+                before_id: Option<i64>,
+                limit: i64,
+            ) -> $crate::Result<Vec<$crate::actions::Action>> {
+                use sqlx::Row;
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
+                    .await?;
+                let rows = sqlx::query(
+                    "SELECT id, at, actor, action, target, detail, address FROM audit_log \
+                     WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+                )
+                .bind(tenant.0)
+                .bind(before_id.unwrap_or(i64::MAX))
+                .bind(limit.clamp(1, 1000))
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                rows.iter()
+                    .map(|r| {
+                        let detail: String = r.try_get("detail")?;
+                        Ok($crate::actions::Action {
+                            id: r.try_get("id")?,
+                            at: r.try_get("at")?,
+                            actor: r.try_get("actor")?,
+                            action: r.try_get("action")?,
+                            target: r.try_get("target")?,
+                            detail: serde_json::from_str(&detail).map_err(|e| {
+                                $crate::LedgerError::Invalid(format!("stored JSON: {e}"))
+                            })?,
+                            address: r.try_get("address")?,
+                        })
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+
+pub(crate) use impl_actions;

@@ -1,0 +1,90 @@
+//! Recording people's actions in the tenant's audit log (`Ledger::record_action`), and
+//! `GET /api/v1/audit-log` for the tenant's admins.
+//!
+//! The action has already happened when it is recorded (its own write is committed), so a
+//! failed audit write is logged loudly rather than turned into an error the caller would
+//! read as "it did not happen".
+
+use crate::AppState;
+use crate::auth::Auth;
+use crate::error::ApiError;
+use crate::extract::ApiQuery;
+use axum::Json;
+use axum::extract::State;
+use reckon_ledger::{NewAction, TenantId};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Who acted, as the audit log names them.
+pub fn actor(auth: &Auth) -> String {
+    match auth.user_id {
+        Some(u) => format!("user:{u} via token:{}", auth.token_id),
+        None => format!("token:{}", auth.token_id),
+    }
+}
+
+pub async fn record(
+    state: &AppState,
+    tenant: TenantId,
+    actor: String,
+    action: &str,
+    target: Option<String>,
+    detail: Value,
+) {
+    let new = NewAction {
+        actor,
+        action: action.to_owned(),
+        target,
+        detail,
+        address: None,
+    };
+    if let Err(e) = state.ledger.record_action(tenant, new).await {
+        tracing::error!(error = %e, action, "could not write the audit log");
+    }
+}
+
+/// An API caller's action.
+pub async fn by_token(state: &AppState, auth: &Auth, action: &str, target: &str, detail: Value) {
+    record(
+        state,
+        auth.tenant.id,
+        actor(auth),
+        action,
+        Some(target.to_owned()),
+        detail,
+    )
+    .await;
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    before: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/v1/audit-log?before=&limit=`: newest first; `next` is the `before` of the
+/// next page.
+pub async fn list(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiQuery(p): ApiQuery<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    let limit = match p.limit {
+        None => 100,
+        Some(n) if (1..=1000).contains(&n) => n,
+        Some(n) => {
+            return Err(ApiError::BadRequest(format!(
+                "limit {n} is not between 1 and 1000"
+            )));
+        }
+    };
+    let actions = state
+        .ledger
+        .list_actions(auth.tenant.id, p.before, limit)
+        .await?;
+    let next = (actions.len() as i64 == limit)
+        .then(|| actions.last().map(|a| a.id))
+        .flatten();
+    Ok(Json(json!({ "actions": actions, "next": next })))
+}
