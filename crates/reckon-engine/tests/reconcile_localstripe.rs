@@ -53,15 +53,26 @@ async fn start_localstripe() -> LocalStripe {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let child = Command::new(venv_bin("localstripe"))
-        .args(["--port", &port.to_string()])
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut child = Command::new(venv_bin("localstripe"))
+        // Every localstripe keeps its state in the one file /tmp/localstripe.pickle and,
+        // without --from-scratch, loads it at start: instances running side by side
+        // would read each other's half-written state (and charges).
+        .args(["--port", &port.to_string(), "--from-scratch"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log.reopen().unwrap())
         .spawn()
         .expect("start localstripe (testdata/requirements.txt)");
     let base = format!("http://127.0.0.1:{port}/");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Generous: a loaded 2-core CI machine starts Python slowly.
+    let deadline = Instant::now() + Duration::from_secs(120);
     loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!(
+                "localstripe exited ({status}): {}",
+                std::fs::read_to_string(log.path()).unwrap_or_default()
+            );
+        }
         let up = reqwest::Client::new()
             .get(format!("{base}v1/events"))
             .basic_auth(KEY, Some(""))
@@ -71,7 +82,11 @@ async fn start_localstripe() -> LocalStripe {
         if up {
             break;
         }
-        assert!(Instant::now() < deadline, "localstripe did not start");
+        assert!(
+            Instant::now() < deadline,
+            "localstripe did not answer within 120 s: {}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     LocalStripe { child, base }
