@@ -77,6 +77,8 @@ pub const ROUTES: &[RouteSpec] = &[
         Token(P::ResolveManually),
     ),
     // ---- end reconciliation ----
+    // The audit log of people's actions: the tenant's admins.
+    r("GET", "/api/v1/audit-log", Token(P::ManageUsers)),
     r("GET", "/api/v1/tokens", Token(P::ManageTokens)),
     r("POST", "/api/v1/tokens", Token(P::ManageTokens)),
     r("DELETE", "/api/v1/tokens/{id}", Token(P::ManageTokens)),
