@@ -913,3 +913,6 @@ impl Ledger for PgLedger {
 }
 
 crate::accounts::impl_accounts!(PgLedger, Postgres);
+
+// ---- audit (issue 6, branch `audit`) ----
+crate::audit::impl_audits!(PgLedger, Postgres);

@@ -850,3 +850,6 @@ where
 }
 
 crate::accounts::impl_accounts!(SqliteLedger, Sqlite);
+
+// ---- audit (issue 6, branch `audit`) ----
+crate::audit::impl_audits!(SqliteLedger, Sqlite);
