@@ -829,3 +829,51 @@ pub fn money(minor: i64, currency: &str) -> String {
     let a = minor.unsigned_abs();
     format!("{sign}{}.{:02} {cur}", a / 100, a % 100)
 }
+
+// ---- scheduling and presentation helpers (issue 6, branch `audit`) ----
+
+/// Check an IANA time zone name (a tenant setting) against the bundled tz database.
+pub fn validate_zone(time_zone: &str) -> Result<(), AuditError> {
+    TimeZone::get(time_zone)
+        .map(|_| ())
+        .map_err(|_| AuditError::TimeZone(time_zone.to_owned()))
+}
+
+/// Parse `HH:MM` (24-hour).
+pub fn parse_local_time(hhmm: &str) -> Result<jiff::civil::Time, AuditError> {
+    let bad = || AuditError::Date(format!("{hhmm:?} is not a time of day (use HH:MM, 24-hour)"));
+    let (h, m) = hhmm.split_once(':').ok_or_else(bad)?;
+    if h.len() != 2 || m.len() != 2 {
+        return Err(bad());
+    }
+    let h: i8 = h.parse().map_err(|_| bad())?;
+    let m: i8 = m.parse().map_err(|_| bad())?;
+    jiff::civil::Time::new(h, m, 0, 0).map_err(|_| bad())
+}
+
+/// The day the nightly audit should cover at `now`: yesterday in `time_zone`, once the
+/// local clock has reached `audit_time`; `None` before that.
+pub fn due_day(
+    now_epoch: f64,
+    time_zone: &str,
+    audit_time: &str,
+) -> Result<Option<DayWindow>, AuditError> {
+    let tz = TimeZone::get(time_zone).map_err(|_| AuditError::TimeZone(time_zone.to_owned()))?;
+    let at = parse_local_time(audit_time)?;
+    let ts = jiff::Timestamp::from_millisecond((now_epoch * 1000.0) as i64)
+        .map_err(|e| AuditError::Date(e.to_string()))?;
+    if ts.to_zoned(tz).time() < at {
+        return Ok(None);
+    }
+    DayWindow::yesterday(now_epoch, time_zone).map(Some)
+}
+
+/// `2026-11-28T23:59:50-05:00`: an instant as a person in the tenant's zone reads it (and a
+/// spreadsheet parses it).
+pub fn local_timestamp(epoch: f64, time_zone: &str) -> String {
+    let tz = TimeZone::get(time_zone).unwrap_or(TimeZone::UTC);
+    match jiff::Timestamp::from_millisecond((epoch * 1000.0).round() as i64) {
+        Ok(ts) => ts.to_zoned(tz).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string(),
+        Err(_) => epoch.to_string(),
+    }
+}
