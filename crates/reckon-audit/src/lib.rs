@@ -841,7 +841,11 @@ pub fn validate_zone(time_zone: &str) -> Result<(), AuditError> {
 
 /// Parse `HH:MM` (24-hour).
 pub fn parse_local_time(hhmm: &str) -> Result<jiff::civil::Time, AuditError> {
-    let bad = || AuditError::Date(format!("{hhmm:?} is not a time of day (use HH:MM, 24-hour)"));
+    let bad = || {
+        AuditError::Date(format!(
+            "{hhmm:?} is not a time of day (use HH:MM, 24-hour)"
+        ))
+    };
     let (h, m) = hhmm.split_once(':').ok_or_else(bad)?;
     if h.len() != 2 || m.len() != 2 {
         return Err(bad());

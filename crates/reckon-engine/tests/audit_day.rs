@@ -242,7 +242,8 @@ fn request(date: &str) -> AuditRequest {
 
 /// Findings of `kind`: their effect keys (joined), or their charge ids when no effect.
 fn found(run: &AuditRun, kind: &str) -> BTreeSet<String> {
-    run.run.findings
+    run.run
+        .findings
         .as_array()
         .unwrap()
         .iter()
@@ -300,16 +301,32 @@ fn planted_day() -> Planted {
         }
         // Every order also sends a receipt: no provider is routed for it, so it can be
         // neither missing nor matched.
-        r.push(record(&format!("send_receipt:v1:ORD-{i}"), State::Succeeded, at + 3.0));
+        r.push(record(
+            &format!("send_receipt:v1:ORD-{i}"),
+            State::Succeeded,
+            at + 3.0,
+        ));
     }
     let h = START + 5.0 * 3600.0;
     // Duplicates (3): two charges under one key; a pair whose second charge was refunded
     // as `duplicate`; a pair tied only by the order reference in metadata.
     r.push(record("charge:v1:DUP-1", State::Succeeded, h));
     c.push(charge("ch_dup1_a", "charge:v1:DUP-1", 4200, "usd", h + 1.0));
-    c.push(charge("ch_dup1_b", "charge:v1:DUP-1", 4200, "usd", h + 40.0));
+    c.push(charge(
+        "ch_dup1_b",
+        "charge:v1:DUP-1",
+        4200,
+        "usd",
+        h + 40.0,
+    ));
     r.push(record("charge:v1:DUP-2", State::Succeeded, h + 100.0));
-    c.push(charge("ch_dup2_a", "charge:v1:DUP-2", 990, "eur", h + 101.0));
+    c.push(charge(
+        "ch_dup2_a",
+        "charge:v1:DUP-2",
+        990,
+        "eur",
+        h + 101.0,
+    ));
     let mut refunded = charge("ch_dup2_b", "charge:v1:DUP-2", 990, "eur", h + 130.0);
     refunded.refunds = vec![("re_dup2".into(), 990, Some("duplicate".into()))];
     c.push(refunded);
@@ -340,13 +357,43 @@ fn planted_day() -> Planted {
     let mut rcl = record("charge:v1:RCL-1", State::Succeeded, START + 11_000.0);
     rcl.attempts = 2;
     r.push(rcl);
-    c.push(charge("ch_rcl", "charge:v1:RCL-1", 2500, "usd", START + 11_001.0));
+    c.push(charge(
+        "ch_rcl",
+        "charge:v1:RCL-1",
+        2500,
+        "usd",
+        START + 11_001.0,
+    ));
     // Split intents (2): a version bump, and a timestamp in the key; each key charged.
     for (k, id, amount, cur, at) in [
-        ("charge:v1:SPL-1", "ch_spl1_a", 6000, "usd", START + 12_000.0),
-        ("charge:v2:SPL-1", "ch_spl1_b", 6000, "usd", START + 12_500.0),
-        ("charge:v1:SPL-2:1795860000", "ch_spl2_a", 800, "eur", START + 13_000.0),
-        ("charge:v1:SPL-2:1795860600", "ch_spl2_b", 800, "eur", START + 13_600.0),
+        (
+            "charge:v1:SPL-1",
+            "ch_spl1_a",
+            6000,
+            "usd",
+            START + 12_000.0,
+        ),
+        (
+            "charge:v2:SPL-1",
+            "ch_spl1_b",
+            6000,
+            "usd",
+            START + 12_500.0,
+        ),
+        (
+            "charge:v1:SPL-2:1795860000",
+            "ch_spl2_a",
+            800,
+            "eur",
+            START + 13_000.0,
+        ),
+        (
+            "charge:v1:SPL-2:1795860600",
+            "ch_spl2_b",
+            800,
+            "eur",
+            START + 13_600.0,
+        ),
     ] {
         r.push(record(k, State::Succeeded, at));
         c.push(charge(id, k, amount, cur, at + 1.0));
@@ -355,9 +402,21 @@ fn planted_day() -> Planted {
     // the charge is tomorrow's. Claimed 1 s before the day began, charged 1 s into it: the
     // charge is today's and matched (no orphan), the effect yesterday's.
     r.push(record("charge:v1:EDGE-1", State::Succeeded, END - 10.0));
-    c.push(charge("ch_edge1", "charge:v1:EDGE-1", 1200, "usd", END + 5.0));
+    c.push(charge(
+        "ch_edge1",
+        "charge:v1:EDGE-1",
+        1200,
+        "usd",
+        END + 5.0,
+    ));
     r.push(record("charge:v1:EDGE-2", State::Succeeded, START - 1.0));
-    c.push(charge("ch_edge2", "charge:v1:EDGE-2", 1300, "usd", START + 1.0));
+    c.push(charge(
+        "ch_edge2",
+        "charge:v1:EDGE-2",
+        1300,
+        "usd",
+        START + 1.0,
+    ));
     // Orphans of the neighbouring days, and an unknown effect of yesterday: not today's.
     c.push(charge("ch_before", "", 4400, "usd", START - 2.0));
     c.push(charge("ch_after", "", 4500, "usd", END));
@@ -462,10 +521,17 @@ async fn the_planted_day_through_the_whole_pipeline(w: World) {
             .clone()
     };
     assert_eq!(
-        (dup("charge:v1:DUP-1")["amount"].clone(), dup("charge:v1:DUP-1")["refunded"].clone()),
+        (
+            dup("charge:v1:DUP-1")["amount"].clone(),
+            dup("charge:v1:DUP-1")["refunded"].clone()
+        ),
         (json!(4200), json!(false))
     );
-    assert_eq!(dup("charge:v1:DUP-2")["refunded"], true, "listed, as refunded");
+    assert_eq!(
+        dup("charge:v1:DUP-2")["refunded"],
+        true,
+        "listed, as refunded"
+    );
     assert_eq!(dup("charge:v1:DUP-2")["amount"], 0);
     assert_eq!(dup("charge:v1:DUP-3")["amount"], 1500);
 
@@ -630,7 +696,10 @@ async fn assert_failed_run(w: World, t: TenantId, words: &[&str]) {
         .provider_charges(t, None, START - 3600.0, END + 3600.0)
         .await
         .unwrap();
-    assert!(stored.is_empty(), "a failed import stores nothing: {stored:?}");
+    assert!(
+        stored.is_empty(),
+        "a failed import stores nothing: {stored:?}"
+    );
     // The failed run is in the chain, as failed, and no completed run of the day exists.
     let runs = w.ledger.list_audit_runs(t, Some(DAY), 10).await.unwrap();
     assert_eq!(runs.len(), 1);
@@ -660,10 +729,10 @@ async fn a_timeout_on_page_3_fails_the_run_with_that_reason_and_records_no_findi
 
 #[tokio::test]
 async fn a_malformed_page_3_fails_the_run_with_that_reason_and_records_no_findings() {
-    let server = three_pages(
-        wiremock::ResponseTemplate::new(200)
-            .set_body_raw(r#"{"objects": [{"id": "c3", "status": "succ"#, "application/json"),
-    )
+    let server = three_pages(wiremock::ResponseTemplate::new(200).set_body_raw(
+        r#"{"objects": [{"id": "c3", "status": "succ"#,
+        "application/json",
+    ))
     .await;
     let (w, t) = failing_world(&server.uri()).await;
     assert_failed_run(w, t, &["page 3", "malformed"]).await;
@@ -671,10 +740,9 @@ async fn a_malformed_page_3_fails_the_run_with_that_reason_and_records_no_findin
 
 #[tokio::test]
 async fn a_page_without_its_end_marker_fails_the_run_and_records_no_findings() {
-    let server = three_pages(
-        wiremock::ResponseTemplate::new(200).set_body_json(json!({"objects": []})),
-    )
-    .await;
+    let server =
+        three_pages(wiremock::ResponseTemplate::new(200).set_body_json(json!({"objects": []})))
+            .await;
     let (w, t) = failing_world(&server.uri()).await;
     assert_failed_run(w, t, &["page 3", "next_cursor"]).await;
 }
@@ -822,7 +890,9 @@ async fn verify_detects_an_edited_and_a_removed_run(w: World) {
     let (t, _) = planted_world(&w).await;
     let c = ctx(w.ledger.clone());
     let first = run_audit(&c, t, &request(DAY), None).await.unwrap();
-    let second = run_audit(&c, t, &request("2026-11-27"), None).await.unwrap();
+    let second = run_audit(&c, t, &request("2026-11-27"), None)
+        .await
+        .unwrap();
     let third = run_audit(&c, t, &request(DAY), None).await.unwrap();
     assert_eq!((first.seq, second.seq, third.seq), (1, 2, 3));
     assert_eq!(second.prev_digest, first.digest);
@@ -860,7 +930,11 @@ async fn verify_detects_an_edited_and_a_removed_run(w: World) {
         .await;
     let (n, breaks) = verify(w.ledger.as_ref(), t).await.unwrap();
     assert_eq!(n, 2);
-    assert!(breaks.iter().any(|b| b.id == third.id && b.reason.contains("removed")));
+    assert!(
+        breaks
+            .iter()
+            .any(|b| b.id == third.id && b.reason.contains("removed"))
+    );
     w.finish().await;
 }
 
@@ -930,7 +1004,10 @@ async fn three_replicas_running_the_nightly_audit_at_once_store_one_run() {
     let mut again = runs[0].run.clone();
     again.finished_at += 1.0;
     let err = w.ledger.record_audit_run(t, again, None).await.unwrap_err();
-    assert!(matches!(err, reckon_ledger::LedgerError::Conflict(_)), "{err}");
+    assert!(
+        matches!(err, reckon_ledger::LedgerError::Conflict(_)),
+        "{err}"
+    );
     for r in replicas {
         drop(r);
     }

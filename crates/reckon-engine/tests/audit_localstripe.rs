@@ -47,7 +47,13 @@ async fn localstripe() -> LocalStripe {
         .port();
     let cwd = tempfile::tempdir().unwrap();
     let child = tokio::process::Command::new(&py)
-        .args(["-m", "localstripe", "--port", &port.to_string(), "--from-scratch"])
+        .args([
+            "-m",
+            "localstripe",
+            "--port",
+            &port.to_string(),
+            "--from-scratch",
+        ])
         .current_dir(cwd.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -286,10 +292,20 @@ async fn the_stripe_list_path_against_localstripe_finds_exactly_the_planted_prob
     assert_eq!(kinds("orphan"), set(&[orphan.as_str()]));
     assert_eq!(kinds("missing"), set(&["charge:v1:MISS-1"]));
     assert_eq!(kinds("unresolved"), set(&["charge:v1:UNK-1"]));
-    assert_eq!(run.run.findings.as_array().unwrap().len(), 5, "nothing spurious");
+    assert_eq!(
+        run.run.findings.as_array().unwrap().len(),
+        5,
+        "nothing spurious"
+    );
 
     let totals = run.run.totals.as_array().unwrap();
-    let of = |cur: &str| totals.iter().find(|x| x["currency"] == cur).unwrap().clone();
+    let of = |cur: &str| {
+        totals
+            .iter()
+            .find(|x| x["currency"] == cur)
+            .unwrap()
+            .clone()
+    };
     assert_eq!(of("usd")["charged"], usd);
     assert_eq!(of("usd")["unmatched"], 31_415);
     assert_eq!(of("usd")["refunded"], 0);

@@ -245,8 +245,12 @@ pub trait Audits: Send + Sync {
         limit: i64,
     ) -> Result<Vec<AuditRun>>;
     /// Whether a completed scheduled run of `day` and `provider` is stored.
-    async fn scheduled_audit_done(&self, tenant: TenantId, day: &str, provider: &str)
-    -> Result<bool>;
+    async fn scheduled_audit_done(
+        &self,
+        tenant: TenantId,
+        day: &str,
+        provider: &str,
+    ) -> Result<bool>;
     /// The newest complete run's figures, for metrics (`None`: no run yet).
     async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>>;
 }

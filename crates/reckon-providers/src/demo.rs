@@ -124,10 +124,23 @@ async fn charges(State(s): State<DemoState>, Query(q): Query<RangeQuery>) -> Jso
         .flatten()
         .filter(|c| c.created >= q.from && c.created < q.to)
         .collect();
-    all.sort_by(|a, b| a.created.total_cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
+    all.sort_by(|a, b| {
+        a.created
+            .total_cmp(&b.created)
+            .then_with(|| a.id.cmp(&b.id))
+    });
     let limit = q.limit.unwrap_or(100).clamp(1, 100);
-    let offset: usize = q.cursor.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0);
-    let objects: Vec<Value> = all.iter().skip(offset).take(limit).map(|c| wire_charge(c)).collect();
+    let offset: usize = q
+        .cursor
+        .as_deref()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let objects: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|c| wire_charge(c))
+        .collect();
     let next = (offset + limit < all.len()).then(|| (offset + limit).to_string());
     Json(json!({ "objects": objects, "next_cursor": next }))
 }

@@ -24,9 +24,9 @@
 //! Several objects with `status` other than `failed`/`canceled` make a duplicate.
 
 use crate::client::{GetClient, budget, status_fault};
+use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
 use crate::{Consistency, Fault, FaultKind, LookupQuery, LookupReport, ProviderObject, Step};
 use secrecy::{ExposeSecret, SecretString};
-use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -215,11 +215,14 @@ impl HttpProvider {
                 );
                 return Err(fail(&method, n, f, &pages));
             }
-            let mut url = self
-                .settings
-                .base_url
-                .join("charges")
-                .map_err(|e| fail(&method, n, Fault::new(FaultKind::Config, e.to_string()), &pages))?;
+            let mut url = self.settings.base_url.join("charges").map_err(|e| {
+                fail(
+                    &method,
+                    n,
+                    Fault::new(FaultKind::Config, e.to_string()),
+                    &pages,
+                )
+            })?;
             url.query_pairs_mut()
                 .append_pair("from", &from.to_string())
                 .append_pair("to", &to.to_string())

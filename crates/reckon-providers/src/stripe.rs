@@ -522,17 +522,27 @@ impl StripeProvider {
         .await?;
         let mut charges = Vec::with_capacity(raw.len());
         for v in raw {
-            let mut c = self
-                .charge(&v)
-                .map_err(|d| fail("stripe.list.charges", pages.len() as u32, Fault::new(FaultKind::Malformed, d), &pages))?;
+            let mut c = self.charge(&v).map_err(|d| {
+                fail(
+                    "stripe.list.charges",
+                    pages.len() as u32,
+                    Fault::new(FaultKind::Malformed, d),
+                    &pages,
+                )
+            })?;
             // Refunds embedded in the charge (older API versions, or expanded) when they are
             // all there; otherwise their own list, to its end.
-            let embedded = v["refunds"]["data"].as_array().filter(|_| {
-                v["refunds"]["has_more"].as_bool() == Some(false)
-            });
+            let embedded = v["refunds"]["data"]
+                .as_array()
+                .filter(|_| v["refunds"]["has_more"].as_bool() == Some(false));
             if let Some(list) = embedded {
                 c.refunds = crate::listing::refunds(&Value::Array(list.clone())).map_err(|d| {
-                    fail("stripe.list.charges", pages.len() as u32, Fault::new(FaultKind::Malformed, d), &pages)
+                    fail(
+                        "stripe.list.charges",
+                        pages.len() as u32,
+                        Fault::new(FaultKind::Malformed, d),
+                        &pages,
+                    )
                 })?;
             } else if c.amount_refunded > 0 {
                 let mut items = Vec::new();
@@ -546,7 +556,12 @@ impl StripeProvider {
                 )
                 .await?;
                 c.refunds = crate::listing::refunds(&Value::Array(items)).map_err(|d| {
-                    fail("stripe.list.refunds", pages.len() as u32, Fault::new(FaultKind::Malformed, d), &pages)
+                    fail(
+                        "stripe.list.refunds",
+                        pages.len() as u32,
+                        Fault::new(FaultKind::Malformed, d),
+                        &pages,
+                    )
                 })?;
             }
             if let Some(md) = c.payment_intent.as_ref().and_then(|pi| pi_metadata.get(pi)) {
@@ -582,7 +597,10 @@ impl StripeProvider {
         loop {
             n += 1;
             if n > self.s.max_pages.max(1) * 1000 {
-                let f = Fault::new(FaultKind::Truncated, format!("stopped after {} pages", n - 1));
+                let f = Fault::new(
+                    FaultKind::Truncated,
+                    format!("stopped after {} pages", n - 1),
+                );
                 return Err(fail(method, n, f, pages));
             }
             let mut params = vec![("limit".to_owned(), "100".to_owned())];
@@ -591,7 +609,10 @@ impl StripeProvider {
                     params.push(("created[gte]".to_owned(), (from.floor() as i64).to_string()));
                     params.push(("created[lt]".to_owned(), (to.ceil() as i64).to_string()));
                 } else {
-                    params.push(("created[gt]".to_owned(), (from.floor() as i64 - 1).to_string()));
+                    params.push((
+                        "created[gt]".to_owned(),
+                        (from.floor() as i64 - 1).to_string(),
+                    ));
                 }
             }
             params.extend_from_slice(extra);
@@ -607,7 +628,10 @@ impl StripeProvider {
             };
             let (Some(data), Some(has_more)) = (v["data"].as_array(), v["has_more"].as_bool())
             else {
-                let f = Fault::new(FaultKind::Malformed, "a list page without `data` or `has_more`");
+                let f = Fault::new(
+                    FaultKind::Malformed,
+                    "a list page without `data` or `has_more`",
+                );
                 return Err(fail(method, n, f, pages));
             };
             let mut in_window = 0;
@@ -623,7 +647,9 @@ impl StripeProvider {
                 }
                 let keep = match window {
                     None => true,
-                    Some((from, to)) => item["created"].as_f64().is_some_and(|c| c >= from && c < to),
+                    Some((from, to)) => item["created"]
+                        .as_f64()
+                        .is_some_and(|c| c >= from && c < to),
                 };
                 if keep {
                     in_window += 1;
@@ -658,7 +684,9 @@ impl StripeProvider {
     fn charge(&self, v: &Value) -> Result<ListedCharge, String> {
         let text = |f: &str| v[f].as_str().map(str::to_owned);
         let id = text("id").ok_or("a charge without id")?;
-        let amount = v["amount"].as_i64().ok_or_else(|| format!("{id}: no amount"))?;
+        let amount = v["amount"]
+            .as_i64()
+            .ok_or_else(|| format!("{id}: no amount"))?;
         let status = text("status").ok_or_else(|| format!("{id}: no status"))?;
         let captured = v["captured"].as_bool().unwrap_or(true);
         let status = if status == "succeeded" && !captured {
@@ -673,16 +701,20 @@ impl StripeProvider {
             currency: text("currency")
                 .ok_or_else(|| format!("{id}: no currency"))?
                 .to_ascii_lowercase(),
-            amount_captured: v["amount_captured"]
-                .as_i64()
-                .unwrap_or(if captured { amount } else { 0 }),
+            amount_captured: v["amount_captured"].as_i64().unwrap_or(if captured {
+                amount
+            } else {
+                0
+            }),
             amount_refunded: v["amount_refunded"].as_i64().unwrap_or(0),
             refunds: Vec::new(),
             metadata: crate::listing::metadata(&v["metadata"]),
             // Stripe reports the creating request's key on events, not on the charge.
             idempotency_key: None,
             customer: text("customer"),
-            created: v["created"].as_f64().ok_or_else(|| format!("{id}: no created"))?,
+            created: v["created"]
+                .as_f64()
+                .ok_or_else(|| format!("{id}: no created"))?,
             raw: v.clone(),
             status,
             id,
