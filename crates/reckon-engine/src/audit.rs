@@ -393,26 +393,33 @@ async fn run_window(
     run.finished_at = reckon_domain::time::now();
     let stored = ctx.ledger.record_audit_run(tenant, run, lease).await?;
     if let Some(m) = &ctx.metrics {
-        publish_metric(m, ctx.ledger.as_ref(), tenant).await;
+        publish_for(m, ctx.ledger.as_ref(), tenant).await;
     }
     Ok(stored)
 }
 
 /// Set the tenant's audit gauges from its newest complete run (any replica's).
-pub async fn publish_metric(m: &reckon_metrics::Metrics, ledger: &dyn Ledger, tenant: TenantId) {
-    let Ok(tenants) = ledger.list_tenants().await else {
-        return;
-    };
-    let Some(t) = tenants.iter().find(|t| t.id == tenant) else {
-        return;
-    };
+pub async fn publish_metric(
+    m: &reckon_metrics::Metrics,
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    slug: &str,
+) {
     if let Ok(Some(metric)) = ledger.audit_metric(tenant).await {
         let findings: Vec<(&str, u64)> = metric
             .findings
             .iter()
             .map(|(k, v)| (k.as_str(), (*v).max(0) as u64))
             .collect();
-        m.record_audit(&t.slug, &findings, metric.finished_at);
+        m.record_audit(slug, &findings, metric.finished_at);
+    }
+}
+
+async fn publish_for(m: &reckon_metrics::Metrics, ledger: &dyn Ledger, tenant: TenantId) {
+    if let Ok(tenants) = ledger.list_tenants().await
+        && let Some(t) = tenants.iter().find(|t| t.id == tenant)
+    {
+        publish_metric(m, ledger, tenant, &t.slug).await;
     }
 }
 
@@ -431,7 +438,7 @@ pub async fn run_due(ctx: &AuditCtx, now: f64) -> Result<Vec<DueRun>, AuditRunEr
     let mut done = Vec::new();
     for t in ctx.ledger.list_tenants().await? {
         if let Some(m) = &ctx.metrics {
-            publish_metric(m, ctx.ledger.as_ref(), t.id).await;
+            publish_metric(m, ctx.ledger.as_ref(), t.id, &t.slug).await;
         }
         let s = ctx.ledger.audit_settings(t.id).await?;
         let window = match reckon_audit::due_day(now, &s.time_zone, &s.audit_time) {

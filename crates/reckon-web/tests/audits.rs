@@ -183,6 +183,15 @@ async fn audits_api(backend: Backend) {
             .unwrap()
             .starts_with("token:")
     );
+    // The gauges show the tenant's newest complete run (the seeded one), in its own series.
+    let r = get("/api/v1/metrics".into(), admin.clone(), None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    for line in [
+        "reckon_audit_findings{kind=\"orphan\",tenant=\"acme\"} 1",
+        "reckon_audit_last_run_timestamp_seconds{tenant=\"acme\"} 1795930002",
+    ] {
+        assert!(r.text.contains(line), "{line} not in\n{}", r.text);
+    }
     let r = send(
         &w.app,
         Method::POST,
