@@ -610,16 +610,19 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
                 .unwrap_or("")
                 .to_owned()
         };
-        let charge_amounts = charges
-            .iter()
-            .map(|c| {
-                money(
-                    c["amount"].as_i64().unwrap_or(0),
-                    c["currency"].as_str().unwrap_or(""),
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
+        // Decimal amounts, like the finding's own `amount` column.
+        let charge_money = |field: &str| {
+            charges
+                .iter()
+                .map(|c| {
+                    money(
+                        c[field].as_i64().unwrap_or(0),
+                        c["currency"].as_str().unwrap_or(""),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
         let suggestions = f["suggestions"]
             .as_array()
             .unwrap_or(&empty)
@@ -654,9 +657,9 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
             join(effects, "attempts"),
             times(effects, "created_at"),
             join(charges, "id"),
-            charge_amounts,
+            charge_money("amount"),
             join(charges, "status"),
-            join(charges, "amount_refunded"),
+            charge_money("amount_refunded"),
             join(charges, "customer"),
             times(charges, "created"),
             suggestions,

@@ -878,6 +878,8 @@ async fn the_csv_parses_back_one_row_per_finding_and_a_planted_formula_is_neutra
     assert_eq!(&orphan[col("amount")], "5.00");
     assert_eq!(&orphan[col("currency")], "USD");
     assert_eq!(&orphan[col("amount_minor")], "500");
+    assert_eq!(&orphan[col("charge_amounts")], "5.00");
+    assert_eq!(&orphan[col("charge_refunded")], "0.00");
     assert_eq!(&orphan[col("day")], DAY);
     // Times in the tenant's zone, as a spreadsheet parses them.
     assert_eq!(&orphan[col("charge_created")], "2026-11-28T00:05:00-05:00");
