@@ -625,12 +625,13 @@ fn orphans(
     by_charge: &HashMap<usize, BTreeSet<usize>>,
     by_effect: &HashMap<usize, BTreeSet<usize>>,
 ) -> Vec<Finding> {
+    let leads = Leads::index(effects, by_effect);
     let mut out = Vec::new();
     for (c, ch) in charges.iter().enumerate() {
         if !window.contains(ch.created) || ch.status == "failed" || by_charge.contains_key(&c) {
             continue;
         }
-        let suggestions = suggest(ch, effects, by_effect);
+        let suggestions = leads.suggest(ch, effects);
         out.push(Finding {
             kind: FindingKind::Orphan,
             summary: format!(
@@ -650,37 +651,61 @@ fn orphans(
     out
 }
 
-/// Weak leads for an orphan: effects with no charge of their own whose recorded response
-/// names the same customer, amount and currency, within the margin of the charge.
-fn suggest(
-    ch: &ProviderCharge,
-    effects: &[AuditEffect],
-    by_effect: &HashMap<usize, BTreeSet<usize>>,
-) -> Vec<Suggestion> {
-    let mut out = Vec::new();
-    for (e, ef) in effects.iter().enumerate() {
-        if by_effect.contains_key(&e) || (ef.created_at - ch.created).abs() > MARGIN_SECS {
-            continue;
+/// Effects with no charge of their own, by the (amount, currency, customer) their recorded
+/// response names: built once, so suggesting leads for every orphan costs O(effects +
+/// orphans), not O(effects x orphans) (a day of a million effects has a thousand orphans).
+struct Leads {
+    by_money: HashMap<(i64, String, String), Vec<usize>>,
+}
+
+impl Leads {
+    fn index(effects: &[AuditEffect], by_effect: &HashMap<usize, BTreeSet<usize>>) -> Self {
+        let mut by_money: HashMap<(i64, String, String), Vec<usize>> = HashMap::new();
+        for (e, ef) in effects.iter().enumerate() {
+            if by_effect.contains_key(&e) {
+                continue;
+            }
+            let Some(r) = &ef.response else { continue };
+            let amount = r.get("amount").and_then(|v| v.as_i64());
+            let currency = r.get("currency").and_then(|v| v.as_str());
+            let customer = r.get("customer").and_then(|v| v.as_str());
+            if let (Some(a), Some(cur), Some(cus)) = (amount, currency, customer) {
+                by_money
+                    .entry((a, cur.to_ascii_lowercase(), cus.to_owned()))
+                    .or_default()
+                    .push(e);
+            }
         }
-        let Some(r) = &ef.response else { continue };
-        let amount = r.get("amount").and_then(|v| v.as_i64());
-        let currency = r.get("currency").and_then(|v| v.as_str());
-        let customer = r.get("customer").and_then(|v| v.as_str());
-        if amount == Some(ch.amount)
-            && currency.is_some_and(|c| c.eq_ignore_ascii_case(&ch.currency))
-            && customer.is_some()
-            && customer == ch.customer.as_deref()
-        {
-            out.push(Suggestion {
+        Leads { by_money }
+    }
+
+    /// Weak leads for an orphan: effects with no charge of their own whose recorded
+    /// response names the same customer, amount and currency, within the margin of the
+    /// charge.
+    fn suggest(&self, ch: &ProviderCharge, effects: &[AuditEffect]) -> Vec<Suggestion> {
+        let Some(customer) = ch.customer.as_deref() else {
+            return Vec::new();
+        };
+        let key = (
+            ch.amount,
+            ch.currency.to_ascii_lowercase(),
+            customer.to_owned(),
+        );
+        self.by_money
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .map(|&e| &effects[e])
+            .filter(|ef| (ef.created_at - ch.created).abs() <= MARGIN_SECS)
+            .map(|ef| Suggestion {
                 charge: ch.id.clone(),
                 source: ef.source.clone(),
                 key: ef.key.clone(),
                 why: "same customer, amount and currency within an hour (suggested, unconfirmed)"
                     .into(),
-            });
-        }
+            })
+            .collect()
     }
-    out
 }
 
 /// An effect the application recorded `succeeded` whose provider object cannot be found.
@@ -828,4 +853,56 @@ pub fn money(minor: i64, currency: &str) -> String {
     let sign = if minor < 0 { "-" } else { "" };
     let a = minor.unsigned_abs();
     format!("{sign}{}.{:02} {cur}", a / 100, a % 100)
+}
+
+// ---- scheduling and presentation helpers (issue 6, branch `audit`) ----
+
+/// Check an IANA time zone name (a tenant setting) against the bundled tz database.
+pub fn validate_zone(time_zone: &str) -> Result<(), AuditError> {
+    TimeZone::get(time_zone)
+        .map(|_| ())
+        .map_err(|_| AuditError::TimeZone(time_zone.to_owned()))
+}
+
+/// Parse `HH:MM` (24-hour).
+pub fn parse_local_time(hhmm: &str) -> Result<jiff::civil::Time, AuditError> {
+    let bad = || {
+        AuditError::Date(format!(
+            "{hhmm:?} is not a time of day (use HH:MM, 24-hour)"
+        ))
+    };
+    let (h, m) = hhmm.split_once(':').ok_or_else(bad)?;
+    if h.len() != 2 || m.len() != 2 {
+        return Err(bad());
+    }
+    let h: i8 = h.parse().map_err(|_| bad())?;
+    let m: i8 = m.parse().map_err(|_| bad())?;
+    jiff::civil::Time::new(h, m, 0, 0).map_err(|_| bad())
+}
+
+/// The day the nightly audit should cover at `now`: yesterday in `time_zone`, once the
+/// local clock has reached `audit_time`; `None` before that.
+pub fn due_day(
+    now_epoch: f64,
+    time_zone: &str,
+    audit_time: &str,
+) -> Result<Option<DayWindow>, AuditError> {
+    let tz = TimeZone::get(time_zone).map_err(|_| AuditError::TimeZone(time_zone.to_owned()))?;
+    let at = parse_local_time(audit_time)?;
+    let ts = jiff::Timestamp::from_millisecond((now_epoch * 1000.0) as i64)
+        .map_err(|e| AuditError::Date(e.to_string()))?;
+    if ts.to_zoned(tz).time() < at {
+        return Ok(None);
+    }
+    DayWindow::yesterday(now_epoch, time_zone).map(Some)
+}
+
+/// `2026-11-28T23:59:50-05:00`: an instant as a person in the tenant's zone reads it (and a
+/// spreadsheet parses it).
+pub fn local_timestamp(epoch: f64, time_zone: &str) -> String {
+    let tz = TimeZone::get(time_zone).unwrap_or(TimeZone::UTC);
+    match jiff::Timestamp::from_millisecond((epoch * 1000.0).round() as i64) {
+        Ok(ts) => ts.to_zoned(tz).strftime("%Y-%m-%dT%H:%M:%S%:z").to_string(),
+        Err(_) => epoch.to_string(),
+    }
 }

@@ -1,6 +1,8 @@
 //! The work reckon does, as step functions the scheduler merely triggers and tests call
 //! directly: scan a source ([`scan::scan_source`]), take pushed records ([`push`]).
 
+// audit (issue 6, branch `audit`)
+pub mod audit;
 pub mod push;
 pub mod reconcile;
 pub mod scan;

@@ -5,6 +5,8 @@
 
 mod accounts;
 mod actions;
+// ---- audit (issue 6, branch `audit`): audit storage, a supertrait of Ledger ----
+mod audit;
 mod crypto;
 mod keys;
 mod metrics;
@@ -19,6 +21,11 @@ pub use accounts::{
     Accounts, NewSession, SessionGrant, TokenCreator, TokenInfo, User, UserCredentials,
 };
 pub use actions::{Action, NewAction};
+// ---- audit (issue 6) ----
+pub use audit::{
+    ALL_PROVIDERS, AuditMetric, AuditRun, AuditSettings, Audits, ChainBreak, NewAuditRun,
+    SCHEDULE_AUTHOR, StoredCharge, canonical_json, run_digest, verify_chain,
+};
 pub use crypto::{Keyring, KeyringError};
 pub use keys::RotateReport;
 pub use metrics::{
@@ -83,7 +90,8 @@ pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 /// reckon's store. See ARCHITECTURE.md for the invariants every implementation keeps.
 /// People, sessions and the token lifecycle are in the supertrait [`Accounts`].
 #[async_trait]
-pub trait Ledger: Accounts + Send + Sync + 'static {
+/// The double-charge audit's storage is in the supertrait [`Audits`] (issue 6).
+pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     fn backend(&self) -> Backend;
 
     /// Apply the embedded migrations of this backend (idempotent).

@@ -932,3 +932,6 @@ impl Ledger for PgLedger {
 crate::keys::impl_keys!(PgLedger, Postgres);
 crate::actions::impl_actions!(PgLedger, Postgres);
 crate::accounts::impl_accounts!(PgLedger, Postgres);
+
+// ---- audit (issue 6, branch `audit`) ----
+crate::audit::impl_audits!(PgLedger, Postgres);

@@ -871,3 +871,6 @@ where
 crate::keys::impl_keys!(SqliteLedger, Sqlite);
 crate::actions::impl_actions!(SqliteLedger, Sqlite);
 crate::accounts::impl_accounts!(SqliteLedger, Sqlite);
+
+// ---- audit (issue 6, branch `audit`) ----
+crate::audit::impl_audits!(SqliteLedger, Sqlite);

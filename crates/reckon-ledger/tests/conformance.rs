@@ -75,6 +75,9 @@ conformance! {
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
     providers_keep_their_secret_sealed_and_routes_and_requeue_stay_in_their_tenant => story_rc_providers with raw;
+    // audit (issue 6)
+    provider_charges_are_upserted_read_by_day_and_stay_in_their_tenant => story_audit_charges;
+    audit_runs_chain_per_tenant_and_a_scheduled_day_completes_once => story_audit_runs;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2172,4 +2175,291 @@ async fn story_rc_providers(ledger: Arc<dyn Ledger>, raw: RawDb) {
             .len(),
         1
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// audit (issue 6, branch `audit`)
+
+fn stored_charge(
+    provider_id: i64,
+    id: &str,
+    created: f64,
+    amount: i64,
+) -> reckon_ledger::StoredCharge {
+    reckon_ledger::StoredCharge {
+        provider_id,
+        charge_id: id.into(),
+        payment_intent: Some(format!("pi_{id}")),
+        amount,
+        currency: "usd".into(),
+        status: "succeeded".into(),
+        amount_captured: amount,
+        amount_refunded: 0,
+        refunds: serde_json::json!([]),
+        metadata: serde_json::json!({"idempotency_key": format!("k-{id}")}),
+        idempotency_key: None,
+        customer: None,
+        created,
+        raw: serde_json::json!({"id": id, "object": "charge", "amount": amount}),
+        imported_at: 1.0,
+    }
+}
+
+async fn story_audit_charges(ledger: Arc<dyn Ledger>) {
+    let (a, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (b, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let pa = ledger
+        .add_provider(
+            a.id,
+            reckon_ledger::NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
+            },
+        )
+        .await
+        .unwrap();
+    let n = ledger
+        .store_provider_charges(
+            a.id,
+            &[
+                stored_charge(pa.id, "ch_1", 100.0, 500),
+                stored_charge(pa.id, "ch_2", 200.0, 700),
+                stored_charge(pa.id, "ch_3", 300.0, 900),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 3);
+    // A re-import replaces (a refund arrived later).
+    let mut again = stored_charge(pa.id, "ch_2", 200.0, 700);
+    again.amount_refunded = 700;
+    again.refunds = serde_json::json!([{"id": "re_1", "amount": 700, "reason": "duplicate"}]);
+    ledger
+        .store_provider_charges(a.id, &[again.clone()])
+        .await
+        .unwrap();
+    // [from, to): 100 and 200, not 300.
+    let got = ledger
+        .provider_charges(a.id, Some(pa.id), 100.0, 300.0)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[1], again, "stored and read back field for field");
+    assert_eq!(got[0].raw["object"], "charge");
+    assert_eq!(
+        ledger
+            .provider_charges(a.id, None, 0.0, 1e10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        ledger
+            .provider_charges(a.id, Some(pa.id + 1000), 0.0, 1e10)
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
+    // Tenant B sees none of A's charges.
+    assert!(
+        ledger
+            .provider_charges(b.id, None, 0.0, 1e10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Effects by creation time: [from, to), this tenant's only.
+    let (_, src) = (
+        a.clone(),
+        ledger.source_by_name(a.id, "shop").await.unwrap(),
+    );
+    ledger
+        .ingest(
+            a.id,
+            src.id,
+            batch(vec![
+                rec("charge:v1:early", State::Succeeded, 50.0),
+                rec("charge:v1:in", State::Succeeded, 150.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    let created: Vec<f64> = ledger
+        .effects_created_between(a.id, 0.0, 1e10, 1e10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.created_at)
+        .collect();
+    assert_eq!(created.len(), 2);
+    let some = ledger
+        .effects_created_between(a.id, created[1], 1e10, 1e10)
+        .await
+        .unwrap();
+    assert_eq!(some.len(), 1);
+    assert!(
+        ledger
+            .effects_created_between(b.id, 0.0, 1e10, 1e10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The tenant's calendar: UTC at 06:00 by default; bad times are refused.
+    let s = ledger.audit_settings(a.id).await.unwrap();
+    assert_eq!(
+        (s.time_zone.as_str(), s.audit_time.as_str()),
+        ("UTC", "06:00")
+    );
+    let paris = reckon_ledger::AuditSettings {
+        time_zone: "Europe/Paris".into(),
+        audit_time: "07:30".into(),
+    };
+    ledger.set_audit_settings(a.id, &paris).await.unwrap();
+    assert_eq!(ledger.audit_settings(a.id).await.unwrap(), paris);
+    assert_eq!(ledger.audit_settings(b.id).await.unwrap().time_zone, "UTC");
+    let bad = reckon_ledger::AuditSettings {
+        time_zone: "UTC".into(),
+        audit_time: "7:30".into(),
+    };
+    assert!(matches!(
+        ledger.set_audit_settings(a.id, &bad).await,
+        Err(LedgerError::Invalid(_))
+    ));
+}
+
+fn new_run(day: &str, by: &str, status: &str) -> reckon_ledger::NewAuditRun {
+    reckon_ledger::NewAuditRun {
+        day: day.into(),
+        time_zone: "UTC".into(),
+        window_start: 0.0,
+        window_end: 86_400.0,
+        provider: "*".into(),
+        triggered_by: by.into(),
+        status: status.into(),
+        reason: (status == "failed").then(|| "provider pay: page 3: server error".into()),
+        started_at: 10.5,
+        finished_at: 11.25,
+        counts: serde_json::json!({"findings": {"duplicate": 1, "orphan": 0}}),
+        findings: serde_json::json!([{"kind": "duplicate", "amount": 4200, "b": {"z": 1, "a": [1.5, null]}}]),
+        totals: serde_json::json!([]),
+        evidence: serde_json::json!({"pages": [{"page": 1}]}),
+    }
+}
+
+async fn story_audit_runs(ledger: Arc<dyn Ledger>) {
+    let (a, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (b, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let r1 = ledger
+        .record_audit_run(a.id, new_run("2026-11-27", "schedule", "failed"), None)
+        .await
+        .unwrap();
+    let r2 = ledger
+        .record_audit_run(a.id, new_run("2026-11-27", "schedule", "complete"), None)
+        .await
+        .unwrap();
+    let r3 = ledger
+        .record_audit_run(a.id, new_run("2026-11-28", "operator", "complete"), None)
+        .await
+        .unwrap();
+    assert_eq!((r1.seq, r2.seq, r3.seq), (1, 2, 3));
+    assert_eq!(r1.prev_digest, "");
+    assert_eq!(r2.prev_digest, r1.digest);
+    assert_eq!(r3.prev_digest, r2.digest);
+    assert_eq!(
+        r2.run,
+        new_run("2026-11-27", "schedule", "complete"),
+        "stored as given"
+    );
+    // Tenant B's chain starts at 1 and sees none of A's runs.
+    let rb = ledger
+        .record_audit_run(b.id, new_run("2026-11-27", "schedule", "complete"), None)
+        .await
+        .unwrap();
+    assert_eq!((rb.seq, rb.prev_digest.as_str()), (1, ""));
+    assert!(ledger.get_audit_run(b.id, r1.id).await.unwrap().is_none());
+    assert_eq!(
+        ledger.list_audit_runs(b.id, None, 10).await.unwrap().len(),
+        1
+    );
+    // Reads: newest first, by day, by id, the chain in order.
+    let all = ledger.list_audit_runs(a.id, None, 10).await.unwrap();
+    assert_eq!(all.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 2, 1]);
+    let day = ledger
+        .list_audit_runs(a.id, Some("2026-11-27"), 10)
+        .await
+        .unwrap();
+    assert_eq!(day.len(), 2);
+    assert_eq!(
+        ledger.get_audit_run(a.id, r3.id).await.unwrap().unwrap(),
+        r3
+    );
+    let chain = ledger.audit_chain(a.id, 0, 10).await.unwrap();
+    assert_eq!(chain, vec![r1.clone(), r2.clone(), r3.clone()]);
+    assert_eq!(
+        ledger.audit_chain(a.id, 2, 10).await.unwrap(),
+        vec![r3.clone()]
+    );
+    assert!(reckon_ledger::verify_chain(a.id, &chain).is_empty());
+    // The scheduled day is complete once: a second completed scheduled run is refused; a
+    // person's run of the same day is not.
+    assert!(
+        ledger
+            .scheduled_audit_done(a.id, "2026-11-27", "*")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !ledger
+            .scheduled_audit_done(a.id, "2026-11-28", "*")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !ledger
+            .scheduled_audit_done(b.id, "2026-11-28", "*")
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        ledger
+            .record_audit_run(a.id, new_run("2026-11-27", "schedule", "complete"), None)
+            .await,
+        Err(LedgerError::Conflict(_))
+    ));
+    ledger
+        .record_audit_run(a.id, new_run("2026-11-27", "operator", "complete"), None)
+        .await
+        .unwrap();
+    // A lost lease writes nothing.
+    let lease = ledger
+        .try_lease("audit:x", "me", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    ledger.try_lease("audit:x", "me", 30.0).await.unwrap();
+    ledger.release_lease(&lease).await.unwrap();
+    ledger
+        .try_lease("audit:x", "other", 30.0)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        ledger
+            .record_audit_run(
+                a.id,
+                new_run("2026-11-29", "schedule", "complete"),
+                Some(&lease)
+            )
+            .await,
+        Err(LedgerError::LeaseLost(_))
+    ));
+    assert_eq!(ledger.audit_chain(a.id, 0, 100).await.unwrap().len(), 4);
+    // Metrics read the newest complete run.
+    let m = ledger.audit_metric(a.id).await.unwrap().unwrap();
+    assert_eq!(m.finished_at, 11.25);
+    assert!(m.findings.contains(&("duplicate".to_owned(), 1)));
 }

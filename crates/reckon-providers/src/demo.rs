@@ -20,6 +20,11 @@ pub struct DemoCharge {
     pub amount: i64,
     pub currency: String,
     pub created: f64,
+    // ---- audit (issue 6): what the paged charges list also reports ----
+    /// (refund id, amount, reason)
+    pub refunds: Vec<(String, i64, Option<String>)>,
+    pub metadata: BTreeMap<String, String>,
+    pub customer: Option<String>,
 }
 
 #[derive(Clone, Default)]
@@ -60,14 +65,39 @@ impl DemoState {
             amount,
             currency: currency.into(),
             created,
+            refunds: Vec::new(),
+            metadata: BTreeMap::new(),
+            customer: None,
         });
         id
+    }
+
+    // ---- audit (issue 6) ----
+    /// Record a charge as given (its id is kept; `key` may be empty for a charge made
+    /// without one, which the lookup endpoint then never finds).
+    pub fn add(&self, c: DemoCharge) {
+        let mut map = self.charges.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(c.key.clone()).or_default().push(c);
     }
 }
 
 fn wire(c: &DemoCharge) -> Value {
     json!({ "id": c.id, "status": c.status, "amount": c.amount, "currency": c.currency,
             "created": c.created, "key": c.key })
+}
+
+/// The charges list's richer shape (see `crate::http`).
+fn wire_charge(c: &DemoCharge) -> Value {
+    let refunded: i64 = c.refunds.iter().map(|r| r.1).sum();
+    json!({ "id": c.id, "status": c.status, "amount": c.amount, "currency": c.currency,
+            "created": c.created,
+            "idempotency_key": if c.key.is_empty() { None } else { Some(&c.key) },
+            "amount_captured": if c.status == "succeeded" { c.amount } else { 0 },
+            "amount_refunded": refunded,
+            "refunds": c.refunds.iter()
+                .map(|(id, amount, reason)| json!({"id": id, "amount": amount, "reason": reason}))
+                .collect::<Vec<_>>(),
+            "metadata": c.metadata, "customer": c.customer })
 }
 
 #[derive(Deserialize)]
@@ -79,6 +109,8 @@ struct KeyQuery {
 struct RangeQuery {
     from: f64,
     to: f64,
+    limit: Option<usize>,
+    cursor: Option<String>,
 }
 
 async fn lookup(State(s): State<DemoState>, Query(q): Query<KeyQuery>) -> Json<Value> {
@@ -91,16 +123,34 @@ async fn lookup(State(s): State<DemoState>, Query(q): Query<KeyQuery>) -> Json<V
     Json(json!({ "found": !objects.is_empty(), "complete": true, "objects": objects }))
 }
 
+/// Pages in (created, id) order, at most 100 objects each (fewer than reckon asks for, as a
+/// real server may answer, so clients page); the cursor is the offset of the next page.
 async fn charges(State(s): State<DemoState>, Query(q): Query<RangeQuery>) -> Json<Value> {
     let map = s.charges.lock().unwrap_or_else(|p| p.into_inner());
-    // One page: the demo holds few charges.
-    let objects: Vec<Value> = map
+    let mut all: Vec<&DemoCharge> = map
         .values()
         .flatten()
         .filter(|c| c.created >= q.from && c.created < q.to)
-        .map(wire)
         .collect();
-    Json(json!({ "objects": objects, "next_cursor": null }))
+    all.sort_by(|a, b| {
+        a.created
+            .total_cmp(&b.created)
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    let limit = q.limit.unwrap_or(100).clamp(1, 100);
+    let offset: usize = q
+        .cursor
+        .as_deref()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let objects: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|c| wire_charge(c))
+        .collect();
+    let next = (offset + limit < all.len()).then(|| (offset + limit).to_string());
+    Json(json!({ "objects": objects, "next_cursor": next }))
 }
 
 pub fn router(state: DemoState) -> Router {

@@ -6,9 +6,16 @@
 //!      "objects": [{"id": str, "status": str, "amount": int, "currency": str,
 //!                   "created": number, "final": bool (optional, default true)}]}
 //!
-//! GET {base}/charges?from=<epoch>&to=<epoch>&cursor=<opaque>   (the audit's paged list)
-//! 200 {"objects": [...same shape...], "next_cursor": str | null}
+//! GET {base}/charges?from=<epoch>&to=<epoch>&limit=<n>&cursor=<opaque>   (the audit's list)
+//! 200 {"objects": [{"id", "status", "amount", "currency", "created",
+//!                   optional: "amount_captured", "amount_refunded",
+//!                   "refunds": [{"id", "amount", "reason"}], "metadata": {..},
+//!                   "idempotency_key", "customer", "payment_intent"}],
+//!      "next_cursor": str | null}
 //! ```
+//!
+//! The charges list is read until `next_cursor` is null; the field must be present on every
+//! page (a page without it, a cut-off body, a non-2xx answer or a timeout fails the listing).
 //!
 //! `found` must agree with `objects`; `complete: false` means the answering system could
 //! not check everything (a replica behind, a partial index) and is never read as absence.
@@ -17,9 +24,11 @@
 //! Several objects with `status` other than `failed`/`canceled` make a duplicate.
 
 use crate::client::{GetClient, budget, status_fault};
+use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
 use crate::{Consistency, Fault, FaultKind, LookupQuery, LookupReport, ProviderObject, Step};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
+use serde_json::Value;
 
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
@@ -99,6 +108,10 @@ impl crate::Provider for HttpProvider {
         self.settings.replay_window_secs
     }
 
+    async fn list_charges(&self, from: f64, to: f64) -> Result<ChargeListing, ListingFailure> {
+        self.list_window(from, to).await
+    }
+
     async fn lookup(&self, q: &LookupQuery) -> LookupReport {
         let s = &self.settings;
         let end = q.updated_at.max(q.expires_at.unwrap_or(q.updated_at)) + s.max_call_secs;
@@ -172,4 +185,144 @@ impl HttpProvider {
             .collect();
         step.complete = answer.complete;
     }
+}
+
+// ---- audit (issue 6, branch `audit`): the paged charges list ----
+
+/// Pages asked of an in-house endpoint; it may answer with fewer.
+const PAGE_LIMIT: usize = 1000;
+/// A listing stops (and fails) after this many pages rather than loop forever on a server
+/// that keeps handing back cursors.
+const MAX_PAGES: u32 = 100_000;
+
+impl HttpProvider {
+    async fn list_window(&self, from: f64, to: f64) -> Result<ChargeListing, ListingFailure> {
+        let method = format!("{}.charges", self.settings.kind);
+        let mut pages: Vec<PageEvidence> = Vec::new();
+        let mut charges = Vec::new();
+        let mut cursor: Option<String> = None;
+        let secret = self.secret.as_ref().map(|s| s.expose_secret().to_owned());
+        let headers: Vec<(&str, &str)> = secret
+            .as_deref()
+            .map(|v| vec![(self.settings.auth_header.as_str(), v)])
+            .unwrap_or_default();
+        loop {
+            let n = pages.len() as u32 + 1;
+            if n > MAX_PAGES {
+                let f = Fault::new(
+                    FaultKind::Truncated,
+                    format!("stopped after {MAX_PAGES} pages"),
+                );
+                return Err(fail(&method, n, f, &pages));
+            }
+            let mut url = self.settings.base_url.join("charges").map_err(|e| {
+                fail(
+                    &method,
+                    n,
+                    Fault::new(FaultKind::Config, e.to_string()),
+                    &pages,
+                )
+            })?;
+            url.query_pairs_mut()
+                .append_pair("from", &from.to_string())
+                .append_pair("to", &to.to_string())
+                .append_pair("limit", &PAGE_LIMIT.to_string());
+            if let Some(c) = &cursor {
+                url.query_pairs_mut().append_pair("cursor", c);
+            }
+            if let Some(b) = budget(self.settings.base_url.as_str(), self.settings.rate_per_sec) {
+                b.until_ready().await;
+            }
+            let resp = self
+                .client
+                .get(&url, &headers)
+                .await
+                .map_err(|f| fail(&method, n, f, &pages))?;
+            if let Some(f) = status_fault(&resp) {
+                return Err(fail(&method, n, f, &pages));
+            }
+            let malformed = |d: String| Fault::new(FaultKind::Malformed, d);
+            let page: Value = serde_json::from_slice(&resp.body)
+                .map_err(|e| fail(&method, n, malformed(format!("body: {e}")), &pages))?;
+            let (Some(objects), Some(next)) = (page["objects"].as_array(), page.get("next_cursor"))
+            else {
+                let f = malformed("a page without `objects` or `next_cursor`".into());
+                return Err(fail(&method, n, f, &pages));
+            };
+            let next = match next {
+                Value::Null => None,
+                Value::String(s) if !s.is_empty() => Some(s.clone()),
+                _ => {
+                    let f = malformed("`next_cursor` is neither a string nor null".into());
+                    return Err(fail(&method, n, f, &pages));
+                }
+            };
+            let mut in_window = 0;
+            for o in objects {
+                let c = wire_charge(o).map_err(|d| fail(&method, n, malformed(d), &pages))?;
+                // A server that ignored the bounds must not widen the day.
+                if c.created >= from && c.created < to {
+                    in_window += 1;
+                    charges.push(c);
+                }
+            }
+            pages.push(PageEvidence {
+                method: method.clone(),
+                page: n,
+                cursor: cursor.clone(),
+                request_id: resp.header("x-request-id"),
+                objects: objects.len(),
+                in_window,
+            });
+            match next {
+                None => break,
+                Some(c) if Some(&c) == cursor.as_ref() => {
+                    let f = malformed("the server returned the same cursor again".into());
+                    return Err(fail(&method, n, f, &pages));
+                }
+                Some(c) => cursor = Some(c),
+            }
+        }
+        Ok(ChargeListing {
+            from,
+            to,
+            charges,
+            pages,
+        })
+    }
+}
+
+/// One object of the charges list; `Err` names what is missing.
+fn wire_charge(o: &Value) -> Result<ListedCharge, String> {
+    let text = |f: &str| o[f].as_str().map(str::to_owned);
+    let id = text("id").ok_or("an object without `id`")?;
+    let status = text("status").ok_or_else(|| format!("{id}: no `status`"))?;
+    let amount = o["amount"]
+        .as_i64()
+        .ok_or_else(|| format!("{id}: no integer `amount`"))?;
+    let currency = text("currency").ok_or_else(|| format!("{id}: no `currency`"))?;
+    let created = o["created"]
+        .as_f64()
+        .ok_or_else(|| format!("{id}: no `created`"))?;
+    let refunds = match o.get("refunds") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(r) => crate::listing::refunds(r).map_err(|e| format!("{id}: {e}"))?,
+    };
+    let refunded_sum: i64 = refunds.iter().map(|r| r.amount).sum();
+    let captured_default = if status == "succeeded" { amount } else { 0 };
+    Ok(ListedCharge {
+        payment_intent: text("payment_intent"),
+        amount,
+        currency: currency.to_ascii_lowercase(),
+        amount_captured: o["amount_captured"].as_i64().unwrap_or(captured_default),
+        amount_refunded: o["amount_refunded"].as_i64().unwrap_or(refunded_sum),
+        refunds,
+        metadata: crate::listing::metadata(&o["metadata"]),
+        idempotency_key: text("idempotency_key").or_else(|| text("key")),
+        customer: text("customer"),
+        created,
+        raw: o.clone(),
+        status,
+        id,
+    })
 }

@@ -10,6 +10,8 @@ pub mod classify;
 pub mod client;
 pub mod demo;
 pub mod http;
+// ---- audit (issue 6): listing a window of charges ----
+pub mod listing;
 pub mod settings;
 pub mod stripe;
 
@@ -205,6 +207,23 @@ pub trait Provider: Send + Sync {
     /// which an application retry with the same key executes again.
     fn replay_window_secs(&self) -> Option<f64>;
     async fn lookup(&self, q: &LookupQuery) -> LookupReport;
+
+    // ---- audit (issue 6, branch `audit`) ----
+    /// Every money-moving object created in `[from, to)`, read to the provider's end marker,
+    /// or the reason it could not be (never a partial window).
+    async fn list_charges(
+        &self,
+        from: f64,
+        to: f64,
+    ) -> Result<listing::ChargeListing, listing::ListingFailure> {
+        let _ = (from, to);
+        Err(listing::fail(
+            self.kind(),
+            1,
+            Fault::new(FaultKind::Unsupported, "this provider cannot list charges"),
+            &[],
+        ))
+    }
 }
 
 pub fn now() -> f64 {

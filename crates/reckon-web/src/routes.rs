@@ -82,6 +82,10 @@ pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/api/v1/tokens", Token(P::ManageTokens)),
     r("POST", "/api/v1/tokens", Token(P::ManageTokens)),
     r("DELETE", "/api/v1/tokens/{id}", Token(P::ManageTokens)),
+    // ---- audit (issue 6, branch `audit`): runs, as JSON or CSV, and running one ----
+    r("GET", "/api/v1/audits", Token(P::Audit)),
+    r("POST", "/api/v1/audits", Token(P::Audit)),
+    r("GET", "/api/v1/audits/{id}", Token(P::Audit)),
     // Metrics: a tenant's token reads its own series; `/metrics` is the operator's (off
     // unless configured; its handler checks the operator's metrics token, not a tenant's).
     r("GET", "/api/v1/metrics", Token(P::Read)),

@@ -28,6 +28,34 @@ const A_PROVIDER: &str = "acanary-pay";
 
 struct Fixture {
     a_token_id: i64,
+    // audit (issue 6): a stored audit run of tenant A, holding the canary
+    a_audit_id: i64,
+}
+
+/// Tenant A's audit run (issue 6), with the canary in a finding and in its evidence.
+async fn seed_audit_a(w: &World) -> i64 {
+    let run = reckon_ledger::NewAuditRun {
+        day: "2023-11-14".into(),
+        time_zone: "UTC".into(),
+        window_start: 1_699_920_000.0,
+        window_end: 1_700_006_400.0,
+        provider: "*".into(),
+        triggered_by: "operator".into(),
+        status: "complete".into(),
+        reason: None,
+        started_at: 1_700_100_000.0,
+        finished_at: 1_700_100_001.0,
+        counts: json!({"findings": {"orphan": 1}}),
+        findings: json!([{"kind": "orphan", "summary": "charge ch_zqleak matches no effect",
+                          "effects": [], "charges": [{"id": "ch_zqleak", "amount": 100}]}]),
+        totals: json!([]),
+        evidence: json!({"pages": [{"request_id": "req_zqleak"}]}),
+    };
+    w.ledger
+        .record_audit_run(w.a.id, run, None)
+        .await
+        .unwrap()
+        .id
 }
 
 async fn seed_tenant_a(w: &World) -> Fixture {
@@ -104,7 +132,10 @@ async fn seed_tenant_a(w: &World) -> Fixture {
         .await;
         assert!(r.status.is_success(), "{uri}: {}", r.text);
     }
-    Fixture { a_token_id }
+    Fixture {
+        a_token_id,
+        a_audit_id: seed_audit_a(w).await,
+    }
 }
 
 /// The URI (with tenant A's names in it), content type and body for each route.
@@ -164,6 +195,20 @@ fn request_for(
             format!("/api/v1/tokens/{}", fx.a_token_id),
             None,
             String::new(),
+        ),
+        // ---- audit (issue 6, branch `audit`) ----
+        ("GET", "/api/v1/audits") => ("/api/v1/audits?date=2023-11-14".into(), None, String::new()),
+        ("GET", "/api/v1/audits/{id}") => (
+            format!("/api/v1/audits/{}?format=csv", fx.a_audit_id),
+            None,
+            String::new(),
+        ),
+        ("POST", "/api/v1/audits") => (
+            // Runs B's own audit of A's day: B has no provider, so B gets a failed run of
+            // its own; nothing of A's.
+            spec.path.into(),
+            json,
+            json!({"date": "2023-11-14"}).to_string(),
         ),
         ("POST", "/signin") => (
             spec.path.into(),
@@ -290,6 +335,8 @@ async fn sweep(backend: Backend) {
                             | ("POST", "/api/v1/sources")
                             | ("POST", "/api/v1/tokens")
                             | ("POST", "/api/v1/providers")
+                            // B's own audit run (issue 6)
+                            | ("POST", "/api/v1/audits")
                     ),
                     "{} {uri} with {who} succeeded: {}",
                     spec.method,
@@ -337,6 +384,11 @@ async fn sweep(backend: Backend) {
     let tokens = w.ledger.list_tokens(w.a.id).await.unwrap();
     let made = tokens.iter().find(|t| t.id == fx.a_token_id).unwrap();
     assert_eq!(made.revoked_at, None, "B revoked A's token");
+    // audit (issue 6): A's run is still A's, unchanged, and the only one of A's chain.
+    let runs = w.ledger.list_audit_runs(w.a.id, None, 10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].id, fx.a_audit_id);
+    assert!(reckon_ledger::verify_chain(w.a.id, &runs).is_empty());
     let b_sources = w.ledger.list_sources(w.b.id).await.unwrap();
     assert!(b_sources.iter().all(|s| s.name != A_SOURCE));
     w.finish().await;

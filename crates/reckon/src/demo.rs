@@ -53,7 +53,8 @@ pub struct Row {
 /// one reclaim, one claim still running.
 fn generate(seed: u64, now: f64) -> Vec<Row> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let day_start = now - 24.0 * 3600.0;
+    // Yesterday (UTC, the demo tenant's zone), so the morning audit has a whole day.
+    let day_start = (now / 86_400.0).floor() * 86_400.0 - 86_400.0 + 600.0;
     let retention = 30.0 * 86400.0;
     let mut rows = Vec::new();
     for i in 0..120 {
@@ -233,8 +234,14 @@ fn plant_provider(rows: &[Row], provider: &DemoState) -> Planted {
         }
     }
     // Money the provider took that the shop has no record of: "orphan".
-    if let Some(last) = rows.iter().map(|r| r.created_at).reduce(f64::max) {
-        provider.charge("charge:v1:ORD-9001", 4900, "usd", last - 600.0);
+    // (An hour after the day's first charge: inside the audited day.)
+    if let Some(first) = rows
+        .iter()
+        .filter(|r| r.key.starts_with("charge:"))
+        .map(|r| r.created_at)
+        .reduce(f64::min)
+    {
+        provider.charge("charge:v1:ORD-9001", 4900, "usd", first + 3600.0);
         planted.orphan.push("charge:v1:ORD-9001".into());
     }
     planted
@@ -346,6 +353,42 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
         .with_egress(egress)
         .with_metrics(instance_metrics.clone());
     let outcomes = reconcile_all(&ctx, &tenant).await?;
+    // The morning audit of yesterday against the demo provider's charges.
+    let mut audit_ctx = reckon_engine::audit::AuditCtx::new(ledger.clone());
+    audit_ctx.egress = std::sync::Arc::new(settings.egress_policy()?);
+    audit_ctx.metrics = Some(instance_metrics.clone());
+    let audit = reckon_engine::audit::run_audit(
+        &audit_ctx,
+        tenant.id,
+        &reckon_engine::audit::AuditRequest {
+            date: None,
+            provider: Some("demo-pay".into()),
+            triggered_by: "operator".into(),
+            now: time::now(),
+        },
+        None,
+    )
+    .await
+    .context("auditing yesterday")?;
+    let audit_summary = match audit.run.status.as_str() {
+        "complete" => {
+            let f = &audit.run.counts["findings"];
+            format!(
+                "{}: {} duplicate, {} orphan, {} missing, {} unresolved, {} risky reclaim",
+                audit.run.day,
+                f["duplicate"],
+                f["orphan"],
+                f["missing"],
+                f["unresolved"],
+                f["risky_reclaim"]
+            )
+        }
+        other => format!(
+            "{}: {other} ({})",
+            audit.run.day,
+            audit.run.reason.clone().unwrap_or_default()
+        ),
+    };
     let verdicts: Vec<String> = outcomes
         .iter()
         .filter(|o| o.resolved)
@@ -385,6 +428,8 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
          - reconciled with the demo provider: {verdicts}\n\
          - unresolved now: {u} ({unknown} unknown, {abandoned} abandoned)\n\
          - planted for the audit: duplicate {dup:?}, orphan {orphan:?}, missing {missing:?}\n\
+         - audit of yesterday: {audit_summary}\n\
+         - try:  curl -H 'Authorization: Bearer {token}' 'http://{{addr}}/api/v1/audits/{audit_id}?format=csv'\n\
          - tenant: demo; admin API token: {token}\n\
          - dashboard: http://{{addr}}/signin  (admin@demo.invalid / {password})\n\
          - API:  http://{{addr}}/api/v1/effects?unresolved=true\n\
@@ -394,6 +439,7 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
          Ctrl-C stops it. Data: {dir}",
         store = store.display(),
         verdicts = verdicts.join(", "),
+        audit_id = audit.id,
         dup = planted.duplicate,
         orphan = planted.orphan,
         missing = planted.missing,

@@ -1,6 +1,8 @@
 //! The `reckon` binary: CLI, configuration, wiring. Everything it does is a call into the
 //! library crates; see ARCHITECTURE.md for the map.
 
+// audit (issue 6, branch `audit`)
+mod audit_cmd;
 mod config;
 mod demo;
 mod healthcheck;
@@ -112,6 +114,10 @@ enum Cmd {
         format: Format,
     },
     // ---- end reconciliation ----
+    // ---- audit (issue 6, branch `audit`) ----
+    /// The double-charge audit of a day: run it (default yesterday in the tenant's zone),
+    /// show, list and verify stored runs, set the tenant's zone and nightly time.
+    Audit(audit_cmd::AuditArgs),
     /// Find effects by exact key, or by an exact key part (an order id).
     Lookup {
         #[arg(long)]
@@ -319,6 +325,11 @@ async fn main() -> anyhow::Result<()> {
             TokenCmd::Revoke { tenant, id } => users::revoke_token(&*ledger, &tenant, id).await?,
         },
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
+        // audit (issue 6)
+        Cmd::Audit(args) => {
+            let egress = Arc::new(settings.egress_policy()?);
+            audit_cmd::run(ledger.clone(), args, egress).await?
+        }
         Cmd::Source { cmd } => source_cmd(&*ledger, cmd, settings.egress_policy()?).await?,
         Cmd::Keys { cmd } => keys::run(&*ledger, cmd, &settings).await?,
         Cmd::Provider { cmd } => {

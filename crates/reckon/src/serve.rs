@@ -16,6 +16,8 @@ use tokio_util::task::TaskTracker;
 
 /// How often the scheduler looks for sources whose interval has passed.
 const TICK: Duration = Duration::from_secs(2);
+/// How often the scheduler looks for tenants whose nightly audit is due (issue 6).
+const AUDIT_TICK: Duration = Duration::from_secs(60);
 
 pub async fn run(
     settings: Settings,
@@ -184,6 +186,42 @@ async fn start_scheduler(
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
     tracing::info!(instance = %owner, "scheduler started");
+
+    // ---- audit (issue 6, branch `audit`): the nightly audit of yesterday, at each tenant's
+    // local audit_time, exactly once across replicas (reckon_engine::audit::run_due claims
+    // the day with a lease; the ledger stores one completed scheduled run per day). The tick
+    // also refreshes the audit gauges from the ledger, so every replica shows the last run.
+    {
+        let mut ctx = reckon_engine::audit::AuditCtx::new(ledger.clone());
+        ctx.owner = format!("{owner}-audit");
+        ctx.metrics = Some(metrics.clone());
+        ctx.egress = egress.clone();
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = stop.clone();
+        let audit_job = Job::new_repeated_async(AUDIT_TICK, move |_id, _l| {
+            let ctx = ctx.clone();
+            let busy = busy.clone();
+            let stop = stop.clone();
+            Box::pin(async move {
+                use std::sync::atomic::Ordering;
+                if stop.is_cancelled() || busy.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+                match reckon_engine::audit::run_due(&ctx, time::now()).await {
+                    Ok(runs) => {
+                        for r in runs {
+                            tracing::info!(tenant = %r.tenant, day = %r.run.run.day,
+                                status = %r.run.run.status, "nightly audit stored");
+                        }
+                    }
+                    Err(e) => tracing::error!(error = %e, "nightly audit"),
+                }
+                busy.store(false, Ordering::SeqCst);
+            })
+        })?;
+        sched.add(audit_job).await?;
+    }
+
     let job = Job::new_repeated_async(TICK, move |_id, _l| {
         let ledger = ledger.clone();
         let running = running.clone();

@@ -116,6 +116,36 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
         }
     }
 
+    // Yesterday's audit: the planted duplicate and orphan, with the CSV for finance.
+    let (status, body) = get(&format!("{base}/api/v1/audits"), token).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let run = &v["runs"][0];
+    assert_eq!(run["status"], "complete", "{body}");
+    let (status, body) = get(&format!("{base}/api/v1/audits/{}", run["id"]), token).await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let findings = v["run"]["findings"].as_array().expect("findings");
+    let has = |kind: &str, key: &str| {
+        findings
+            .iter()
+            .any(|f| f["kind"] == kind && f.to_string().contains(key))
+    };
+    assert!(
+        has("duplicate", "ORD-1101"),
+        "no duplicate for ORD-1101: {body}"
+    );
+    assert!(
+        has("orphan", "\"amount\":4900"),
+        "no orphan of 49.00: {body}"
+    );
+    // ORD-1017 was unknown at the source, but reckon resolved it: not unresolved any more;
+    // the refund routed to the provider that is down is not in this provider's audit.
+    assert!(
+        !has("unresolved", "ORD-1017"),
+        "a resolved effect listed unresolved: {body}"
+    );
+
     // /metrics for the operator: the ledger's gauges and the reconciler's counters.
     let (status, metrics) = get(&format!("{base}/metrics"), metrics_token).await;
     assert_eq!(status, 200, "{metrics}");

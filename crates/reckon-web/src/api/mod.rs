@@ -1,5 +1,7 @@
 //! `/api/v1`: JSON, one tenant per bearer token.
 
+// audit (issue 6, branch `audit`)
+mod audits;
 mod effects;
 pub mod providers;
 mod push;
@@ -39,6 +41,9 @@ pub fn router() -> Router<AppState> {
         .route("/openapi.json", get(openapi))
         .route("/tokens", get(tokens::list).post(tokens::create))
         .route("/tokens/{id}", delete(tokens::revoke))
+        // ---- audit (issue 6, branch `audit`) ----
+        .route("/audits", get(audits::list).post(audits::run))
+        .route("/audits/{id}", get(audits::detail))
         .fallback(no_such_route)
 }
 

@@ -397,3 +397,95 @@ impl Accounts for CountingLedger {
         self.inner.revoke_token(tenant, token_id).await
     }
 }
+
+// ---- audit (issue 6, branch `audit`): delegate the audit storage unchanged ----
+#[async_trait]
+impl reckon_ledger::Audits for CountingLedger {
+    async fn audit_settings(
+        &self,
+        tenant: reckon_ledger::TenantId,
+    ) -> reckon_ledger::Result<reckon_ledger::AuditSettings> {
+        self.inner.audit_settings(tenant).await
+    }
+    async fn set_audit_settings(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        s: &reckon_ledger::AuditSettings,
+    ) -> reckon_ledger::Result<()> {
+        self.inner.set_audit_settings(tenant, s).await
+    }
+    async fn store_provider_charges(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        charges: &[reckon_ledger::StoredCharge],
+    ) -> reckon_ledger::Result<u64> {
+        self.inner.store_provider_charges(tenant, charges).await
+    }
+    async fn provider_charges(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        provider_id: Option<i64>,
+        from: f64,
+        to: f64,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::StoredCharge>> {
+        self.inner
+            .provider_charges(tenant, provider_id, from, to)
+            .await
+    }
+    async fn effects_created_between(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::Effect>> {
+        self.inner
+            .effects_created_between(tenant, from, to, now)
+            .await
+    }
+    async fn record_audit_run(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        run: reckon_ledger::NewAuditRun,
+        lease: Option<&reckon_ledger::Lease>,
+    ) -> reckon_ledger::Result<reckon_ledger::AuditRun> {
+        self.inner.record_audit_run(tenant, run, lease).await
+    }
+    async fn list_audit_runs(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        day: Option<&str>,
+        limit: i64,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::AuditRun>> {
+        self.inner.list_audit_runs(tenant, day, limit).await
+    }
+    async fn get_audit_run(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        id: i64,
+    ) -> reckon_ledger::Result<Option<reckon_ledger::AuditRun>> {
+        self.inner.get_audit_run(tenant, id).await
+    }
+    async fn audit_chain(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        after_seq: i64,
+        limit: i64,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::AuditRun>> {
+        self.inner.audit_chain(tenant, after_seq, limit).await
+    }
+    async fn scheduled_audit_done(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        day: &str,
+        provider: &str,
+    ) -> reckon_ledger::Result<bool> {
+        self.inner.scheduled_audit_done(tenant, day, provider).await
+    }
+    async fn audit_metric(
+        &self,
+        tenant: reckon_ledger::TenantId,
+    ) -> reckon_ledger::Result<Option<reckon_ledger::AuditMetric>> {
+        self.inner.audit_metric(tenant).await
+    }
+}

@@ -1,0 +1,710 @@
+//! The double-charge audit of a day (issue 6) as step functions over the ledger:
+//!
+//! - [`run_audit`]: import every provider charge of the day (plus a margin) from each audited
+//!   provider, complete or failed; read the day's effects (by creation time) and charges back
+//!   from the ledger; run the pure audit (`reckon_audit::audit`); store the run in the
+//!   tenant's digest chain. A failed import stores a `failed` run with its reason and no
+//!   findings: a partial day is never reported.
+//! - [`audit_day`]: the audit alone over what the ledger holds (the benchmark measures it).
+//! - [`run_due`]: the nightly run of yesterday at each tenant's local `audit_time`, exactly
+//!   once across replicas (a lease `audit:<tenant>:<day>` plus the ledger's refusal of a
+//!   second completed scheduled run).
+//! - [`verify`]: walk a tenant's chain and report every break.
+//! - [`findings_csv`]: one row per finding, formula-neutralised.
+
+use reckon_audit::{AuditEffect, DayWindow, MARGIN_SECS, MatchRules, ProviderCharge, Refund};
+use reckon_ledger::{
+    ALL_PROVIDERS, AuditRun, ChainBreak, Effect, Lease, Ledger, LedgerError, NewAuditRun,
+    Provider as ProviderRow, Route, SCHEDULE_AUTHOR, StoredCharge, TenantId,
+};
+use reckon_providers::listing::{ListedCharge, PageEvidence};
+use reckon_providers::{GetClient, build_provider, provider_key};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct AuditCtx {
+    pub ledger: Arc<dyn Ledger>,
+    pub client: GetClient,
+    /// Who holds the schedule's leases (one per process).
+    pub owner: String,
+    pub metrics: Option<reckon_metrics::Metrics>,
+    /// How long a scheduled run may hold its day's lease.
+    pub lease_secs: f64,
+    /// After a failed scheduled run, wait this long before trying the day again.
+    pub retry_failed_after_secs: f64,
+    /// Where providers may be reached (their base URLs are tenant input). The default
+    /// refuses loopback and private networks, as for reconciliation.
+    pub egress: Arc<reckon_sources::EgressPolicy>,
+}
+
+impl AuditCtx {
+    pub fn new(ledger: Arc<dyn Ledger>) -> AuditCtx {
+        AuditCtx {
+            ledger,
+            client: GetClient::shared(),
+            owner: format!("reckon-{}-{}", std::process::id(), rand::random::<u32>()),
+            metrics: None,
+            lease_secs: 1800.0,
+            retry_failed_after_secs: 900.0,
+            egress: Arc::new(reckon_sources::EgressPolicy::default()),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditRunError {
+    /// Bad input (date, zone, provider name): a 4xx for the API.
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+impl From<reckon_audit::AuditError> for AuditRunError {
+    fn from(e: reckon_audit::AuditError) -> Self {
+        AuditRunError::Invalid(e.to_string())
+    }
+}
+
+/// What to audit.
+#[derive(Debug, Clone)]
+pub struct AuditRequest {
+    /// `YYYY-MM-DD` in the tenant's zone; `None` = yesterday.
+    pub date: Option<String>,
+    /// One provider by name; `None` = every provider of the tenant.
+    pub provider: Option<String>,
+    /// A person's email, `operator`, or `schedule`.
+    pub triggered_by: String,
+    pub now: f64,
+}
+
+/// The tenant's day for `date` (or yesterday), in its zone.
+pub async fn day_window(
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    date: Option<&str>,
+    now: f64,
+) -> Result<DayWindow, AuditRunError> {
+    let s = ledger.audit_settings(tenant).await?;
+    Ok(match date {
+        Some(d) => DayWindow::new(d, &s.time_zone)?,
+        None => DayWindow::yesterday(now, &s.time_zone)?,
+    })
+}
+
+/// Set the tenant's zone and nightly time, both checked (an unknown zone is refused by name).
+pub async fn set_settings(
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    time_zone: Option<&str>,
+    audit_time: Option<&str>,
+) -> Result<reckon_ledger::AuditSettings, AuditRunError> {
+    let mut s = ledger.audit_settings(tenant).await?;
+    if let Some(z) = time_zone {
+        reckon_audit::validate_zone(z)?;
+        s.time_zone = z.to_owned();
+    }
+    if let Some(t) = audit_time {
+        reckon_audit::parse_local_time(t)?;
+        s.audit_time = t.to_owned();
+    }
+    ledger.set_audit_settings(tenant, &s).await?;
+    Ok(s)
+}
+
+/// The providers a run covers.
+async fn providers_of(
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    name: Option<&str>,
+) -> Result<Vec<ProviderRow>, AuditRunError> {
+    match name {
+        Some(n) => match ledger.provider_by_name(tenant, n).await {
+            Ok(p) => Ok(vec![p]),
+            Err(LedgerError::NotFound(_)) => {
+                Err(AuditRunError::Invalid(format!("no provider named {n:?}")))
+            }
+            Err(e) => Err(e.into()),
+        },
+        None => Ok(ledger.list_providers(tenant).await?),
+    }
+}
+
+fn stored(provider_id: i64, c: ListedCharge, now: f64) -> StoredCharge {
+    StoredCharge {
+        provider_id,
+        charge_id: c.id,
+        payment_intent: c.payment_intent,
+        amount: c.amount,
+        currency: c.currency,
+        status: c.status,
+        amount_captured: c.amount_captured,
+        amount_refunded: c.amount_refunded,
+        refunds: serde_json::to_value(&c.refunds).unwrap_or(Value::Array(vec![])),
+        metadata: serde_json::to_value(&c.metadata).unwrap_or(json!({})),
+        idempotency_key: c.idempotency_key,
+        customer: c.customer,
+        created: c.created,
+        raw: c.raw,
+        imported_at: now,
+    }
+}
+
+/// Import the day (with its margin) from every provider, all or nothing: the charges are
+/// stored only once every provider's listing is complete. `Err` carries the failure's
+/// reason and the pages read so far (evidence of the failed run).
+async fn import(
+    ctx: &AuditCtx,
+    tenant: TenantId,
+    providers: &[ProviderRow],
+    window: &DayWindow,
+    now: f64,
+) -> Result<(u64, Vec<PageEvidence>), (String, Vec<PageEvidence>, Option<LedgerError>)> {
+    let (from, to) = (window.start - MARGIN_SECS, window.end + MARGIN_SECS);
+    let mut pages = Vec::new();
+    let mut all = Vec::new();
+    for p in providers {
+        let secret = ctx
+            .ledger
+            .provider_secret(tenant, p)
+            .await
+            .map_err(|e| (format!("provider {}: {e}", p.name), pages.clone(), None))?;
+        if let Some(base) = p.settings.get("base_url").and_then(|u| u.as_str()) {
+            let checked = match url::Url::parse(base) {
+                Ok(u) => ctx.egress.check_url(&u).await.map_err(|e| e.to_string()),
+                Err(e) => Err(format!("base_url: {e}")),
+            };
+            if let Err(why) = checked {
+                return Err((
+                    format!("provider {}: refused by the egress policy: {why}", p.name),
+                    pages.clone(),
+                    None,
+                ));
+            }
+        }
+        let adapter = build_provider(&p.kind, &p.settings, secret, ctx.client.clone())
+            .map_err(|e| (format!("provider {}: {e}", p.name), pages.clone(), None))?;
+        match adapter.list_charges(from, to).await {
+            Ok(listing) => {
+                pages.extend(listing.pages);
+                all.extend(listing.charges.into_iter().map(|c| stored(p.id, c, now)));
+            }
+            Err(f) => {
+                pages.extend(f.pages.iter().cloned());
+                return Err((format!("provider {}: {f}", p.name), pages, None));
+            }
+        }
+    }
+    match ctx.ledger.store_provider_charges(tenant, &all).await {
+        Ok(n) => Ok((n, pages)),
+        Err(e) => Err((format!("storing the charges: {e}"), pages, Some(e))),
+    }
+}
+
+fn audit_effect(e: &Effect, settings: Option<&Value>) -> AuditEffect {
+    let mut provider_keys = vec![e.key.clone()];
+    if let Some(s) = settings {
+        let k = provider_key(s, &e.key, e.operation.as_deref(), e.subject.as_deref());
+        if k != e.key {
+            provider_keys.push(k);
+        }
+    }
+    AuditEffect {
+        source: e.source.clone(),
+        key: e.key.clone(),
+        operation: e.operation.clone().unwrap_or_default(),
+        subject: e.subject.clone(),
+        state: e.state,
+        unresolved: e.unresolved_kind,
+        attempts: e.attempts,
+        created_at: e.created_at,
+        response: e
+            .response_json
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r).ok()),
+        provider_keys,
+    }
+}
+
+fn provider_charge(c: StoredCharge) -> ProviderCharge {
+    let refunds = c
+        .refunds
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| {
+                    Some(Refund {
+                        id: r["id"].as_str()?.to_owned(),
+                        amount: r["amount"].as_i64()?,
+                        reason: r["reason"].as_str().map(str::to_owned),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let metadata: BTreeMap<String, String> = c
+        .metadata
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    ProviderCharge {
+        id: c.charge_id,
+        payment_intent: c.payment_intent,
+        amount: c.amount,
+        currency: c.currency,
+        status: c.status,
+        amount_captured: c.amount_captured,
+        amount_refunded: c.amount_refunded,
+        refunds,
+        metadata,
+        idempotency_key: c.idempotency_key,
+        customer: c.customer,
+        created: c.created,
+    }
+}
+
+/// The route of an effect: its operation's own, else the source's `*`.
+fn route_of<'a>(routes: &'a [Route], e: &Effect) -> Option<&'a Route> {
+    let op = e.operation.as_deref();
+    routes
+        .iter()
+        .find(|r| r.source == e.source && Some(r.operation.as_str()) == op)
+        .or_else(|| {
+            routes
+                .iter()
+                .find(|r| r.source == e.source && r.operation == "*")
+        })
+}
+
+/// The audit of `window` over what the ledger holds: the effects routed to the audited
+/// providers (a receipt never touches a payment provider, so it can be neither missing nor
+/// matched) and those providers' charges, each read with the day's margin.
+pub async fn audit_day(
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    window: &DayWindow,
+    providers: &[ProviderRow],
+    now: f64,
+) -> Result<reckon_audit::AuditReport, AuditRunError> {
+    let (from, to) = (window.start - MARGIN_SECS, window.end + MARGIN_SECS);
+    let routes = ledger.list_routes(tenant).await?;
+    let audited: HashMap<i64, &ProviderRow> = providers.iter().map(|p| (p.id, p)).collect();
+    let mut effects: Vec<AuditEffect> = Vec::new();
+    for e in ledger
+        .effects_created_between(tenant, from, to, now)
+        .await?
+        .iter()
+    {
+        let Some(row) = route_of(&routes, e)
+            .and_then(|r| r.provider_id)
+            .and_then(|p| audited.get(&p))
+        else {
+            continue;
+        };
+        let mut a = audit_effect(e, Some(&row.settings));
+        // An effect reckon (or a person) resolved is no longer unresolved, whatever its
+        // source row says: its outcome is known. (One lookup per unknown effect of the
+        // day, which are few; their matching to charges is unchanged.)
+        if a.unresolved.is_some()
+            && ledger
+                .reconcile_view(tenant, e.id)
+                .await?
+                .resolution
+                .is_some()
+        {
+            a.unresolved = None;
+        }
+        effects.push(a);
+    }
+    let mut charges = Vec::new();
+    for p in providers {
+        charges.extend(
+            ledger
+                .provider_charges(tenant, Some(p.id), from, to)
+                .await?
+                .into_iter()
+                .map(provider_charge),
+        );
+    }
+    let mut rules = MatchRules::default();
+    for p in providers {
+        if let Some(f) = p.settings.get("metadata_field").and_then(Value::as_str)
+            && !rules.key_fields.iter().any(|k| k == f)
+        {
+            rules.key_fields.push(f.to_owned());
+        }
+    }
+    Ok(reckon_audit::audit(window, &effects, &charges, &rules))
+}
+
+fn counts(report: Option<&reckon_audit::AuditReport>, imported: u64) -> Value {
+    let mut findings = serde_json::Map::new();
+    for k in reckon_audit::FindingKind::ALL {
+        findings.insert(
+            k.as_str().to_owned(),
+            json!(report.map(|r| r.count(k)).unwrap_or(0)),
+        );
+    }
+    json!({
+        "findings": findings,
+        "effects_in_day": report.map(|r| r.effects_in_day).unwrap_or(0),
+        "charges_in_day": report.map(|r| r.charges_in_day).unwrap_or(0),
+        "matches": report.map(|r| r.matches.len()).unwrap_or(0),
+        "charges_imported": imported,
+    })
+}
+
+/// Import, audit and store one run. Returns the stored run, `complete` or `failed`.
+pub async fn run_audit(
+    ctx: &AuditCtx,
+    tenant: TenantId,
+    req: &AuditRequest,
+    lease: Option<&Lease>,
+) -> Result<AuditRun, AuditRunError> {
+    let window = day_window(ctx.ledger.as_ref(), tenant, req.date.as_deref(), req.now).await?;
+    run_window(ctx, tenant, req, &window, lease).await
+}
+
+async fn run_window(
+    ctx: &AuditCtx,
+    tenant: TenantId,
+    req: &AuditRequest,
+    window: &DayWindow,
+    lease: Option<&Lease>,
+) -> Result<AuditRun, AuditRunError> {
+    let started = reckon_domain::time::now();
+    let providers = providers_of(ctx.ledger.as_ref(), tenant, req.provider.as_deref()).await?;
+    let mut run = NewAuditRun {
+        day: window.date.clone(),
+        time_zone: window.time_zone.clone(),
+        window_start: window.start,
+        window_end: window.end,
+        provider: req.provider.clone().unwrap_or_else(|| ALL_PROVIDERS.into()),
+        triggered_by: req.triggered_by.clone(),
+        status: "complete".into(),
+        reason: None,
+        started_at: started,
+        finished_at: started,
+        counts: counts(None, 0),
+        findings: json!([]),
+        totals: json!([]),
+        evidence: json!({"pages": []}),
+    };
+    if providers.is_empty() {
+        run.status = "failed".into();
+        run.reason = Some("the tenant has no provider to list charges from".into());
+    } else {
+        match import(ctx, tenant, &providers, window, req.now).await {
+            Err((reason, pages, err)) => {
+                if let Some(LedgerError::LeaseLost(l)) = err {
+                    return Err(LedgerError::LeaseLost(l).into());
+                }
+                run.status = "failed".into();
+                run.reason = Some(reason);
+                run.evidence = json!({ "pages": pages });
+            }
+            Ok((imported, pages)) => {
+                let report =
+                    audit_day(ctx.ledger.as_ref(), tenant, window, &providers, req.now).await?;
+                run.counts = counts(Some(&report), imported);
+                run.findings = serde_json::to_value(&report.findings).unwrap_or(json!([]));
+                run.totals = serde_json::to_value(&report.totals).unwrap_or(json!([]));
+                run.evidence = json!({
+                    "pages": pages,
+                    "matches": report.matches,
+                    "providers": providers.iter().map(|p| json!({"name": p.name, "kind": p.kind}))
+                        .collect::<Vec<_>>(),
+                });
+            }
+        }
+    }
+    run.finished_at = reckon_domain::time::now();
+    let stored = ctx.ledger.record_audit_run(tenant, run, lease).await?;
+    if let Some(m) = &ctx.metrics {
+        publish_for(m, ctx.ledger.as_ref(), tenant).await;
+    }
+    Ok(stored)
+}
+
+/// Set the tenant's audit gauges from its newest complete run (any replica's).
+pub async fn publish_metric(
+    m: &reckon_metrics::Metrics,
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    slug: &str,
+) {
+    if let Ok(Some(metric)) = ledger.audit_metric(tenant).await {
+        let findings: Vec<(&str, u64)> = metric
+            .findings
+            .iter()
+            .map(|(k, v)| (k.as_str(), (*v).max(0) as u64))
+            .collect();
+        m.record_audit(slug, &findings, metric.finished_at);
+    }
+}
+
+async fn publish_for(m: &reckon_metrics::Metrics, ledger: &dyn Ledger, tenant: TenantId) {
+    if let Ok(tenants) = ledger.list_tenants().await
+        && let Some(t) = tenants.iter().find(|t| t.id == tenant)
+    {
+        publish_metric(m, ledger, tenant, &t.slug).await;
+    }
+}
+
+/// What one tick of the schedule did for a tenant.
+#[derive(Debug, Clone)]
+pub struct DueRun {
+    pub tenant: String,
+    pub run: AuditRun,
+}
+
+/// The nightly audit: for every tenant whose local clock has passed its `audit_time`, run
+/// yesterday's audit unless a completed scheduled run of that day is stored. Exactly once
+/// across replicas: the day is claimed with the lease `audit:<tenant>:<day>` (the run is
+/// written fenced by it), and the ledger refuses a second completed scheduled run of a day.
+pub async fn run_due(ctx: &AuditCtx, now: f64) -> Result<Vec<DueRun>, AuditRunError> {
+    let mut done = Vec::new();
+    for t in ctx.ledger.list_tenants().await? {
+        if let Some(m) = &ctx.metrics {
+            publish_metric(m, ctx.ledger.as_ref(), t.id, &t.slug).await;
+        }
+        let s = ctx.ledger.audit_settings(t.id).await?;
+        let window = match reckon_audit::due_day(now, &s.time_zone, &s.audit_time) {
+            Ok(Some(w)) => w,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(tenant = %t.slug, "audit schedule: {e}");
+                continue;
+            }
+        };
+        if ctx.ledger.list_providers(t.id).await?.is_empty()
+            || ctx
+                .ledger
+                .scheduled_audit_done(t.id, &window.date, ALL_PROVIDERS)
+                .await?
+            || recently_failed(ctx, t.id, &window.date, now).await?
+        {
+            continue;
+        }
+        let name = format!("audit:{}:{}", t.id.get(), window.date);
+        let Some(lease) = ctx
+            .ledger
+            .try_lease(&name, &ctx.owner, ctx.lease_secs)
+            .await?
+        else {
+            continue;
+        };
+        // Another replica may have finished the day between the check and the lease.
+        let result = if ctx
+            .ledger
+            .scheduled_audit_done(t.id, &window.date, ALL_PROVIDERS)
+            .await?
+        {
+            None
+        } else {
+            let req = AuditRequest {
+                date: Some(window.date.clone()),
+                provider: None,
+                triggered_by: SCHEDULE_AUTHOR.into(),
+                now,
+            };
+            Some(run_window(ctx, t.id, &req, &window, Some(&lease)).await)
+        };
+        let _ = ctx.ledger.release_lease(&lease).await;
+        match result {
+            None => {}
+            Some(Ok(run)) => done.push(DueRun {
+                tenant: t.slug.clone(),
+                run,
+            }),
+            Some(Err(AuditRunError::Ledger(LedgerError::Conflict(_))))
+            | Some(Err(AuditRunError::Ledger(LedgerError::LeaseLost(_)))) => {}
+            Some(Err(e)) => tracing::warn!(tenant = %t.slug, "scheduled audit: {e}"),
+        }
+    }
+    Ok(done)
+}
+
+async fn recently_failed(
+    ctx: &AuditCtx,
+    tenant: TenantId,
+    day: &str,
+    now: f64,
+) -> Result<bool, AuditRunError> {
+    Ok(ctx
+        .ledger
+        .list_audit_runs(tenant, Some(day), 20)
+        .await?
+        .iter()
+        .any(|r| {
+            r.run.triggered_by == SCHEDULE_AUTHOR
+                && r.run.status == "failed"
+                && r.run.finished_at > now - ctx.retry_failed_after_secs
+        }))
+}
+
+/// Walk the tenant's whole chain, page by page. Returns (runs checked, breaks).
+pub async fn verify(
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+) -> Result<(usize, Vec<ChainBreak>), AuditRunError> {
+    let mut all: Vec<AuditRun> = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = ledger.audit_chain(tenant, after, 1000).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        all.extend(page);
+    }
+    let breaks = reckon_ledger::verify_chain(tenant, &all);
+    Ok((all.len(), breaks))
+}
+
+// ---- CSV for finance ----
+
+/// A cell a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, tab, CR) gets a leading
+/// apostrophe, which every spreadsheet shows as text (OWASP CSV injection advice).
+pub fn neutralise(cell: &str) -> String {
+    match cell.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}"),
+        _ => cell.to_owned(),
+    }
+}
+
+pub const CSV_HEADER: [&str; 24] = [
+    "run_id",
+    "day",
+    "time_zone",
+    "finding",
+    "kind",
+    "summary",
+    "amount",
+    "currency",
+    "amount_minor",
+    "refunded",
+    "effect_keys",
+    "effect_sources",
+    "effect_operations",
+    "effect_subjects",
+    "effect_states",
+    "effect_attempts",
+    "effect_created",
+    "charge_ids",
+    "charge_amounts",
+    "charge_statuses",
+    "charge_refunded",
+    "charge_customers",
+    "charge_created",
+    "suggestions",
+];
+
+/// One row per finding of `run`, every value a spreadsheet needs, several values of one
+/// field joined with `; `. Times in the tenant's zone; amounts as decimals and in minor units.
+pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
+    let tz = run.run.time_zone.as_str();
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(CSV_HEADER)?;
+    let empty = Vec::new();
+    let findings = run.run.findings.as_array().unwrap_or(&empty);
+    for (i, f) in findings.iter().enumerate() {
+        let effects = f["effects"].as_array().unwrap_or(&empty);
+        let charges = f["charges"].as_array().unwrap_or(&empty);
+        let join = |items: &Vec<Value>, field: &str| -> String {
+            items
+                .iter()
+                .map(|x| match &x[field] {
+                    Value::String(s) => s.clone(),
+                    Value::Null => String::new(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let times = |items: &Vec<Value>, field: &str| -> String {
+            items
+                .iter()
+                .filter_map(|x| x[field].as_f64())
+                .map(|t| reckon_audit::local_timestamp(t, tz))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let currency = f["currency"].as_str().unwrap_or("");
+        let amount = f["amount"].as_i64();
+        let money = |minor: i64, cur: &str| {
+            // "12.34 USD" -> "12.34": the currency has its own column.
+            reckon_audit::money(minor, cur)
+                .split(' ')
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        };
+        // Decimal amounts, like the finding's own `amount` column.
+        let charge_money = |field: &str| {
+            charges
+                .iter()
+                .map(|c| {
+                    money(
+                        c[field].as_i64().unwrap_or(0),
+                        c["currency"].as_str().unwrap_or(""),
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        let suggestions = f["suggestions"]
+            .as_array()
+            .unwrap_or(&empty)
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} -> {}/{} ({})",
+                    s["charge"].as_str().unwrap_or(""),
+                    s["source"].as_str().unwrap_or(""),
+                    s["key"].as_str().unwrap_or(""),
+                    s["why"].as_str().unwrap_or("")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let row = [
+            run.id.to_string(),
+            run.run.day.clone(),
+            tz.to_owned(),
+            (i + 1).to_string(),
+            f["kind"].as_str().unwrap_or("").to_owned(),
+            f["summary"].as_str().unwrap_or("").to_owned(),
+            amount.map(|a| money(a, currency)).unwrap_or_default(),
+            currency.to_ascii_uppercase(),
+            amount.map(|a| a.to_string()).unwrap_or_default(),
+            f["refunded"].as_bool().unwrap_or(false).to_string(),
+            join(effects, "key"),
+            join(effects, "source"),
+            join(effects, "operation"),
+            join(effects, "subject"),
+            join(effects, "state"),
+            join(effects, "attempts"),
+            times(effects, "created_at"),
+            join(charges, "id"),
+            charge_money("amount"),
+            join(charges, "status"),
+            charge_money("amount_refunded"),
+            join(charges, "customer"),
+            times(charges, "created"),
+            suggestions,
+        ];
+        w.write_record(row.iter().map(|c| neutralise(c)))?;
+    }
+    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// `1234, "usd"` -> `12.34 USD` (re-exported for the CLI).
+pub fn money(minor: i64, currency: &str) -> String {
+    reckon_audit::money(minor, currency)
+}

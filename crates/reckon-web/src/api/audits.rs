@@ -1,0 +1,177 @@
+//! `/api/v1/audits` (issue 6): the tenant's audit runs (JSON, or CSV for finance) and a
+//! POST that runs one. Every route needs `Permission::Audit` (finance and admin).
+
+use crate::AppState;
+use crate::auth::Auth;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, ApiPath, ApiQuery};
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use reckon_engine::audit::{AuditCtx, AuditRequest, AuditRunError, findings_csv, run_audit};
+use reckon_ledger::AuditRun;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+impl From<AuditRunError> for ApiError {
+    fn from(e: AuditRunError) -> Self {
+        match e {
+            AuditRunError::Invalid(m) => ApiError::Unprocessable(m),
+            AuditRunError::Ledger(l) => l.into(),
+        }
+    }
+}
+
+/// A run without its findings and evidence (the list view).
+fn summary(r: &AuditRun) -> Value {
+    json!({
+        "id": r.id, "seq": r.seq, "day": r.run.day, "time_zone": r.run.time_zone,
+        "provider": r.run.provider, "triggered_by": r.run.triggered_by,
+        "status": r.run.status, "reason": r.run.reason,
+        "started_at": r.run.started_at, "finished_at": r.run.finished_at,
+        "counts": r.run.counts, "totals": r.run.totals, "digest": r.digest,
+    })
+}
+
+fn check_date(d: &str) -> Result<(), ApiError> {
+    date_shape(d).map_err(ApiError::BadRequest)
+}
+
+/// `YYYY-MM-DD`, a real calendar date.
+fn date_shape(d: &str) -> Result<(), String> {
+    let ok = d.len() == 10
+        && d.as_bytes()[4] == b'-'
+        && d.as_bytes()[7] == b'-'
+        && d.chars()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    let valid = ok
+        && d[5..7].parse::<u8>().is_ok_and(|m| (1..=12).contains(&m))
+        && d[8..].parse::<u8>().is_ok_and(|x| (1..=31).contains(&x));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!("date {d:?} is not a date (use YYYY-MM-DD)"))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    date: Option<String>,
+    limit: Option<i64>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiQuery(p): ApiQuery<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some(d) = &p.date {
+        check_date(d)?;
+    }
+    let limit = super::effects::page_limit(p.limit)?;
+    let runs = state
+        .ledger
+        .list_audit_runs(auth.tenant.id, p.date.as_deref(), limit)
+        .await?;
+    Ok(Json(
+        json!({ "runs": runs.iter().map(summary).collect::<Vec<_>>() }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetailParams {
+    format: Option<String>,
+}
+
+pub async fn detail(
+    State(state): State<AppState>,
+    auth: Auth,
+    headers: HeaderMap,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(p): ApiQuery<DetailParams>,
+) -> Result<Response, ApiError> {
+    let id: i64 = id
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("audit id {id:?} is not a number")))?;
+    let csv = match p.format.as_deref() {
+        Some("csv") => true,
+        Some("json") => false,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "format {other:?} (use json or csv)"
+            )));
+        }
+        None => headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.split(',').any(|t| t.trim().starts_with("text/csv"))),
+    };
+    let run = state
+        .ledger
+        .get_audit_run(auth.tenant.id, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no audit run {id}")))?;
+    if csv {
+        let body = findings_csv(&run).map_err(ApiError::internal)?;
+        // An export leaves the building: the audit log says who took it.
+        crate::actions::by_token(
+            &state,
+            &auth,
+            "export",
+            &format!("audit:{}", run.id),
+            json!({ "format": "csv", "day": run.run.day }),
+        )
+        .await;
+        let name = format!(
+            "attachment; filename=\"reckon-audit-{}-{}.csv\"",
+            run.run.day, run.id
+        );
+        return Ok((
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_owned()),
+                (header::CONTENT_DISPOSITION, name),
+            ],
+            body,
+        )
+            .into_response());
+    }
+    Ok(Json(json!({ "run": run })).into_response())
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RunInput {
+    date: Option<String>,
+    provider: Option<String>,
+}
+
+/// Run the audit of a day now (import, audit, store). Answers with the stored run, complete
+/// or failed; 201 either way (a failed run is stored too, with its reason).
+pub async fn run(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiJson(input): ApiJson<RunInput>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if let Some(d) = &input.date {
+        check_date(d)?;
+    }
+    let mut ctx = AuditCtx::new(state.ledger.clone());
+    ctx.metrics = Some(state.metrics.instance.clone());
+    ctx.egress = state.egress.clone();
+    let by = match auth.user_id {
+        Some(u) => format!("user:{u}"),
+        None => format!("token:{}", auth.token_id),
+    };
+    let req = AuditRequest {
+        date: input.date,
+        provider: input.provider,
+        triggered_by: by,
+        now: reckon_domain::time::now(),
+    };
+    let run = run_audit(&ctx, auth.tenant.id, &req, None).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "run": run }))))
+}
