@@ -38,7 +38,9 @@ async fn world(kind: Kind, policy: Option<WritebackPolicy>) -> World {
     let db = SourceDb::fresh(kind).await;
     db.writer(&["unknown", "--key", PAID, "--key", UNPAID, "--key", RACED]);
     let ledger = TestLedger::new().await;
-    ledger.add_source(SOURCE, kind.as_str(), &db.source_dsn).await;
+    ledger
+        .add_source(SOURCE, kind.as_str(), &db.source_dsn)
+        .await;
     ledger
         .ledger
         .set_source_writeback(ledger.tenant.id, SOURCE, policy)
@@ -123,8 +125,8 @@ fn response(row: &Value) -> Value {
 
 /// The justonce writer, outside a `SourceDb` (from inside the write-back hook).
 fn run_writer(kind: &str, dsn: &str, args: &[&str]) {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../testdata/justonce_writer.py");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/justonce_writer.py");
     let out = std::process::Command::new(common::python())
         .arg(&script)
         .args(["--backend", kind, "--dsn", dsn])
@@ -226,7 +228,10 @@ async fn race(kind: Kind, policy: WritebackPolicy) {
     assert_eq!(paid["amount"], 1999);
     assert_eq!(paid["currency"], "eur");
     assert_eq!(paid[MARKER]["resolution_id"], got[PAID].resolution_id);
-    assert!(after[PAID]["expires_at"].is_null(), "kept: a sweep must not let a retry run");
+    assert!(
+        after[PAID]["expires_at"].is_null(),
+        "kept: a sweep must not let a retry run"
+    );
     // The library answers a retry from the row reckon wrote: the charge does not run again.
     let retry = w.db.writer(&["retry", "--key", PAID]);
     assert_eq!(retry["executed"], false, "{retry}");
@@ -309,7 +314,12 @@ async fn crash_between_source_write_and_ledger_record_is_settled_next_run_withou
     // Run 1 stops after its first source write.
     let e = writeback_step(&crashing(), t, None).await.unwrap_err();
     assert!(matches!(e, WritebackError::Stopped), "{e}");
-    let log = w.ledger.ledger.list_writebacks(t, None, None, 100).await.unwrap();
+    let log = w
+        .ledger
+        .ledger
+        .list_writebacks(t, None, None, 100)
+        .await
+        .unwrap();
     assert_eq!(log.len(), 1, "{log:#?}");
     assert_eq!(pending(&log), 1, "the intent was recorded before the write");
     let first = log[0].clone();
@@ -318,7 +328,12 @@ async fn crash_between_source_write_and_ledger_record_is_settled_next_run_withou
     // then stops after the next write.
     let e = writeback_step(&crashing(), t, None).await.unwrap_err();
     assert!(matches!(e, WritebackError::Stopped), "{e}");
-    let log = w.ledger.ledger.list_writebacks(t, None, None, 100).await.unwrap();
+    let log = w
+        .ledger
+        .ledger
+        .list_writebacks(t, None, None, 100)
+        .await
+        .unwrap();
     let settled = log.iter().find(|r| r.id == first.id).unwrap();
     assert_eq!(settled.status, WritebackStatus::Written, "{settled:#?}");
     assert!(settled.recovered, "settled from the source row");
@@ -328,7 +343,12 @@ async fn crash_between_source_write_and_ledger_record_is_settled_next_run_withou
         .await
         .unwrap();
     assert!(out.iter().all(|o| o.status == "written"), "{out:#?}");
-    let log = w.ledger.ledger.list_writebacks(t, None, None, 100).await.unwrap();
+    let log = w
+        .ledger
+        .ledger
+        .list_writebacks(t, None, None, 100)
+        .await
+        .unwrap();
     assert_eq!(log.len(), 3, "{log:#?}");
     assert_eq!(pending(&log), 0);
     assert!(log.iter().all(|r| r.status == WritebackStatus::Written));
@@ -355,7 +375,10 @@ async fn crash_between_source_write_and_ledger_record_is_settled_next_run_withou
     for k in [PAID, RACED] {
         let wb = log.iter().find(|r| r.key == k).unwrap();
         assert_eq!(after[k]["updated_at"], wb.new_updated_at, "{k}");
-        assert_eq!(response(&after[k])[MARKER]["resolution_id"], wb.resolution_id);
+        assert_eq!(
+            response(&after[k])[MARKER]["resolution_id"],
+            wb.resolution_id
+        );
     }
 }
 
@@ -470,7 +493,11 @@ async fn dry_run_shows_the_diff_and_writes_nothing() {
         got[PAID].resolution_id
     );
     assert!(got[UNPAID].after.is_none(), "a release deletes the row");
-    assert_eq!(rows(&w, &[PAID, UNPAID, RACED]), before, "the source is unchanged");
+    assert_eq!(
+        rows(&w, &[PAID, UNPAID, RACED]),
+        before,
+        "the source is unchanged"
+    );
     assert!(
         w.ledger
             .ledger

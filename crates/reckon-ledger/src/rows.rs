@@ -123,9 +123,11 @@ where
         created_at: row.try_get("created_at")?,
         writeback: match row.try_get::<Option<String>, _>("writeback")? {
             None => None,
-            Some(w) => Some(crate::WritebackPolicy::parse(&w).ok_or_else(|| {
-                LedgerError::Invalid(format!("stored write-back policy {w:?}"))
-            })?),
+            Some(w) => {
+                Some(crate::WritebackPolicy::parse(&w).ok_or_else(|| {
+                    LedgerError::Invalid(format!("stored write-back policy {w:?}"))
+                })?)
+            }
         },
     })
 }

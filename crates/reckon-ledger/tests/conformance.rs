@@ -2186,7 +2186,11 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
         .unwrap_err();
     assert!(matches!(e, LedgerError::Invalid(_)), "{e}");
     assert_eq!(
-        ledger.source_by_name(t.id, "pushed").await.unwrap().writeback(),
+        ledger
+            .source_by_name(t.id, "pushed")
+            .await
+            .unwrap()
+            .writeback(),
         None
     );
 
@@ -2211,7 +2215,12 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
         ("charge:v1:o3", "duplicate"),
     ] {
         ledger
-            .record_attempt(t.id, id_of(k), "w1", attempt(outcome, now, now + 60.0, true))
+            .record_attempt(
+                t.id,
+                id_of(k),
+                "w1",
+                attempt(outcome, now, now + 60.0, true),
+            )
             .await
             .unwrap();
     }
@@ -2230,7 +2239,11 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
     assert_eq!(on.writeback(), Some(WritebackPolicy::Release));
     let c = ledger.writeback_candidates(t.id, None, 10).await.unwrap();
     let keys: Vec<&str> = c.iter().map(|c| c.key.as_str()).collect();
-    assert_eq!(keys, ["charge:v1:o1", "charge:v1:o2"], "a duplicate is left to a person");
+    assert_eq!(
+        keys,
+        ["charge:v1:o1", "charge:v1:o2"],
+        "a duplicate is left to a person"
+    );
     assert_eq!(c[0].state, "unknown");
     assert_eq!(c[0].updated_at, now - 100.0, "the exact value seen");
     assert_eq!(c[0].resolution.outcome, "applied");
@@ -2261,10 +2274,16 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
             .await
             .is_err()
     );
-    let w1 = ledger.begin_writeback(t.id, new(&c[0]), None).await.unwrap();
+    let w1 = ledger
+        .begin_writeback(t.id, new(&c[0]), None)
+        .await
+        .unwrap();
     assert_eq!(w1.status, WritebackStatus::Pending);
     assert_eq!(w1.new_response.as_deref(), Some(r#"{"id":"ch_1"}"#));
-    let again = ledger.begin_writeback(t.id, new(&c[0]), None).await.unwrap();
+    let again = ledger
+        .begin_writeback(t.id, new(&c[0]), None)
+        .await
+        .unwrap();
     assert_eq!(again.id, w1.id, "one write-back per resolution");
     assert_eq!(
         ledger
@@ -2298,7 +2317,11 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
         .finish_writeback(t.id, w1.id, WritebackStatus::Conflict, "late", false, None)
         .await
         .unwrap();
-    assert_eq!(late.status, WritebackStatus::Written, "the first outcome stands");
+    assert_eq!(
+        late.status,
+        WritebackStatus::Written,
+        "the first outcome stands"
+    );
     assert_eq!(late.detail.as_deref(), Some("written"));
     let keys: Vec<String> = ledger
         .writeback_candidates(t.id, Some(s.id), 10)
@@ -2310,7 +2333,10 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
     assert_eq!(keys, ["charge:v1:o2"]);
 
     // Turned off: no candidates, and no intent is recorded.
-    ledger.set_source_writeback(t.id, "shop", None).await.unwrap();
+    ledger
+        .set_source_writeback(t.id, "shop", None)
+        .await
+        .unwrap();
     assert!(
         ledger
             .writeback_candidates(t.id, None, 10)
@@ -2326,7 +2352,11 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
         "write-back off: refused"
     );
     assert_eq!(
-        ledger.list_writebacks(t.id, None, None, 10).await.unwrap().len(),
+        ledger
+            .list_writebacks(t.id, None, None, 10)
+            .await
+            .unwrap()
+            .len(),
         1
     );
 }

@@ -37,6 +37,9 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Instance metrics, `/metrics` access and the scrape cache (`metrics.rs`).
     pub metrics: metrics::MetricsState,
+    // ---- write-back (issue 4 item 7) ----
+    /// The operator's egress policy: where write-back may connect (the same as scans).
+    pub egress: Arc<reckon_sources::EgressPolicy>,
 }
 
 impl AppState {
@@ -45,6 +48,8 @@ impl AppState {
             ledger,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics: metrics::MetricsState::default(),
+            // Refuses every non-public address and every SQLite source until configured.
+            egress: Arc::new(reckon_sources::EgressPolicy::default()),
         }
     }
 }

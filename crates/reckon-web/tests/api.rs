@@ -54,6 +54,7 @@ async fn world_with(
         ledger,
         max_body_bytes,
         metrics: Default::default(),
+        egress: Default::default(),
     });
     World {
         _dir: dir,

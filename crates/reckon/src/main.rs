@@ -7,6 +7,8 @@ mod healthcheck;
 mod output;
 mod serve;
 mod users;
+// write-back (issue 4 item 7)
+mod writeback;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -82,6 +84,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: users::UserCmd,
     },
+    // ---- write-back (issue 4 item 7, branch `writeback`) ----
+    /// Write resolutions back into the rows of sources that opted in (`--dry-run` shows
+    /// the diff); `set` turns a source's write-back on or off; `list` shows the log.
+    Writeback(writeback::WritebackArgs),
+    // ---- end write-back ----
     /// Find effects by exact key, or by an exact key part (an order id).
     Lookup {
         #[arg(long)]
@@ -258,6 +265,10 @@ async fn main() -> anyhow::Result<()> {
         },
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
         Cmd::Source { cmd } => source_cmd(&*ledger, cmd, settings.egress_policy()?).await?,
+        // write-back (issue 4 item 7)
+        Cmd::Writeback(args) => {
+            writeback::run(ledger.clone(), args, settings.egress_policy()?).await?
+        }
         Cmd::Lookup {
             tenant,
             text,

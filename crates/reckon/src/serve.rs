@@ -46,7 +46,7 @@ pub async fn run(
         ledger.clone(),
         stop.clone(),
         metrics.instance.clone(),
-        egress,
+        egress.clone(),
     )
     .await?;
 
@@ -54,6 +54,8 @@ pub async fn run(
         ledger,
         max_body_bytes: settings.max_body_bytes,
         metrics,
+        // write-back (issue 4 item 7): the API's write-back connects where scans may
+        egress,
     };
     if let Some(l) = metrics_listener {
         tracing::info!(addr = %l.local_addr()?, "serving /metrics");

@@ -5,13 +5,15 @@ mod push;
 mod quarantine;
 mod sources;
 mod tokens;
+// write-back (issue 4 item 7)
+mod writeback;
 
 pub use effects::EffectJson;
 
 use crate::AppState;
 use crate::error::ApiError;
 use axum::Router;
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 
 /// At most this many records per push request.
 pub const MAX_PUSH_ITEMS: usize = 10_000;
@@ -27,6 +29,12 @@ pub fn router() -> Router<AppState> {
         .route("/lookup", get(effects::lookup))
         .route("/tokens", get(tokens::list).post(tokens::create))
         .route("/tokens/{id}", delete(tokens::revoke))
+        // ---- write-back (issue 4 item 7) ----
+        .route(
+            "/sources/{name}/writeback",
+            post(writeback::run).put(writeback::set),
+        )
+        // ---- end write-back ----
         .fallback(no_such_route)
 }
 
