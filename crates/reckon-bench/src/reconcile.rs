@@ -47,11 +47,11 @@ struct Args {
     /// `ReconcileOptions.concurrency` in both phases.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
-    /// `ReconcileOptions.batch` (effects claimed per step); 0 = the engine's default (32).
-    /// Each step waits for its slowest lookup before claiming again, so a batch of only
-    /// `concurrency` effects leaves the pipeline empty once per step; several times the
-    /// concurrency keeps it full.
-    #[arg(long, default_value_t = 512)]
+    /// `ReconcileOptions.batch` (effects claimed per claim); 0 = the engine's default (32).
+    /// `reconcile_all` claims the next batch while the current one is still answering; on
+    /// SQLite a claim holds the write lock, so a batch of several times the concurrency
+    /// means fewer stalls of the lookups' records.
+    #[arg(long, default_value_t = 1024)]
     batch: i64,
     /// Lookups in the one-after-another anchor.
     #[arg(long, default_value_t = 200)]

@@ -33,13 +33,16 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+/// A callback given the key of the row about to be written.
+pub type KeyHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Test hooks into the window between reckon's read and its write, and between its write
 /// and the ledger's record. Both are off in production (`Default`).
 #[derive(Clone, Default)]
 pub struct WritebackHooks {
     /// Called with the key after reckon read the row and before its conditional statement:
     /// tests make the application move the row here.
-    pub after_read: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub after_read: Option<KeyHook>,
     /// Stop right after the source was written, before the ledger records it: a crash in
     /// the window ([`WritebackError::Stopped`]).
     pub stop_after_write: bool,
@@ -347,16 +350,11 @@ pub async fn writeback_all(
     source: Option<&str>,
 ) -> Result<Vec<WritebackOutcome>, WritebackError> {
     let mut all = Vec::new();
-    loop {
-        match writeback_step(ctx, tenant, source).await? {
-            WritebackStep::Done(v) => {
-                let progress = v.iter().any(|w| w.status != "pending");
-                all.extend(v);
-                if !progress {
-                    break;
-                }
-            }
-            WritebackStep::Empty | WritebackStep::Busy => break,
+    while let WritebackStep::Done(v) = writeback_step(ctx, tenant, source).await? {
+        let progress = v.iter().any(|w| w.status != "pending");
+        all.extend(v);
+        if !progress {
+            break;
         }
     }
     Ok(all)
