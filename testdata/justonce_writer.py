@@ -17,6 +17,13 @@ library produced (not a hand-written imitation of it).
       mutate                   change a store that `populate` filled
       bulk --count N --start I insert N rows charge:v1:BULK-{I..I+N-1} in the
                                library's exact encoding, with raw SQL
+      unknown --key K ...      run the effect for each key through the engine with the
+                               outcome write lost: the library marks each UNKNOWN
+      app-complete --key K --response JSON
+                               the application resolves K itself: store.complete(K, ...)
+      rows --key K ...         print the rows of these keys (raw stored values)
+      retry --key K            the application retries K through the engine: did the
+                               effect run again, or did the library answer from the row?
 
 Every scenario prints exactly one JSON document on stdout; diagnostics go to
 stderr. Exit status is non-zero if the library did not behave as expected.
@@ -535,6 +542,60 @@ def scenario_bulk(args: argparse.Namespace) -> dict[str, Any]:
     return {"rows_written": n}
 
 
+# Write-back scenarios (reckon issue 4 item 7) ---------------------------------
+
+
+def scenario_unknown(args: argparse.Namespace) -> dict[str, Any]:
+    """UNKNOWN rows the library's own way: the effect ran, recording it failed."""
+    store = make_store(args.backend, args.dsn)
+    try:
+        flaky = Idempotent(LostCompleteWrite(store, set(args.key)))
+        for k in args.key:
+            run_raises(flaky, k, lambda k=k: {"charge_id": f"ch_{k}"}, StoreError)
+            time.sleep(0.002)  # distinct updated_at per row
+        for k in args.key:
+            rec = store.lookup(k)
+            check(rec is not None and rec.state == State.UNKNOWN, f"{k} is not unknown")
+    finally:
+        close_store(args.backend, store)
+    return {"rows": rows_of(args.backend, args.dsn, args.key)}
+
+
+def scenario_app_complete(args: argparse.Namespace) -> dict[str, Any]:
+    """The application records the outcome of K itself (its own reconciliation)."""
+    store = make_store(args.backend, args.dsn)
+    try:
+        store.complete(args.key[0], json.loads(args.response))
+    finally:
+        close_store(args.backend, store)
+    return {"rows": rows_of(args.backend, args.dsn, args.key)}
+
+
+def scenario_retry(args: argparse.Namespace) -> dict[str, Any]:
+    store = make_store(args.backend, args.dsn)
+    key = args.key[0]
+    try:
+        engine = Idempotent(store)
+        res = engine.run(key, lambda: {"charge_id": f"ch_retry_{key}"}, payload=payload_for(key))
+        doc = {"executed": res.executed, "value": res.value,
+               "state": res.record.state.value if res.record else None}
+    except Exception as exc:  # the library's refusal is the answer here
+        doc = {"error": type(exc).__name__}
+    finally:
+        close_store(args.backend, store)
+    return doc
+
+
+def scenario_rows(args: argparse.Namespace) -> dict[str, Any]:
+    if args.backend == "mysql":
+        configure_django(args.dsn)
+    return {"rows": rows_of(args.backend, args.dsn, args.key)}
+
+
+def rows_of(backend: str, dsn: str, keys: list[str]) -> list[dict[str, Any]]:
+    return [r for r in read_rows(backend, dsn) if r["key"] in set(keys)]
+
+
 def child_hold(args: argparse.Namespace) -> None:
     """Internal: claim `key` with `lease` through the engine; block in the effect."""
     store = make_store(args.backend, args.dsn)
@@ -559,6 +620,15 @@ def main() -> None:
     b = sub.add_parser("bulk")
     b.add_argument("--count", type=int, required=True)
     b.add_argument("--start", type=int, default=0)
+    u = sub.add_parser("unknown")
+    u.add_argument("--key", action="append", required=True)
+    c = sub.add_parser("app-complete")
+    c.add_argument("--key", action="append", required=True)
+    c.add_argument("--response", required=True)
+    t = sub.add_parser("retry")
+    t.add_argument("--key", action="append", required=True)
+    r = sub.add_parser("rows")
+    r.add_argument("--key", action="append", required=True)
     h = sub.add_parser("_hold")
     h.add_argument("--key", required=True)
     h.add_argument("--lease", type=float, required=True)
@@ -569,7 +639,9 @@ def main() -> None:
         return
     try:
         doc = {"populate": scenario_populate, "mutate": scenario_mutate,
-               "bulk": scenario_bulk}[args.scenario](args)
+               "bulk": scenario_bulk, "unknown": scenario_unknown,
+               "app-complete": scenario_app_complete,
+               "rows": scenario_rows, "retry": scenario_retry}[args.scenario](args)
     except Failure as exc:
         print(f"justonce_writer: {args.scenario} on {args.backend}: {exc}", file=sys.stderr)
         raise SystemExit(2)

@@ -417,6 +417,61 @@ impl Ledger for TimedLedger {
             .requeue_indeterminate(tenant, provider_id, from, to, now)
             .await
     }
+
+    // ---- write-back (issue 4 item 7): delegated untimed ----
+    async fn set_source_writeback(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        policy: Option<reckon_ledger::WritebackPolicy>,
+    ) -> Result<Source> {
+        self.inner
+            .set_source_writeback(tenant, source, policy)
+            .await
+    }
+    async fn writeback_candidates(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<reckon_ledger::WritebackCandidate>> {
+        self.inner
+            .writeback_candidates(tenant, source_id, limit)
+            .await
+    }
+    async fn list_writebacks(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        status: Option<reckon_ledger::WritebackStatus>,
+        limit: i64,
+    ) -> Result<Vec<reckon_ledger::Writeback>> {
+        self.inner
+            .list_writebacks(tenant, source_id, status, limit)
+            .await
+    }
+    async fn begin_writeback(
+        &self,
+        tenant: TenantId,
+        new: reckon_ledger::NewWriteback,
+        lease: Option<&Lease>,
+    ) -> Result<reckon_ledger::Writeback> {
+        self.inner.begin_writeback(tenant, new, lease).await
+    }
+    async fn finish_writeback(
+        &self,
+        tenant: TenantId,
+        id: i64,
+        status: reckon_ledger::WritebackStatus,
+        detail: &str,
+        recovered: bool,
+        lease: Option<&Lease>,
+    ) -> Result<reckon_ledger::Writeback> {
+        self.inner
+            .finish_writeback(tenant, id, status, detail, recovered, lease)
+            .await
+    }
+    // ---- end write-back ----
 }
 
 /// Totals for one statement text.

@@ -7,6 +7,8 @@ pub mod push;
 pub mod reconcile;
 pub mod scan;
 pub mod source_input;
+// write-back (issue 4 item 7)
+pub mod writeback;
 
 pub use scan::{ScanFailure, ScanOptions, ScanReport, scan_source};
 pub use source_input::{SourceInput, new_source};

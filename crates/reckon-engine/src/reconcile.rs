@@ -169,16 +169,41 @@ pub async fn reconcile_one(
     process(ctx, tenant, &routing, claim).await.map(Some)
 }
 
-/// Run steps until nothing is due; returns every outcome.
+/// Reconcile until nothing is due; returns every outcome.
+///
+/// Unlike a loop of [`reconcile_next`], whose every step waits for its slowest lookup
+/// before it claims again, this keeps `concurrency` lookups in flight across batches: the
+/// next batch is claimed (with `options.batch` effects) as soon as the last effect of the
+/// current one has been handed to a lookup, while the others are still answering. Routes and
+/// providers are read once per call.
 pub async fn reconcile_all(
     ctx: &ReconcileCtx,
     tenant: &Tenant,
 ) -> Result<Vec<EffectOutcome>, ReconcileError> {
-    let mut all = Vec::new();
-    while let Step::Done(mut v) = reconcile_next(ctx, tenant).await? {
-        all.append(&mut v);
-    }
-    Ok(all)
+    use futures::{TryStreamExt, stream};
+    let o = &ctx.options;
+    let routing = Routing::load(ctx, tenant).await?;
+    let claims = stream::try_unfold((), |()| async move {
+        let batch = ctx
+            .ledger
+            .claim_due(
+                tenant.id,
+                &o.owner,
+                reckon_domain::time::now(),
+                o.lease_secs,
+                o.batch,
+            )
+            .await?;
+        Ok::<_, ReconcileError>(
+            (!batch.is_empty()).then(|| (stream::iter(batch.into_iter().map(Ok)), ())),
+        )
+    })
+    .try_flatten();
+    claims
+        .map_ok(|c| process(ctx, tenant, &routing, c))
+        .try_buffer_unordered(o.concurrency.max(1))
+        .try_collect()
+        .await
 }
 
 /// A built adapter, or why it could not be built (bad settings, missing secret): an effect

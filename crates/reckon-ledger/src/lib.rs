@@ -16,6 +16,8 @@ mod postgres;
 mod reconcile;
 mod rows;
 mod sqlite;
+// write-back (issue 4 item 7)
+mod writeback;
 
 pub use accounts::{
     Accounts, NewSession, SessionGrant, TokenCreator, TokenInfo, User, UserCredentials,
@@ -35,6 +37,9 @@ pub use metrics::{
 pub use model::*;
 pub use plan::ingest_plan;
 pub use reconcile::*;
+pub use writeback::{
+    NewWriteback, Writeback, WritebackAction, WritebackCandidate, WritebackPolicy, WritebackStatus,
+};
 
 use async_trait::async_trait;
 use reckon_domain::{Disappearance, Rejected, SourceRecord};
@@ -268,6 +273,55 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
         to: f64,
         now: f64,
     ) -> Result<u64>;
+
+    // ---- write-back (issue 4 item 7, branch `writeback`). Implemented once for both
+    // backends in `writeback.rs` (`impl_writeback!`). ----
+
+    /// Turn write-back of a scanned source on (with its not_applied policy) or off (`None`).
+    async fn set_source_writeback(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        policy: Option<WritebackPolicy>,
+    ) -> Result<Source>;
+    /// Resolved (`applied` / `not_applied`) effects of sources with write-back on, still
+    /// unresolved in the source as last seen and present, that have no write-back yet;
+    /// oldest resolution first.
+    async fn writeback_candidates(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<WritebackCandidate>>;
+    /// Write-backs of the tenant (optionally of one source, of one status), oldest first.
+    async fn list_writebacks(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        status: Option<WritebackStatus>,
+        limit: i64,
+    ) -> Result<Vec<Writeback>>;
+    /// Record the intent (`pending`) before the source is written, fenced by `lease`. The
+    /// one write-back of that resolution is returned: this one, or the one already there
+    /// (whatever its status). Refused when the source has write-back off.
+    async fn begin_writeback(
+        &self,
+        tenant: TenantId,
+        new: NewWriteback,
+        lease: Option<&Lease>,
+    ) -> Result<Writeback>;
+    /// Settle a pending write-back as `written` or `conflict`; an already settled one is
+    /// left as it is and returned.
+    async fn finish_writeback(
+        &self,
+        tenant: TenantId,
+        id: i64,
+        status: WritebackStatus,
+        detail: &str,
+        recovered: bool,
+        lease: Option<&Lease>,
+    ) -> Result<Writeback>;
+    // ---- end write-back ----
 
     // ---- leases: work that exactly one replica does at a time ----
     /// Take the lease `name` for `ttl_secs` if it is free, expired, or already held by

@@ -144,6 +144,19 @@ pub struct Source {
     pub last_error_at: Option<f64>,
     pub consecutive_failures: i64,
     pub created_at: f64,
+    // ---- write-back (issue 4 item 7) ----
+    /// Off (`None`, the default) or on with this not_applied policy. Not `pub`: only the
+    /// ledger's stored setting can turn write-back on, so a `Source` value cannot be made to
+    /// claim it (`reckon_sources::SourceWriter` is opened from a `Source` and refuses one
+    /// with write-back off). Read it with [`Source::writeback`].
+    pub(crate) writeback: Option<crate::WritebackPolicy>,
+}
+
+impl Source {
+    /// The source's write-back setting: `None` means reckon never writes to it.
+    pub fn writeback(&self) -> Option<crate::WritebackPolicy> {
+        self.writeback
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

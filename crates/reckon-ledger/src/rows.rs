@@ -86,7 +86,7 @@ where
 pub(crate) const SOURCE_COLUMNS: &str = "id, name, kind, dsn_display, table_name, \
     scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, \
     cursor_updated_at, cursor_key, last_scan_at, last_success_at, last_full_scan_at, \
-    last_error, last_error_at, consecutive_failures, created_at";
+    last_error, last_error_at, consecutive_failures, created_at, writeback";
 
 pub(crate) fn source<DB: Database>(row: &DB::Row) -> Result<Source>
 where
@@ -121,6 +121,14 @@ where
         last_error_at: row.try_get("last_error_at")?,
         consecutive_failures: row.try_get("consecutive_failures")?,
         created_at: row.try_get("created_at")?,
+        writeback: match row.try_get::<Option<String>, _>("writeback")? {
+            None => None,
+            Some(w) => {
+                Some(crate::WritebackPolicy::parse(&w).ok_or_else(|| {
+                    LedgerError::Invalid(format!("stored write-back policy {w:?}"))
+                })?)
+            }
+        },
     })
 }
 

@@ -770,6 +770,58 @@ impl Ledger for SqliteLedger {
             .await
     }
 
+    // ---- write-back (issue 4 item 7): bodies in `writeback.rs` ----
+    async fn set_source_writeback(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        policy: Option<crate::WritebackPolicy>,
+    ) -> Result<Source> {
+        self.wb_set_source(tenant, source, policy).await
+    }
+
+    async fn writeback_candidates(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<crate::WritebackCandidate>> {
+        self.wb_candidates(tenant, source_id, limit).await
+    }
+
+    async fn list_writebacks(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        status: Option<crate::WritebackStatus>,
+        limit: i64,
+    ) -> Result<Vec<crate::Writeback>> {
+        self.wb_list(tenant, source_id, status, limit).await
+    }
+
+    async fn begin_writeback(
+        &self,
+        tenant: TenantId,
+        new: crate::NewWriteback,
+        lease: Option<&Lease>,
+    ) -> Result<crate::Writeback> {
+        self.wb_begin(tenant, new, lease).await
+    }
+
+    async fn finish_writeback(
+        &self,
+        tenant: TenantId,
+        id: i64,
+        status: crate::WritebackStatus,
+        detail: &str,
+        recovered: bool,
+        lease: Option<&Lease>,
+    ) -> Result<crate::Writeback> {
+        self.wb_finish(tenant, id, status, detail, recovered, lease)
+            .await
+    }
+    // ---- end write-back ----
+
     async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
         self.lease_try(name, owner, ttl_secs).await
     }
@@ -874,3 +926,5 @@ crate::accounts::impl_accounts!(SqliteLedger, Sqlite);
 
 // ---- audit (issue 6, branch `audit`) ----
 crate::audit::impl_audits!(SqliteLedger, Sqlite);
+// write-back (issue 4 item 7)
+crate::writeback::impl_writeback!(SqliteLedger, Sqlite, lease::fence);

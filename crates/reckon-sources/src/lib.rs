@@ -2,11 +2,17 @@
 //! read-only transaction, never DDL, never a write) in the three dialects of the justonce
 //! reference, and hands every row over undecoded ([`reckon_domain::RawRow`]) so the domain's
 //! rules alone decide what is a record and what goes to quarantine.
+//!
+//! The one exception is write-back ([`write`], issue 4 item 7): for a source that opted in,
+//! and only then, one conditional statement per resolved row.
 
 pub mod dsn;
 pub mod egress;
 mod scan;
+// write-back (issue 4 item 7)
+pub mod write;
 
 pub use dsn::{Dialect, DsnError, SourceDsn, validate_table_name};
 pub use egress::{EgressError, EgressPolicy, OwnDatabase};
 pub use scan::{ScanError, SourceConn};
+pub use write::{Change, RowNow, SourceWriter, WriteError};

@@ -28,7 +28,7 @@ pub enum ScanError {
 }
 
 /// sqlx errors can carry connection details; keep only the database's own message.
-fn describe(e: &sqlx::Error) -> String {
+pub(crate) fn describe(e: &sqlx::Error) -> String {
     match e {
         sqlx::Error::Database(db) => db.message().to_owned(),
         sqlx::Error::Io(io) => format!("I/O error: {}", io.kind()),
@@ -68,7 +68,7 @@ const PG_FETCH_SQL: &str = "FETCH 2000 FROM reckon_rows";
 
 const KNOWN_STATES: [&str; 4] = ["in_progress", "succeeded", "failed", "unknown"];
 
-fn quote(dialect: Dialect, table: &str) -> String {
+pub(crate) fn quote(dialect: Dialect, table: &str) -> String {
     let q = if dialect == Dialect::Mysql { '`' } else { '"' };
     table
         .split('.')

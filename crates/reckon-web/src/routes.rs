@@ -86,6 +86,17 @@ pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/api/v1/audits", Token(P::Audit)),
     r("POST", "/api/v1/audits", Token(P::Audit)),
     r("GET", "/api/v1/audits/{id}", Token(P::Audit)),
+    // ---- write-back (issue 4 item 7) ----
+    r(
+        "POST",
+        "/api/v1/sources/{name}/writeback",
+        Token(P::WriteBack),
+    ),
+    r(
+        "PUT",
+        "/api/v1/sources/{name}/writeback",
+        Token(P::WriteBack),
+    ),
     // Metrics: a tenant's token reads its own series; `/metrics` is the operator's (off
     // unless configured; its handler checks the operator's metrics token, not a tenant's).
     r("GET", "/api/v1/metrics", Token(P::Read)),

@@ -772,3 +772,65 @@ async fn adding_a_source_needs_an_admin_and_a_valid_description() {
         );
     }
 }
+
+// ---- write-back (issue 4 item 7) ----
+
+async fn put_json(app: &Router, uri: &str, token: &str, body: &Value) -> Reply {
+    send(
+        app,
+        Method::PUT,
+        uri,
+        Some(token),
+        Some("application/json"),
+        body.to_string(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn writeback_is_off_until_an_admin_turns_it_on_and_bad_settings_are_refused_clearly() {
+    let w = world().await;
+    let r = post_json(
+        &w.app,
+        "/api/v1/sources",
+        &w.a,
+        &json!({"name": "shop", "kind": "sqlite", "dsn": "/data/shop.db"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(r.body["writeback"], Value::Null, "off by default");
+    add_push_source(&w, &w.a, "pushed").await;
+    let uri = "/api/v1/sources/shop/writeback";
+
+    // Off: a run is refused with the way to turn it on.
+    let r = post_json(&w.app, uri, &w.a, &Value::Null).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert!(r.text.contains("write-back off"), "{}", r.text);
+
+    // Only an admin may turn it on; another tenant cannot find the source.
+    let on = json!({"not_applied": "release"});
+    let r = put_json(&w.app, uri, &w.viewer_a, &on).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    let r = put_json(&w.app, uri, &w.b, &on).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    let r = put_json(&w.app, uri, &w.a, &json!({"not_applied": "delete"})).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("release, fail"), "{}", r.text);
+    let r = put_json(&w.app, "/api/v1/sources/pushed/writeback", &w.a, &on).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("push source"), "{}", r.text);
+
+    let r = put_json(&w.app, uri, &w.a, &on).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["writeback"], "release");
+    // Nothing resolved yet: the dry run has nothing to show (and opens no connection).
+    let r = post_json(&w.app, &format!("{uri}?dry_run=true"), &w.a, &Value::Null).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["dry_run"], true);
+    assert_eq!(r.body["outcomes"], json!([]));
+    let r = post_json(&w.app, &format!("{uri}?dry_run=maybe"), &w.a, &Value::Null).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    let r = put_json(&w.app, uri, &w.a, &json!({"not_applied": null})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["writeback"], Value::Null);
+}

@@ -246,6 +246,18 @@ fn request_for(
             json!({"provider": A_PROVIDER, "from": 0.0, "to": 2e9}).to_string(),
         ),
         ("POST", "/signout") => (spec.path.into(), form_ct, form(&[("csrf", csrf)])),
+        // ---- write-back (issue 4 item 7): B asks to write back, or to turn on write-back
+        // of, tenant A's source ----
+        ("POST", "/api/v1/sources/{name}/writeback") => (
+            format!("/api/v1/sources/{A_SOURCE}/writeback?dry_run=false"),
+            None,
+            String::new(),
+        ),
+        ("PUT", "/api/v1/sources/{name}/writeback") => (
+            format!("/api/v1/sources/{A_SOURCE}/writeback"),
+            json,
+            json!({"not_applied": "release"}).to_string(),
+        ),
         (m, p) => panic!(
             "route {m} {p} has no request in the isolation sweep (tests/isolation.rs): add one"
         ),
@@ -380,6 +392,12 @@ async fn sweep(backend: Backend) {
     assert_eq!(
         sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
         vec![A_SOURCE]
+    );
+    // write-back (issue 4 item 7): B could not turn on write-back of A's source.
+    assert_eq!(
+        sources[0].writeback(),
+        None,
+        "B changed A's write-back setting"
     );
     let tokens = w.ledger.list_tokens(w.a.id).await.unwrap();
     let made = tokens.iter().find(|t| t.id == fx.a_token_id).unwrap();

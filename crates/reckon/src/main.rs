@@ -11,6 +11,8 @@ mod output;
 mod reconcile_cmd;
 mod serve;
 mod users;
+// write-back (issue 4 item 7)
+mod writeback;
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -118,6 +120,11 @@ enum Cmd {
     /// The double-charge audit of a day: run it (default yesterday in the tenant's zone),
     /// show, list and verify stored runs, set the tenant's zone and nightly time.
     Audit(audit_cmd::AuditArgs),
+    // ---- write-back (issue 4 item 7, branch `writeback`) ----
+    /// Write resolutions back into the rows of sources that opted in (`--dry-run` shows
+    /// the diff); `set` turns a source's write-back on or off; `list` shows the log.
+    Writeback(writeback::WritebackArgs),
+    // ---- end write-back ----
     /// Find effects by exact key, or by an exact key part (an order id).
     Lookup {
         #[arg(long)]
@@ -344,6 +351,10 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let egress = Arc::new(settings.egress_policy()?);
             reconcile_cmd::reconcile(ledger, tenant, source, key, format, egress).await?
+        }
+        // write-back (issue 4 item 7)
+        Cmd::Writeback(args) => {
+            writeback::run(ledger.clone(), args, settings.egress_policy()?).await?
         }
         Cmd::Lookup {
             tenant,

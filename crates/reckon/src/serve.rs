@@ -5,6 +5,7 @@ use crate::config::Settings;
 use anyhow::Context;
 use reckon_domain::time;
 use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, Step, reconcile_next};
+use reckon_engine::writeback::{WritebackCtx, WritebackStep, writeback_next};
 use reckon_engine::{ScanOptions, scan_source};
 use reckon_ledger::{Ledger, Source, Tenant};
 use std::collections::HashSet;
@@ -277,9 +278,12 @@ async fn start_reconciler(
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
+    let last_writeback: Arc<Mutex<std::collections::HashMap<i64, std::time::Instant>>> =
+        Arc::default();
     let job = Job::new_repeated_async(TICK, move |_id, _l| {
         let (ctx, running, stop, tasks) =
             (ctx.clone(), running.clone(), stop.clone(), tasks.clone());
+        let last_writeback = last_writeback.clone();
         Box::pin(async move {
             if stop.is_cancelled() {
                 return;
@@ -296,12 +300,15 @@ async fn start_reconciler(
                     continue;
                 }
                 let (ctx, running, stop) = (ctx.clone(), running.clone(), stop.clone());
+                let last_writeback = last_writeback.clone();
                 tasks.spawn(async move {
                     let id = tenant.id.get();
+                    let mut resolved_any = false;
                     while !stop.is_cancelled() {
                         match reconcile_next(&ctx, &tenant).await {
                             Ok(Step::Done(outcomes)) => {
                                 let resolved = outcomes.iter().filter(|o| o.resolved).count();
+                                resolved_any |= resolved > 0;
                                 tracing::info!(
                                     tenant = %tenant.slug, looked_up = outcomes.len(), resolved,
                                     "reconcile step"
@@ -314,6 +321,32 @@ async fn start_reconciler(
                             }
                         }
                     }
+                    // ---- write-back (issue 4 item 7): resolutions of opted-in sources go
+                    // back to their rows, after new resolutions or at least every minute
+                    // (pending intents of a crashed run are settled then). One replica at a
+                    // time per tenant (the `writeback:{tenant}` lease).
+                    let due = resolved_any
+                        || last_writeback
+                            .lock()
+                            .expect("lock")
+                            .get(&id)
+                            .is_none_or(|t| t.elapsed() >= WRITEBACK_EVERY);
+                    if due && !stop.is_cancelled() {
+                        last_writeback.lock().expect("lock").insert(id, std::time::Instant::now());
+                        let wb = WritebackCtx::new(ctx.ledger.clone(), ctx.egress.clone());
+                        while !stop.is_cancelled() {
+                            match writeback_next(&wb, tenant.id).await {
+                                Ok(WritebackStep::Done(v)) => tracing::info!(
+                                    tenant = %tenant.slug, rows = v.len(), "write-back step"
+                                ),
+                                Ok(WritebackStep::Empty | WritebackStep::Busy) => break,
+                                Err(e) => {
+                                    tracing::error!(tenant = %tenant.slug, error = %e, "write-back failed");
+                                    break;
+                                }
+                            }
+                        }
+                    }
                     running.lock().expect("lock").remove(&id);
                 });
             }
@@ -323,6 +356,9 @@ async fn start_reconciler(
     sched.start().await?;
     Ok(sched)
 }
+
+/// Write-back runs after new resolutions, and at least this often per tenant.
+const WRITEBACK_EVERY: Duration = Duration::from_secs(60);
 
 /// How long a scan's lease lasts without renewal: a replica that dies (or is paused) gives
 /// its scans up to another this long after its last renewal.

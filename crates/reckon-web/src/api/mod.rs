@@ -9,6 +9,8 @@ mod quarantine;
 mod reconcile;
 mod sources;
 mod tokens;
+// write-back (issue 4 item 7)
+mod writeback;
 
 pub use effects::EffectJson;
 
@@ -44,6 +46,12 @@ pub fn router() -> Router<AppState> {
         // ---- audit (issue 6, branch `audit`) ----
         .route("/audits", get(audits::list).post(audits::run))
         .route("/audits/{id}", get(audits::detail))
+        // ---- write-back (issue 4 item 7) ----
+        .route(
+            "/sources/{name}/writeback",
+            post(writeback::run).put(writeback::set),
+        )
+        // ---- end write-back ----
         .fallback(no_such_route)
 }
 

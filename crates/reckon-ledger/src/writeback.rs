@@ -1,0 +1,434 @@
+//! Write-back storage (issue 4 item 7): the per-source setting and the write-back log.
+//!
+//! A write-back changes a row in the tenant's own database, which shares no transaction
+//! with the ledger. So the ledger records an intent (`pending`, with the resolution id and
+//! the exact statement's inputs) BEFORE the source is written, and the outcome after. A
+//! crash in between leaves a `pending` row that the next run settles by reading the source
+//! row: the row reckon writes carries the resolution id in its response. `UNIQUE
+//! (resolution_id)` makes one write-back per resolution (and so per effect).
+//!
+//! Both backends run the same SQL (`$n` placeholders work in SQLite too), written once in
+//! [`impl_writeback!`]; they differ only in how a transaction is opened (PostgreSQL names
+//! the tenant for row-level security).
+
+use crate::reconcile::Resolution;
+use crate::{LedgerError, Result};
+use serde::Serialize;
+use sqlx::{ColumnIndex, Database, Decode, Row, Type};
+
+/// What write-back does with a `not_applied` resolution (`applied` always becomes
+/// `succeeded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritebackPolicy {
+    /// Delete the row, so the application's retry of the same key can run.
+    Release,
+    /// Make the row `failed`: terminal, the key is burned.
+    Fail,
+}
+
+impl WritebackPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WritebackPolicy::Release => "release",
+            WritebackPolicy::Fail => "fail",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WritebackPolicy> {
+        match s {
+            "release" => Some(WritebackPolicy::Release),
+            "fail" => Some(WritebackPolicy::Fail),
+            _ => None,
+        }
+    }
+}
+
+/// The change one write-back makes to the source row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritebackAction {
+    /// `state = 'succeeded'`, response = the provider object (applied).
+    Succeed,
+    /// Delete the row (not_applied, policy `release`).
+    Release,
+    /// `state = 'failed'` (not_applied, policy `fail`).
+    Fail,
+}
+
+impl WritebackAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WritebackAction::Succeed => "succeed",
+            WritebackAction::Release => "release",
+            WritebackAction::Fail => "fail",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WritebackAction> {
+        match s {
+            "succeed" => Some(WritebackAction::Succeed),
+            "release" => Some(WritebackAction::Release),
+            "fail" => Some(WritebackAction::Fail),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritebackStatus {
+    /// The intent is recorded; whether the source was written is not known yet.
+    Pending,
+    /// The source row holds reckon's write (or, for a release, is gone).
+    Written,
+    /// The application moved first: the row was not what reckon saw; nothing was changed.
+    Conflict,
+}
+
+impl WritebackStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WritebackStatus::Pending => "pending",
+            WritebackStatus::Written => "written",
+            WritebackStatus::Conflict => "conflict",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WritebackStatus> {
+        match s {
+            "pending" => Some(WritebackStatus::Pending),
+            "written" => Some(WritebackStatus::Written),
+            "conflict" => Some(WritebackStatus::Conflict),
+            _ => None,
+        }
+    }
+}
+
+/// A resolved effect of a source with write-back on that has no write-back yet.
+#[derive(Debug, Clone, Serialize)]
+pub struct WritebackCandidate {
+    pub source_id: i64,
+    pub source: String,
+    pub effect_id: i64,
+    pub key: String,
+    /// The row's state and updated_at as reckon last saw them (the statement's condition).
+    pub state: String,
+    pub updated_at: f64,
+    pub resolution: Resolution,
+}
+
+/// One write-back, from intent to outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct Writeback {
+    pub id: i64,
+    pub source_id: i64,
+    pub effect_id: i64,
+    pub resolution_id: i64,
+    pub key: String,
+    pub action: WritebackAction,
+    pub seen_state: String,
+    pub seen_updated_at: f64,
+    /// The exact JSON text written into `response` (`None` for a release).
+    pub new_response: Option<String>,
+    pub new_updated_at: f64,
+    pub status: WritebackStatus,
+    pub detail: Option<String>,
+    pub recovered: bool,
+    pub created_at: f64,
+    pub settled_at: Option<f64>,
+}
+
+/// An intent, recorded before the source is written.
+#[derive(Debug, Clone)]
+pub struct NewWriteback {
+    pub source_id: i64,
+    pub effect_id: i64,
+    pub resolution_id: i64,
+    pub key: String,
+    pub action: WritebackAction,
+    pub seen_state: String,
+    pub seen_updated_at: f64,
+    pub new_response: Option<String>,
+    pub new_updated_at: f64,
+}
+
+pub(crate) const WRITEBACK_COLUMNS: &str = "id, source_id, effect_id, resolution_id, key, \
+    action, seen_state, seen_updated_at, new_response, new_updated_at, status, detail, \
+    recovered, created_at, settled_at";
+
+pub(crate) fn writeback_row<DB: Database>(row: &DB::Row) -> Result<Writeback>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    let action: String = row.try_get("action")?;
+    let status: String = row.try_get("status")?;
+    Ok(Writeback {
+        id: row.try_get("id")?,
+        source_id: row.try_get("source_id")?,
+        effect_id: row.try_get("effect_id")?,
+        resolution_id: row.try_get("resolution_id")?,
+        key: row.try_get("key")?,
+        action: WritebackAction::parse(&action)
+            .ok_or_else(|| LedgerError::Invalid(format!("stored write-back action {action:?}")))?,
+        seen_state: row.try_get("seen_state")?,
+        seen_updated_at: row.try_get("seen_updated_at")?,
+        new_response: row.try_get("new_response")?,
+        new_updated_at: row.try_get("new_updated_at")?,
+        status: WritebackStatus::parse(&status)
+            .ok_or_else(|| LedgerError::Invalid(format!("stored write-back status {status:?}")))?,
+        detail: row.try_get("detail")?,
+        recovered: row.try_get("recovered")?,
+        created_at: row.try_get("created_at")?,
+        settled_at: row.try_get("settled_at")?,
+    })
+}
+
+pub(crate) const CANDIDATE_SQL: &str = "SELECT e.id AS effect_id, e.source_id, s.name AS source_name, \
+    e.key, e.state, e.updated_at, r.id AS r_id, r.outcome AS r_outcome, r.author AS r_author, \
+    r.note AS r_note, r.evidence AS r_evidence, r.attempt_id AS r_attempt_id, \
+    r.created_at AS r_created_at \
+    FROM resolution r JOIN effect e ON e.id = r.effect_id JOIN source s ON s.id = e.source_id \
+    WHERE r.tenant_id = $1 AND e.tenant_id = $1 AND s.tenant_id = $1 \
+    AND s.writeback IS NOT NULL AND r.outcome IN ('applied', 'not_applied') \
+    AND e.state IN ('unknown', 'in_progress') AND e.gone_at IS NULL \
+    AND NOT EXISTS (SELECT 1 FROM writeback w WHERE w.resolution_id = r.id)";
+
+pub(crate) fn candidate_row<DB: Database>(row: &DB::Row) -> Result<WritebackCandidate>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    let evidence: String = row.try_get("r_evidence")?;
+    Ok(WritebackCandidate {
+        source_id: row.try_get("source_id")?,
+        source: row.try_get("source_name")?,
+        effect_id: row.try_get("effect_id")?,
+        key: row.try_get("key")?,
+        state: row.try_get("state")?,
+        updated_at: row.try_get("updated_at")?,
+        resolution: Resolution {
+            id: row.try_get("r_id")?,
+            outcome: row.try_get("r_outcome")?,
+            author: row.try_get("r_author")?,
+            note: row.try_get("r_note")?,
+            evidence: serde_json::from_str(&evidence)
+                .map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))?,
+            attempt_id: row.try_get("r_attempt_id")?,
+            created_at: row.try_get("r_created_at")?,
+        },
+    })
+}
+
+/// The write-back methods of both backends. `$fence` is the backend's lease fence.
+macro_rules! impl_writeback {
+    ($ledger:ty, $db:ty, $fence:path) => {
+        impl $ledger {
+            pub(super) async fn wb_set_source(
+                &self,
+                tenant: $crate::TenantId,
+                name: &str,
+                policy: Option<$crate::WritebackPolicy>,
+            ) -> $crate::Result<$crate::Source> {
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
+                    .await?;
+                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE source SET writeback = $1 WHERE tenant_id = $2 AND name = $3 \
+                     RETURNING {}",
+                    $crate::rows::SOURCE_COLUMNS
+                )))
+                .bind(policy.map(|p| p.as_str()))
+                .bind(tenant.0)
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| $crate::LedgerError::NotFound(format!("source {name:?}")))?;
+                let source = $crate::rows::source::<$db>(&row)?;
+                if !source.kind.is_scanned() && policy.is_some() {
+                    // A push source has no database reckon could write to.
+                    return Err($crate::LedgerError::Invalid(format!(
+                        "source {name:?} is a push source: reckon holds no DSN to write back to"
+                    )));
+                }
+                tx.commit().await?;
+                Ok(source)
+            }
+
+            pub(super) async fn wb_candidates(
+                &self,
+                tenant: $crate::TenantId,
+                source_id: Option<i64>,
+                limit: i64,
+            ) -> $crate::Result<Vec<$crate::WritebackCandidate>> {
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
+                    .await?;
+                let filter = if source_id.is_some() {
+                    " AND s.id = $3"
+                } else {
+                    ""
+                };
+                let sql = format!(
+                    "{}{filter} ORDER BY r.id LIMIT $2",
+                    $crate::writeback::CANDIDATE_SQL
+                );
+                let q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant.0).bind(limit);
+                let q = match source_id {
+                    Some(id) => q.bind(id),
+                    None => q,
+                };
+                let rows = q.fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                rows.iter()
+                    .map($crate::writeback::candidate_row::<$db>)
+                    .collect()
+            }
+
+            pub(super) async fn wb_list(
+                &self,
+                tenant: $crate::TenantId,
+                source_id: Option<i64>,
+                status: Option<$crate::WritebackStatus>,
+                limit: i64,
+            ) -> $crate::Result<Vec<$crate::Writeback>> {
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
+                    .await?;
+                let mut sql = format!(
+                    "SELECT {} FROM writeback WHERE tenant_id = $1",
+                    $crate::writeback::WRITEBACK_COLUMNS
+                );
+                let mut n = 2;
+                if source_id.is_some() {
+                    sql.push_str(&format!(" AND source_id = ${n}"));
+                    n += 1;
+                }
+                if status.is_some() {
+                    sql.push_str(&format!(" AND status = ${n}"));
+                    n += 1;
+                }
+                sql.push_str(&format!(" ORDER BY id LIMIT ${n}"));
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant.0);
+                if let Some(id) = source_id {
+                    q = q.bind(id);
+                }
+                if let Some(s) = status {
+                    q = q.bind(s.as_str());
+                }
+                let rows = q.bind(limit).fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                rows.iter()
+                    .map($crate::writeback::writeback_row::<$db>)
+                    .collect()
+            }
+
+            pub(super) async fn wb_begin(
+                &self,
+                tenant: $crate::TenantId,
+                new: $crate::NewWriteback,
+                lease: Option<&$crate::Lease>,
+            ) -> $crate::Result<$crate::Writeback> {
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
+                    .await?;
+                $fence(&mut tx, lease).await?;
+                // The intent is stored only for a source whose write-back is on, for a
+                // resolution of this tenant's effect; one per resolution.
+                sqlx::query(
+                    "INSERT INTO writeback (tenant_id, source_id, effect_id, resolution_id, key, \
+                     action, seen_state, seen_updated_at, new_response, new_updated_at, status, \
+                     created_at) \
+                     SELECT $1, s.id, r.effect_id, r.id, $5, $6, $7, $8, $9, $10, 'pending', $11 \
+                     FROM source s JOIN effect e ON e.source_id = s.id \
+                     JOIN resolution r ON r.effect_id = e.id \
+                     WHERE s.tenant_id = $1 AND s.id = $2 AND e.id = $3 AND r.id = $4 \
+                     AND e.tenant_id = $1 AND r.tenant_id = $1 AND s.writeback IS NOT NULL \
+                     ON CONFLICT (resolution_id) DO NOTHING",
+                )
+                .bind(tenant.0)
+                .bind(new.source_id)
+                .bind(new.effect_id)
+                .bind(new.resolution_id)
+                .bind(&new.key)
+                .bind(new.action.as_str())
+                .bind(&new.seen_state)
+                .bind(new.seen_updated_at)
+                .bind(&new.new_response)
+                .bind(new.new_updated_at)
+                .bind(reckon_domain::time::now())
+                .execute(&mut *tx)
+                .await?;
+                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {} FROM writeback WHERE tenant_id = $1 AND resolution_id = $2",
+                    $crate::writeback::WRITEBACK_COLUMNS
+                )))
+                .bind(tenant.0)
+                .bind(new.resolution_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(row) = row else {
+                    return Err($crate::LedgerError::Invalid(
+                        "no write-back intent was recorded: the source has write-back off, or \
+                         the effect and resolution do not belong to it"
+                            .into(),
+                    ));
+                };
+                tx.commit().await?;
+                $crate::writeback::writeback_row::<$db>(&row)
+            }
+
+            pub(super) async fn wb_finish(
+                &self,
+                tenant: $crate::TenantId,
+                id: i64,
+                status: $crate::WritebackStatus,
+                detail: &str,
+                recovered: bool,
+                lease: Option<&$crate::Lease>,
+            ) -> $crate::Result<$crate::Writeback> {
+                if status == $crate::WritebackStatus::Pending {
+                    return Err($crate::LedgerError::Invalid(
+                        "a write-back is finished as written or conflict".into(),
+                    ));
+                }
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
+                    .await?;
+                $fence(&mut tx, lease).await?;
+                // Only a pending intent is settled: the first outcome recorded stands.
+                sqlx::query(
+                    "UPDATE writeback SET status = $1, detail = $2, recovered = $3, \
+                     settled_at = $4 WHERE tenant_id = $5 AND id = $6 AND status = 'pending'",
+                )
+                .bind(status.as_str())
+                .bind(detail)
+                .bind(recovered)
+                .bind(reckon_domain::time::now())
+                .bind(tenant.0)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {} FROM writeback WHERE tenant_id = $1 AND id = $2",
+                    $crate::writeback::WRITEBACK_COLUMNS
+                )))
+                .bind(tenant.0)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| $crate::LedgerError::NotFound(format!("write-back #{id}")))?;
+                tx.commit().await?;
+                $crate::writeback::writeback_row::<$db>(&row)
+            }
+        }
+    };
+}
+
+pub(crate) use impl_writeback;
