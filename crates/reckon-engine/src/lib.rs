@@ -4,6 +4,8 @@
 pub mod push;
 pub mod reconcile;
 pub mod scan;
+// Dashboard (issue 7, branch dash): hourly unresolved snapshots for the chart.
+pub mod snapshot;
 pub mod source_input;
 
 pub use scan::{ScanFailure, ScanOptions, ScanReport, scan_source};

@@ -2,6 +2,8 @@
 //! a handful of array-bound statements (`UNNEST`) instead of one round trip per row: a
 //! million-row initial scan is dominated by these.
 
+// Dashboard (issue 7, branch dash)
+mod dashboard;
 mod lease;
 mod metrics;
 
@@ -797,6 +799,29 @@ impl Ledger for PgLedger {
 
     async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
         self.metrics_snapshot_pg(q).await
+    }
+
+    // ---- dashboard (issue 7, branch `dash`) ----
+    async fn unresolved_queue(
+        &self,
+        tenant: TenantId,
+        q: &crate::QueueQuery,
+    ) -> Result<Vec<crate::QueueRow>> {
+        self.dash_queue(tenant, q).await
+    }
+    async fn unresolved_summary(
+        &self,
+        tenant: TenantId,
+        now: f64,
+        replay_before: f64,
+    ) -> Result<Vec<crate::KindSummary>> {
+        self.dash_summary(tenant, now, replay_before).await
+    }
+    async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<crate::Snapshot> {
+        self.dash_take_snapshot(tenant, now).await
+    }
+    async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<crate::Snapshot>> {
+        self.dash_snapshots(tenant, since).await
     }
 
     // ---- reconciliation: see the `reconcile` submodule ----

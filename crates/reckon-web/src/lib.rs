@@ -7,6 +7,8 @@
 pub mod api;
 pub mod auth;
 pub mod authz;
+// Dashboard pages (issue 7, branch dash)
+pub mod dash;
 pub mod error;
 mod extract;
 pub mod headers;
@@ -58,6 +60,8 @@ pub fn app(state: AppState) -> Router {
         .nest("/api/v1", api::router())
         .merge(metrics::router())
         .merge(web::router())
+        // Dashboard (issue 7, branch dash)
+        .merge(dash::router())
         // Every matched route passes the registry's access check (routes.rs) first.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -12,6 +12,8 @@ use std::time::Duration;
 use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 
+/// How often the dashboard's unresolved snapshot is taken (issue 7, branch `dash`).
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(600);
 /// How often the scheduler looks for sources whose interval has passed.
 const TICK: Duration = Duration::from_secs(2);
 
@@ -116,6 +118,29 @@ async fn start_scheduler(
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
     let owner = Arc::new(instance_id());
     tracing::info!(instance = %owner, "scheduler started");
+    // ---- dashboard snapshots (issue 7, branch `dash`): the chart's hourly series. Every
+    // SNAPSHOT_EVERY; a later run in the same hour replaces that hour's row. ----
+    {
+        let ledger = ledger.clone();
+        let stop = stop.clone();
+        sched
+            .add(Job::new_repeated_async(SNAPSHOT_EVERY, move |_id, _l| {
+                let ledger = ledger.clone();
+                let stop = stop.clone();
+                Box::pin(async move {
+                    if stop.is_cancelled() {
+                        return;
+                    }
+                    if let Err(e) =
+                        reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await
+                    {
+                        tracing::warn!(error = %e, "dashboard snapshots failed");
+                    }
+                })
+            })?)
+            .await?;
+    }
+    // ---- end dashboard snapshots ----
     let job = Job::new_repeated_async(TICK, move |_id, _l| {
         let ledger = ledger.clone();
         let running = running.clone();
