@@ -678,7 +678,16 @@ fn effect_page(
             operation: e.operation.clone().unwrap_or_default(),
             subject: e.subject.clone().unwrap_or_default(),
             state: e.state.as_str(),
-            words: state_words(e, now),
+            // The source keeps saying `unknown` until write-back; say what reckon decided.
+            words: match &view.resolution {
+                Some(r) if unresolved => format!(
+                    "the source still says {}; resolved here as {} by {}",
+                    e.state.as_str(),
+                    r.outcome,
+                    r.author
+                ),
+                _ => state_words(e, now),
+            },
             attempts: e.attempts,
             request_hash: e.request_hash.clone(),
             response: e.response_json.clone().unwrap_or_else(|| "null".into()),
