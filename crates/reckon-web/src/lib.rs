@@ -39,6 +39,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Instance metrics, `/metrics` access and the scrape cache (`metrics.rs`).
     pub metrics: metrics::MetricsState,
+    // ---- dashboard (issue 7, branch `dash`): the overview's short-lived counts cache ----
+    pub dash: dash::DashState,
 }
 
 impl AppState {
@@ -47,6 +49,7 @@ impl AppState {
             ledger,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             metrics: metrics::MetricsState::default(),
+            dash: dash::DashState::default(),
         }
     }
 }

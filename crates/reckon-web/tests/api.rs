@@ -54,6 +54,8 @@ async fn world_with(
         ledger,
         max_body_bytes,
         metrics: Default::default(),
+        // Dashboard (issue 7, branch `dash`)
+        dash: Default::default(),
     });
     World {
         _dir: dir,

@@ -56,6 +56,8 @@ pub async fn run(
         ledger,
         max_body_bytes: settings.max_body_bytes,
         metrics,
+        // Dashboard (issue 7, branch `dash`)
+        dash: Default::default(),
     };
     if let Some(l) = metrics_listener {
         tracing::info!(addr = %l.local_addr()?, "serving /metrics");

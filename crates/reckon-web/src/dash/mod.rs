@@ -31,6 +31,80 @@ use axum::routing::{get, post};
 use percent_encoding::percent_decode_str;
 use tower_http::csrf::CsrfLayer;
 
+/// How long the overview's counts serve other requests of the same tenant: counting a
+/// large backlog is O(unresolved effects) (40 ms at 10,000), and an overview a second or
+/// two old says the same thing. A person's own resolution clears it.
+pub const SUMMARY_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The dashboard's share of [`AppState`]: the overview's counts per tenant. One request
+/// at a time counts a tenant again; while it does, the others get the previous counts
+/// (at most a few seconds old) instead of waiting or counting too.
+#[derive(Clone, Default)]
+pub struct DashState {
+    summaries: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<i64, Cached>>>,
+}
+
+struct Cached {
+    at: std::time::Instant,
+    kinds: Vec<reckon_ledger::KindSummary>,
+    refreshing: bool,
+}
+
+impl DashState {
+    pub async fn summary(
+        &self,
+        state: &AppState,
+        tenant: reckon_ledger::TenantId,
+        now: f64,
+        replay_before: f64,
+    ) -> Result<Vec<reckon_ledger::KindSummary>, reckon_ledger::LedgerError> {
+        {
+            let mut cache = self.summaries.lock().expect("summary cache");
+            if let Some(c) = cache.get_mut(&tenant.get()) {
+                // A refresh whose request was dropped midway is not waited for past a few TTLs.
+                if c.at.elapsed() < SUMMARY_TTL
+                    || (c.refreshing && c.at.elapsed() < 5 * SUMMARY_TTL)
+                {
+                    return Ok(c.kinds.clone());
+                }
+                c.refreshing = true;
+            }
+        }
+        let counted = state
+            .ledger
+            .unresolved_summary(tenant, now, replay_before)
+            .await;
+        let mut cache = self.summaries.lock().expect("summary cache");
+        match counted {
+            Ok(kinds) => {
+                cache.insert(
+                    tenant.get(),
+                    Cached {
+                        at: std::time::Instant::now(),
+                        kinds: kinds.clone(),
+                        refreshing: false,
+                    },
+                );
+                Ok(kinds)
+            }
+            Err(e) => {
+                // The next request tries again.
+                if let Some(c) = cache.get_mut(&tenant.get()) {
+                    c.refreshing = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub fn forget(&self, tenant: reckon_ledger::TenantId) {
+        self.summaries
+            .lock()
+            .expect("summary cache")
+            .remove(&tenant.get());
+    }
+}
+
 /// Forms of the dashboard are small (a note is at most a few KB).
 const FORM_LIMIT_BYTES: usize = 32 * 1024;
 

@@ -176,10 +176,7 @@ pub async fn overview(
             .replay_window
             .saturating_sub(settings.replay_warning)
             .as_secs_f64();
-    let summary = st
-        .ledger
-        .unresolved_summary(tenant, now, replay_before)
-        .await?;
+    let summary = st.dash.summary(&st, tenant, now, replay_before).await?;
     let sources = st.ledger.list_sources(tenant).await?;
     let quarantine = st.ledger.quarantine_counts(tenant).await?;
     let providers = st.ledger.list_providers(tenant).await?;
@@ -836,6 +833,7 @@ pub async fn resolve(
         .await;
     let flash = match done {
         Ok(r) => {
+            st.dash.forget(tenant);
             tracing::info!(tenant = %s.tenant.slug, effect = detail.effect.id, outcome = %r.outcome, "resolved by hand");
             if !fragment {
                 let href = effect_href(&s.tenant.slug, &path.source, &path.key);
