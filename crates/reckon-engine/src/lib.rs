@@ -6,6 +6,8 @@ pub mod audit;
 pub mod push;
 pub mod reconcile;
 pub mod scan;
+// Dashboard (issue 7, branch dash): hourly unresolved snapshots for the chart.
+pub mod snapshot;
 pub mod source_input;
 // write-back (issue 4 item 7)
 pub mod writeback;

@@ -9,6 +9,8 @@ mod actions;
 mod audit;
 mod crypto;
 mod keys;
+// Dashboard (issue 7, branch dash): the unresolved queue, counts by kind, chart snapshots.
+mod dashboard;
 mod metrics;
 mod model;
 mod plan;
@@ -35,6 +37,8 @@ pub use metrics::{
     UnresolvedGroup,
 };
 pub use model::*;
+// Dashboard (issue 7, branch dash)
+pub use dashboard::{KindSummary, QueueQuery, QueueRow, Snapshot, hour_of, snapshot_of};
 pub use plan::ingest_plan;
 pub use reconcile::*;
 pub use writeback::{
@@ -360,6 +364,24 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Action>>;
+    // ---- dashboard (issue 7, branch `dash`): SQL in `dashboard.rs`, shared by both backends.
+    // Each reads O(unresolved effects) through the partial index of migration 0005. ----
+    /// The unresolved, not yet resolved effects with their reconcile state, oldest first,
+    /// one keyset page.
+    async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>>;
+    /// Unresolved, not yet resolved effects by kind; `replay_closing` counts those created
+    /// at or before `replay_before`.
+    async fn unresolved_summary(
+        &self,
+        tenant: TenantId,
+        now: f64,
+        replay_before: f64,
+    ) -> Result<Vec<KindSummary>>;
+    /// Count the unresolved effects now and store it as the snapshot of the current hour
+    /// (replacing one taken earlier in the same hour).
+    async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot>;
+    /// The hourly snapshots from `since` on, oldest first.
+    async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>>;
 }
 
 /// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is

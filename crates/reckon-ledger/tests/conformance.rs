@@ -80,6 +80,9 @@ conformance! {
     audit_runs_chain_per_tenant_and_a_scheduled_day_completes_once => story_audit_runs;
     // write-back (issue 4 item 7)
     writeback_is_off_by_default_one_per_resolution_first_outcome_stands_and_tenant_bound => story_writeback;
+    // dashboard (issue 7, branch `dash`)
+    the_queue_lists_unresolved_unresolved_effects_oldest_first_with_filters_and_keyset_pages => story_dash_queue;
+    snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2664,5 +2667,220 @@ async fn story_writeback(ledger: Arc<dyn Ledger>) {
             .unwrap()
             .len(),
         1
+    );
+}
+
+// ---- dashboard (issue 7, branch `dash`) -------------------------------------------------
+
+async fn story_dash_queue(ledger: Arc<dyn Ledger>) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, os) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 300.0),
+                rec("charge:v1:o2", State::Unknown, now - 100.0),
+                rec("refund:v1:o3", State::Unknown, now - 200.0),
+                rec("charge:v1:o4", State::Succeeded, now - 500.0),
+                // A claim whose lease ended 1000 s ago: abandoned (grace 300 s), the oldest.
+                claim("charge:v1:o5", now - 2000.0, now - 1000.0),
+                // A live claim: not unresolved.
+                claim("charge:v1:o6", now - 10.0, now + 600.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    ledger
+        .ingest(
+            other.id,
+            os.id,
+            batch(vec![rec("charge:v1:x1", State::Unknown, now - 900.0)]),
+        )
+        .await
+        .unwrap();
+    let q = |f: fn(&mut reckon_ledger::QueueQuery)| {
+        let mut q = reckon_ledger::QueueQuery {
+            limit: 10,
+            now,
+            ..Default::default()
+        };
+        f(&mut q);
+        q
+    };
+    let keys_of = |rows: &[reckon_ledger::QueueRow]| {
+        rows.iter()
+            .map(|r| r.effect.key.clone())
+            .collect::<Vec<_>>()
+    };
+    let all = ledger.unresolved_queue(t.id, &q(|_| {})).await.unwrap();
+    assert_eq!(
+        keys_of(&all),
+        [
+            "charge:v1:o5",
+            "charge:v1:o1",
+            "refund:v1:o3",
+            "charge:v1:o2"
+        ],
+        "oldest first, only this tenant's unresolved effects"
+    );
+    assert_eq!(
+        all[0].since,
+        now - 1000.0,
+        "an abandoned claim is unresolved from its lease end"
+    );
+    assert_eq!(all[1].since, now - 300.0);
+    assert_eq!(all[1].lookups, 0);
+    assert!(all[1].last_outcome.is_none() && !all[1].needs_attention);
+
+    // Keyset pages: two at a time, nothing repeated or skipped.
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let mut page_q = q(|q| q.limit = 2);
+        page_q.after = after;
+        let page = ledger.unresolved_queue(t.id, &page_q).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|r| (r.since, r.effect.id));
+        seen.extend(keys_of(&page));
+    }
+    assert_eq!(seen, keys_of(&all));
+
+    let refunds = ledger
+        .unresolved_queue(t.id, &q(|q| q.operation = Some("refund".into())))
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&refunds), ["refund:v1:o3"]);
+    let abandoned = ledger
+        .unresolved_queue(t.id, &q(|q| q.kind = Some("abandoned".into())))
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&abandoned), ["charge:v1:o5"]);
+    let none = ledger
+        .unresolved_queue(t.id, &q(|q| q.source = Some("nope".into())))
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+
+    // A lookup that concluded nothing and parked the effect: outcome and attention filters.
+    let o2 = all
+        .iter()
+        .find(|r| r.effect.key == "charge:v1:o2")
+        .unwrap()
+        .effect
+        .id;
+    assert!(
+        ledger
+            .claim_effect(t.id, o2, "w", now, 30.0)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let mut parked = attempt("indeterminate", now, now + 900.0, false);
+    parked.needs_attention = true;
+    parked.error = Some("provider timed out".into());
+    ledger.record_attempt(t.id, o2, "w", parked).await.unwrap();
+    let attention = ledger
+        .unresolved_queue(t.id, &q(|q| q.needs_attention = true))
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&attention), ["charge:v1:o2"]);
+    assert_eq!(attention[0].lookups, 1);
+    assert_eq!(attention[0].last_outcome.as_deref(), Some("indeterminate"));
+    assert_eq!(
+        attention[0].last_error.as_deref(),
+        Some("provider timed out")
+    );
+    assert_eq!(attention[0].next_attempt_at, Some(now + 900.0));
+    let indeterminate = ledger
+        .unresolved_queue(t.id, &q(|q| q.outcome = Some("indeterminate".into())))
+        .await
+        .unwrap();
+    assert_eq!(keys_of(&indeterminate), ["charge:v1:o2"]);
+
+    // Counts by kind, then a resolution by hand takes the effect out of queue and counts.
+    let summary = ledger
+        .unresolved_summary(t.id, now, now - 250.0)
+        .await
+        .unwrap();
+    let unknown = summary.iter().find(|k| k.kind == "unknown").unwrap();
+    assert_eq!((unknown.count, unknown.oldest_since), (3, now - 300.0));
+    assert_eq!(unknown.needs_attention, 1);
+    assert_eq!(
+        unknown.replay_closing, 1,
+        "only o1 was created before the cutoff"
+    );
+    let abandoned = summary.iter().find(|k| k.kind == "abandoned").unwrap();
+    assert_eq!(abandoned.count, 1);
+    ledger
+        .resolve_by_hand(
+            t.id,
+            o2,
+            reckon_ledger::NewResolution {
+                outcome: "applied".into(),
+                author: "alice@acme.test".into(),
+                note: Some("seen in the provider's dashboard".into()),
+                evidence: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    let after_resolve = ledger.unresolved_queue(t.id, &q(|_| {})).await.unwrap();
+    assert!(!keys_of(&after_resolve).contains(&"charge:v1:o2".to_owned()));
+    let summary = ledger
+        .unresolved_summary(t.id, now, now - 250.0)
+        .await
+        .unwrap();
+    assert_eq!(
+        summary.iter().find(|k| k.kind == "unknown").unwrap().count,
+        2
+    );
+
+    // The other tenant sees only its own.
+    let theirs = ledger.unresolved_queue(other.id, &q(|_| {})).await.unwrap();
+    assert_eq!(keys_of(&theirs), ["charge:v1:x1"]);
+}
+
+async fn story_dash_snapshots(ledger: Arc<dyn Ledger>) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let now = time::now();
+    let empty = ledger.take_snapshot(t.id, now).await.unwrap();
+    assert_eq!((empty.unresolved, empty.oldest_since), (0, None));
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 300.0),
+                rec("charge:v1:o2", State::Unknown, now - 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    // Again in the same hour: replaces the hour's row.
+    let snap = ledger.take_snapshot(t.id, now).await.unwrap();
+    assert_eq!(snap.hour, reckon_ledger::hour_of(now));
+    assert_eq!((snap.unresolved, snap.oldest_since), (2, Some(now - 300.0)));
+    // An hour later: a second row.
+    ledger.take_snapshot(t.id, now + 3600.0).await.unwrap();
+    let rows = ledger.snapshots(t.id, now - 86400.0).await.unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0], snap);
+    assert!(rows[1].hour > rows[0].hour);
+    assert!(
+        ledger
+            .snapshots(t.id, now + 7200.0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        ledger.snapshots(other.id, 0.0).await.unwrap().is_empty(),
+        "no other tenant's rows"
     );
 }

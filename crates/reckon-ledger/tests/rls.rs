@@ -106,6 +106,8 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
         )
         .await
         .unwrap();
+        // Dashboard (issue 7, branch `dash`): one hourly snapshot per tenant.
+        l.take_snapshot(t.id, time::now()).await.unwrap();
         ids.push(t.id.get());
     }
     (ids[0], ids[1])

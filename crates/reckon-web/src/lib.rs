@@ -8,6 +8,8 @@ pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod authz;
+// Dashboard pages (issue 7, branch dash)
+pub mod dash;
 pub mod error;
 mod extract;
 pub mod headers;
@@ -43,6 +45,8 @@ pub struct AppState {
     /// Set on SIGTERM: `/readyz` answers 503 so load balancers stop sending while
     /// in-flight requests and work finish.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    // ---- dashboard (issue 7, branch `dash`): the overview's short-lived counts cache ----
+    pub dash: dash::DashState,
 }
 
 impl AppState {
@@ -53,6 +57,7 @@ impl AppState {
             metrics: metrics::MetricsState::default(),
             egress: Arc::new(reckon_sources::EgressPolicy::default()),
             draining: Arc::default(),
+            dash: dash::DashState::default(),
         }
     }
 }
@@ -66,6 +71,8 @@ pub fn app(state: AppState) -> Router {
         .nest("/api/v1", api::router())
         .merge(metrics::router())
         .merge(web::router())
+        // Dashboard (issue 7, branch dash)
+        .merge(dash::router())
         // Every matched route passes the registry's access check (routes.rs) first.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -86,7 +86,8 @@ impl MetricsSettings {
 #[derive(Clone)]
 pub struct MetricsState {
     pub instance: Metrics,
-    settings: Arc<MetricsSettings>,
+    /// Also read by the dashboard (issue 7) for the replay window.
+    pub(crate) settings: Arc<MetricsSettings>,
     collector: Arc<CollectorState>,
 }
 

@@ -106,6 +106,29 @@ pub const ROUTES: &[RouteSpec] = &[
     r("POST", "/signin", Public),
     r("POST", "/signout", Session(P::Read)),
     r("GET", "/app", Session(P::Read)),
+    // ---- dashboard (issue 7, branch `dash`): `/t/{tenant}` is checked against the
+    // person's memberships by the guard (crate::dash::scope_to_path_tenant). ----
+    r("GET", "/static/{name}", Public),
+    r("GET", "/t/{tenant}", Session(P::Read)),
+    r("GET", "/t/{tenant}/queue", Session(P::Read)),
+    r("GET", "/t/{tenant}/lookup", Session(P::Lookup)),
+    r("GET", "/t/{tenant}/settings", Session(P::ManageSources)),
+    r(
+        "GET",
+        "/t/{tenant}/effects/{source}/{*key}",
+        Session(P::Lookup),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/resolve/{source}/{*key}",
+        Session(P::ResolveWithNote),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/reconcile/{source}/{*key}",
+        Session(P::ResolveWithNote),
+    ),
+    // ---- end dashboard ----
 ];
 
 pub fn lookup(method: &Method, path: &str) -> Option<&'static RouteSpec> {
@@ -157,12 +180,28 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
             parts.extensions.insert(auth);
         }
         Session(permission) => {
-            let session: WebSession = match web::current_session(&state, &parts.headers).await {
+            let mut session: WebSession = match web::current_session(&state, &parts.headers).await {
                 Ok(Some(s)) => s,
                 Ok(None) => return Redirect::to("/signin").into_response(),
                 Err(e) => return e.into_response(),
             };
+            // ---- dashboard (issue 7, branch `dash`): the tenant named in the path, if the
+            // person is a member of it (their role there); 404 otherwise. ----
+            if spec.path.starts_with(crate::dash::TENANT_PREFIX) {
+                match crate::dash::scope_to_path_tenant(&state, session, parts.uri.path()).await {
+                    Ok(Some(s)) => session = s,
+                    Ok(None) => return crate::dash::not_found(),
+                    Err(e) => return e.into_response(),
+                }
+            }
+            // ---- end dashboard ----
             if !allows(session.role, permission) {
+                if spec.path.starts_with(crate::dash::TENANT_PREFIX) {
+                    return crate::dash::error_page(
+                        StatusCode::FORBIDDEN,
+                        "Your role in this tenant may not do this.",
+                    );
+                }
                 return (StatusCode::FORBIDDEN, "your role may not do this").into_response();
             }
             parts.extensions.insert(session);

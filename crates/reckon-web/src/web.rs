@@ -125,19 +125,22 @@ pub async fn current_session(
 #[derive(Template)]
 #[template(path = "signin.html")]
 struct SignInPage {
+    /// The dashboard's stylesheet (issue 7).
+    css: String,
     message: Option<String>,
     email: String,
     tenant: String,
 }
 
+// ---- dashboard (issue 7, branch `dash`): /app is the tenant picker inside the dashboard's
+// frame; a person in one tenant goes straight on to its overview. ----
 #[derive(Template)]
 #[template(path = "app.html")]
-struct AppPage<'a> {
-    email: &'a str,
-    tenant: &'a str,
-    role: &'a str,
-    csrf: &'a str,
+struct AppPage {
+    c: crate::dash::pages::Chrome,
+    tenants: Vec<(String, String, &'static str)>,
 }
+// ---- end dashboard ----
 
 fn page(status: StatusCode, tpl: &impl Template) -> Response {
     match tpl.render() {
@@ -155,6 +158,7 @@ async fn signin_page() -> Response {
     page(
         StatusCode::OK,
         &SignInPage {
+            css: crate::dash::assets::css_href(),
             message: None,
             email: String::new(),
             tenant: String::new(),
@@ -205,6 +209,7 @@ async fn signin(
         return page(
             StatusCode::BAD_REQUEST,
             &SignInPage {
+                css: crate::dash::assets::css_href(),
                 message: Some("Enter an email and a password.".into()),
                 email: String::new(),
                 tenant: String::new(),
@@ -231,6 +236,7 @@ async fn signin_inner(
         page(
             status,
             &SignInPage {
+                css: crate::dash::assets::css_href(),
                 message: Some(message.to_owned()),
                 email: form.email.clone(),
                 tenant: form.tenant.clone().unwrap_or_default(),
@@ -358,6 +364,11 @@ pub struct SignOutForm {
     csrf: String,
 }
 
+/// The dashboard's forms check their CSRF token with the same comparison (issue 7).
+pub(crate) fn same_token(a: &str, b: &str) -> bool {
+    same(a, b)
+}
+
 /// Constant-time comparison, so the CSRF token cannot be guessed byte by byte.
 fn same(a: &str, b: &str) -> bool {
     a.len() == b.len()
@@ -387,14 +398,28 @@ async fn signout(
     Ok(res)
 }
 
-async fn app_home(Extension(session): Extension<WebSession>) -> Response {
-    page(
+// ---- dashboard (issue 7, branch `dash`) ----
+async fn app_home(
+    State(state): State<AppState>,
+    Extension(session): Extension<WebSession>,
+) -> Result<Response, ApiError> {
+    let memberships = state.ledger.memberships(session.user.id).await?;
+    let tenants = memberships
+        .iter()
+        .map(|(t, role)| {
+            (
+                t.slug.clone(),
+                format!("/t/{}", crate::dash::fmt::seg(&t.slug)),
+                role.as_str(),
+            )
+        })
+        .collect();
+    Ok(page(
         StatusCode::OK,
         &AppPage {
-            email: &session.user.email,
-            tenant: &session.tenant.slug,
-            role: session.role.as_str(),
-            csrf: &session.csrf_token,
+            c: crate::dash::pages::Chrome::new(&session, "app"),
+            tenants,
         },
-    )
+    ))
 }
+// ---- end dashboard ----

@@ -258,6 +258,39 @@ fn request_for(
             json,
             json!({"not_applied": "release"}).to_string(),
         ),
+        // ---- dashboard (issue 7, branch `dash`): tenant A's slug in the path (the guard
+        // checks it against B's memberships), A's names after it. ----
+        ("GET", "/static/{name}") => ("/static/htmx-2.0.11.min.js".into(), None, String::new()),
+        ("GET", "/t/{tenant}") => ("/t/acme".into(), None, String::new()),
+        ("GET", "/t/{tenant}/queue") => (
+            format!("/t/acme/queue?source={A_SOURCE}"),
+            None,
+            String::new(),
+        ),
+        ("GET", "/t/{tenant}/lookup") => {
+            ("/t/acme/lookup?q=acanary-ORD-1".into(), None, String::new())
+        }
+        ("GET", "/t/{tenant}/settings") => ("/t/acme/settings".into(), None, String::new()),
+        ("GET", "/t/{tenant}/effects/{source}/{*key}") => (
+            format!("/t/acme/effects/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1"),
+            None,
+            String::new(),
+        ),
+        ("POST", "/t/{tenant}/resolve/{source}/{*key}") => (
+            format!("/t/acme/resolve/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1"),
+            form_ct,
+            form(&[
+                ("csrf", csrf),
+                ("outcome", "applied"),
+                ("note", "b was here"),
+            ]),
+        ),
+        ("POST", "/t/{tenant}/reconcile/{source}/{*key}") => (
+            format!("/t/acme/reconcile/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1"),
+            form_ct,
+            form(&[("csrf", csrf)]),
+        ),
+        // ---- end dashboard ----
         (m, p) => panic!(
             "route {m} {p} has no request in the isolation sweep (tests/isolation.rs): add one"
         ),

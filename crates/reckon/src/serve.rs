@@ -15,6 +15,8 @@ use tokio_cron_scheduler::{Job, JobScheduler};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// How often the dashboard's unresolved snapshot is taken (issue 7, branch `dash`).
+const SNAPSHOT_EVERY: Duration = Duration::from_secs(600);
 /// How often the scheduler looks for sources whose interval has passed.
 const TICK: Duration = Duration::from_secs(2);
 /// How often the scheduler looks for tenants whose nightly audit is due (issue 6).
@@ -223,6 +225,29 @@ async fn start_scheduler(
         sched.add(audit_job).await?;
     }
 
+    // ---- dashboard snapshots (issue 7, branch `dash`): the chart's hourly series. Every
+    // SNAPSHOT_EVERY; a later run in the same hour replaces that hour's row. ----
+    {
+        let ledger = ledger.clone();
+        let stop = stop.clone();
+        sched
+            .add(Job::new_repeated_async(SNAPSHOT_EVERY, move |_id, _l| {
+                let ledger = ledger.clone();
+                let stop = stop.clone();
+                Box::pin(async move {
+                    if stop.is_cancelled() {
+                        return;
+                    }
+                    if let Err(e) =
+                        reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await
+                    {
+                        tracing::warn!(error = %e, "dashboard snapshots failed");
+                    }
+                })
+            })?)
+            .await?;
+    }
+    // ---- end dashboard snapshots ----
     let job = Job::new_repeated_async(TICK, move |_id, _l| {
         let ledger = ledger.clone();
         let running = running.clone();

@@ -371,6 +371,34 @@ impl Ledger for CountingLedger {
             .await
     }
     // ---- end write-back ----
+    // ---- dashboard (issue 7, branch `dash`): plain delegation ----
+    async fn unresolved_queue(
+        &self,
+        tenant: TenantId,
+        q: &reckon_ledger::QueueQuery,
+    ) -> Result<Vec<reckon_ledger::QueueRow>> {
+        self.inner.unresolved_queue(tenant, q).await
+    }
+    async fn unresolved_summary(
+        &self,
+        tenant: TenantId,
+        now: f64,
+        replay_before: f64,
+    ) -> Result<Vec<reckon_ledger::KindSummary>> {
+        self.inner
+            .unresolved_summary(tenant, now, replay_before)
+            .await
+    }
+    async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<reckon_ledger::Snapshot> {
+        self.inner.take_snapshot(tenant, now).await
+    }
+    async fn snapshots(
+        &self,
+        tenant: TenantId,
+        since: f64,
+    ) -> Result<Vec<reckon_ledger::Snapshot>> {
+        self.inner.snapshots(tenant, since).await
+    }
 }
 
 #[async_trait]

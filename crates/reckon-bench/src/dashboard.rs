@@ -1,0 +1,259 @@
+//! `dashboard`: the dashboard's pages under load with a large ledger (issue 7).
+//!
+//! A fresh PostgreSQL ledger gets `--effects` effects of one tenant (one in
+//! `--unresolved-every` unknown, the rest succeeded; every effect has its order id as subject
+//! and key part), written by PostgreSQL itself (`generate_series`). reckon's router then
+//! serves on a loopback port and `wrk` (Debian package `wrk`) loads each page with
+//! `--connections` connections for `--seconds`, signed in with a real session cookie. The
+//! anchor, measured the same way in the same run, is `/healthz` (the router's fixed cost:
+//! the same middleware, no ledger query); the ratio page p99 / anchor p99 is printed
+//! beside each page's p99. Goal (issue 7): each page p99 <= 50 ms at 1,000,000 effects.
+//! Also printed: a lookup by order id timed at the ledger (server time, no HTTP).
+//!
+//! Run: `cargo run --release -p reckon-bench --bin dashboard -- --effects 1000000`.
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use reckon_engine::{SourceInput, new_source};
+use reckon_ledger::{Keyring, Ledger, NewSession, Role};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use std::net::SocketAddr;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Parser, Debug)]
+#[command(about = "Dashboard pages under wrk load with N effects in the ledger")]
+struct Args {
+    #[arg(long, default_value_t = 1_000_000)]
+    effects: i64,
+    /// One effect in this many is unknown (unresolved).
+    #[arg(long, default_value_t = 100)]
+    unresolved_every: i64,
+    #[arg(long, default_value_t = 16)]
+    connections: u32,
+    #[arg(long, default_value_t = 10)]
+    seconds: u32,
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    admin_url: String,
+    #[arg(long)]
+    keep: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if Command::new("wrk").arg("--version").output().is_err() {
+        bail!("wrk is not installed: apt-get install wrk");
+    }
+    let db = format!("reckon_bench_dash_{}", std::process::id());
+    let mut admin = PgConnection::connect(&args.admin_url)
+        .await
+        .context("PostgreSQL admin")?;
+    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{db}\"")))
+        .execute(&mut admin)
+        .await?;
+    let base = args.admin_url.rsplit_once('/').context("admin URL")?.0;
+    let url = format!("{base}/{db}");
+    let result = run(&args, &url).await;
+    if !args.keep {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await?;
+    }
+    result
+}
+
+async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let keyring = Keyring::from_base64(&Keyring::generate_base64())?;
+    let ledger: Arc<dyn Ledger> = reckon_ledger::connect(Some(url), tmp.path(), keyring).await?;
+    let tenant = ledger.create_tenant("bench").await?;
+    let source = ledger
+        .add_source(
+            tenant.id,
+            new_source(SourceInput {
+                name: "shop".into(),
+                kind: "push".into(),
+                dsn: None,
+                table: None,
+                scan_interval: None,
+                abandoned_after: None,
+                overlap: None,
+                full_scan_every: None,
+            })
+            .map_err(anyhow::Error::msg)?,
+        )
+        .await?;
+    let now = reckon_domain::time::now();
+    let t0 = Instant::now();
+    // As the login user (superuser here): generation bypasses row-level security.
+    let mut raw = PgConnection::connect(url).await?;
+    sqlx::query(
+        "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, state, \
+           request_hash, response, attempts, created_at, updated_at, first_seen_at, last_changed_at) \
+         SELECT $1, $2, 'charge:v1:ORD-' || g, 'charge', 'v1', 'ORD-' || g, \
+           CASE WHEN g % $4 = 0 THEN 'unknown' ELSE 'succeeded' END, '1:abc', \
+           CASE WHEN g % $4 = 0 THEN NULL ELSE '{\"id\":\"ch_' || g || '\"}' END, 1, \
+           $5 - g * 0.5, $5 - g * 0.5 + 1, $5, $5 \
+         FROM generate_series(1, $3) g",
+    )
+    .bind(tenant.id.get())
+    .bind(source.id)
+    .bind(args.effects)
+    .bind(args.unresolved_every)
+    .bind(now)
+    .execute(&mut raw)
+    .await?;
+    sqlx::query(
+        "INSERT INTO effect_key_part (effect_id, tenant_id, part) \
+         SELECT id, tenant_id, subject FROM effect WHERE tenant_id = $1",
+    )
+    .bind(tenant.id.get())
+    .execute(&mut raw)
+    .await?;
+    sqlx::raw_sql("ANALYZE").execute(&mut raw).await?;
+    for h in 0..(24 * 30) {
+        ledger
+            .take_snapshot(tenant.id, now - f64::from(h) * 3600.0)
+            .await?;
+    }
+    println!(
+        "ledger: {} effects ({} unresolved) written in {:.1} s",
+        args.effects,
+        args.effects / args.unresolved_every,
+        t0.elapsed().as_secs_f64()
+    );
+
+    // A person and a live session (the cookie a browser would hold after signing in).
+    let user = ledger
+        .create_user(
+            "bench@example.test",
+            &reckon_web::password::hash_blocking("bench password for the dashboard"),
+        )
+        .await?;
+    ledger
+        .set_membership(tenant.id, user.id, Role::Admin)
+        .await?;
+    let session_id = "b".repeat(43);
+    ledger
+        .create_session(
+            tenant.id,
+            NewSession {
+                id_hash: sha256_hex(&session_id),
+                user_id: user.id,
+                generation: 0,
+                csrf_token: "c".repeat(43),
+                now,
+                expires_at: now + 3600.0,
+            },
+        )
+        .await?;
+
+    let app = reckon_web::app(reckon_web::AppState::new(ledger.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await;
+    });
+    let base = format!("http://{addr}");
+    let cookie = format!("Cookie: __Host-reckon_session={session_id}");
+    let order = format!("ORD-{}", args.effects / 2);
+
+    // Server time of a lookup by order id, at the ledger.
+    let mut times = Vec::new();
+    for i in 0..200 {
+        let q = format!("ORD-{}", 1 + (i * 4999) % args.effects);
+        let t = Instant::now();
+        let found = ledger.lookup(tenant.id, &q, 51).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(found.len() == 1, "lookup {q} found {}", found.len());
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "lookup by order id at the ledger (server time, 200 ids): p50 {:.2} ms, p99 {:.2} ms (goal <= 10 ms)",
+        times[100], times[198]
+    );
+
+    let pages = [
+        ("anchor /healthz", "/healthz".to_owned()),
+        ("overview", "/t/bench".to_owned()),
+        ("queue", "/t/bench/queue".to_owned()),
+        ("lookup", format!("/t/bench/lookup?q={order}")),
+    ];
+    println!(
+        "\nwrk -t2 -c{} -d{}s, {} effects:",
+        args.connections, args.seconds, args.effects
+    );
+    println!(
+        "{:<16} {:>10} {:>10} {:>10} {:>12} {:>8}",
+        "page", "req/s", "p50 ms", "p99 ms", "p99/anchor", "goal"
+    );
+    let mut anchor = None;
+    for (name, path) in pages {
+        let out = Command::new("wrk")
+            .args([
+                "-t2",
+                &format!("-c{}", args.connections),
+                &format!("-d{}s", args.seconds),
+                "--latency",
+                "-H",
+                &cookie,
+                &format!("{base}{path}"),
+            ])
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let p50 = percentile(&text, "50%").context("wrk p50")?;
+        let p99 = percentile(&text, "99%").context("wrk p99")?;
+        let rps = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Requests/sec:"))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if text.contains("Non-2xx") {
+            bail!("{name}: wrk saw non-2xx answers:\n{text}");
+        }
+        let a = *anchor.get_or_insert(p99);
+        let goal = if name.starts_with("anchor") {
+            "-"
+        } else if p99 <= 50.0 {
+            "met"
+        } else {
+            "MISSED"
+        };
+        println!(
+            "{name:<16} {rps:>10.0} {p50:>10.2} {p99:>10.2} {:>12.1} {goal:>8}",
+            p99 / a
+        );
+    }
+    Ok(())
+}
+
+/// A latency percentile from wrk's `--latency` table, in milliseconds.
+fn percentile(wrk: &str, which: &str) -> Option<f64> {
+    let line = wrk
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(which) && !l.contains("Thread"))?;
+    let v = line.split_whitespace().nth(1)?;
+    let (num, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic())?);
+    let n: f64 = num.parse().ok()?;
+    Some(match unit {
+        "us" => n / 1000.0,
+        "ms" => n,
+        "s" => n * 1000.0,
+        "m" => n * 60_000.0,
+        _ => return None,
+    })
+}
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
+}

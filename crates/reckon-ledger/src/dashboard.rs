@@ -1,0 +1,248 @@
+//! What the dashboard (issue 7) reads beyond the plain effect queries: the unresolved queue
+//! with each effect's reconcile state, the unresolved counts by kind, and the hourly
+//! snapshots behind the 7/30-day chart.
+//!
+//! The SQL is the same text on both backends (`sqlite/dashboard.rs`, `postgres/dashboard.rs`
+//! run it). The unresolved predicate is, word for word, the one of the partial index
+//! `effect_metrics_unresolved` (migration 0005), so every query here reads O(unresolved
+//! effects) index entries, never O(effects). Effects a person or the reconciler already
+//! resolved leave the queue: their source row may still say `unknown` until write-back.
+
+use crate::model::Effect;
+use serde::Serialize;
+
+/// Filters and page of [`crate::Ledger::unresolved_queue`]. Pages are keyed by
+/// (unresolved since, effect id): oldest first, stable while effects come and go.
+#[derive(Debug, Clone, Default)]
+pub struct QueueQuery {
+    pub source: Option<String>,
+    pub operation: Option<String>,
+    /// `unknown` or `abandoned`.
+    pub kind: Option<String>,
+    /// A provider name (the one the reconciler last routed the effect to).
+    pub provider: Option<String>,
+    /// The last lookup outcome (`indeterminate`, ...).
+    pub outcome: Option<String>,
+    /// Only effects the reconciler parked for a person.
+    pub needs_attention: bool,
+    /// The page starts after this (since, id).
+    pub after: Option<(f64, i64)>,
+    pub limit: i64,
+    /// "Now" for deciding which claims are abandoned.
+    pub now: f64,
+}
+
+/// One row of the queue: the effect and where its reconciliation stands (nothing yet when
+/// the reconciler never looked at it).
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueRow {
+    pub effect: Effect,
+    /// When it became unresolved (see `Effect::unresolved_since`); the queue's order.
+    pub since: f64,
+    pub lookups: i64,
+    pub next_attempt_at: Option<f64>,
+    pub last_attempt_at: Option<f64>,
+    pub last_outcome: Option<String>,
+    pub last_error: Option<String>,
+    pub needs_attention: bool,
+    pub provider: Option<String>,
+}
+
+/// Unresolved effects of one kind (`unknown` or `abandoned`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KindSummary {
+    pub kind: String,
+    pub count: i64,
+    pub oldest_since: f64,
+    pub needs_attention: i64,
+    /// Created at or before the replay cutoff the caller gave.
+    pub replay_closing: i64,
+}
+
+/// One hour of the chart: how many effects were unresolved and since when the oldest.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Snapshot {
+    /// The start of the hour (epoch seconds); one row per tenant and hour.
+    pub hour: f64,
+    pub unresolved: i64,
+    /// `None` when nothing was unresolved.
+    pub oldest_since: Option<f64>,
+    pub needs_attention: i64,
+}
+
+/// Effects still present and unresolved, not yet resolved by anyone. `$1` tenant, `$2` now.
+const UNRESOLVED_WHERE: &str = "\
+e.tenant_id = $1 \
+AND (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
+AND (e.state = 'unknown' OR e.abandoned_at <= $2) \
+AND NOT EXISTS (SELECT 1 FROM resolution z WHERE z.effect_id = e.id)";
+
+/// An abandoned claim is unresolved from the end of its lease (`expires_at`).
+const SINCE: &str = "(CASE WHEN e.state = 'unknown' THEN e.updated_at ELSE COALESCE(e.expires_at, e.updated_at) END)";
+
+/// `$1` tenant, `$2` now, `$3` source, `$4` operation, `$5` state (from the kind),
+/// `$6` provider, `$7` outcome, `$8` needs attention only, `$9`/`$10` page start, `$11` limit.
+pub(crate) fn queue_sql() -> String {
+    format!(
+        "SELECT {cols}, {SINCE} AS since, \
+           COALESCE(rs.attempts, 0) AS rc_attempts, rs.next_attempt_at, rs.last_attempt_at, \
+           rs.last_outcome, rs.last_error, COALESCE(rs.needs_attention, FALSE) AS rc_attention, \
+           p.name AS provider_name \
+         FROM effect e JOIN source s ON s.id = e.source_id \
+         LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
+         LEFT JOIN provider p ON p.id = rs.provider_id \
+         WHERE {UNRESOLVED_WHERE} \
+           AND ($3 IS NULL OR s.name = $3) \
+           AND ($4 IS NULL OR e.operation = $4) \
+           AND ($5 IS NULL OR e.state = $5) \
+           AND ($6 IS NULL OR p.name = $6) \
+           AND ($7 IS NULL OR rs.last_outcome = $7) \
+           AND (NOT $8 OR COALESCE(rs.needs_attention, FALSE)) \
+           AND ($9 IS NULL OR {SINCE} > $9 OR ({SINCE} = $9 AND e.id > $10)) \
+         ORDER BY since, e.id LIMIT $11",
+        cols = crate::rows::EFFECT_COLUMNS
+    )
+}
+
+/// `$1` tenant, `$2` now, `$3` replay cutoff.
+pub(crate) fn summary_sql() -> String {
+    format!(
+        "SELECT e.state, COUNT(*) AS n, MIN({SINCE}) AS oldest, \
+           SUM(CASE WHEN COALESCE(rs.needs_attention, FALSE) THEN 1 ELSE 0 END) AS attention, \
+           SUM(CASE WHEN e.created_at <= $3 THEN 1 ELSE 0 END) AS replay \
+         FROM effect e LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
+         WHERE {UNRESOLVED_WHERE} GROUP BY e.state ORDER BY e.state DESC"
+    )
+}
+
+/// `$1` tenant, `$2` hour, `$3` unresolved, `$4` oldest, `$5` needs attention. Taking the
+/// snapshot again in the same hour replaces it (the latest count of the hour wins).
+pub(crate) const SNAPSHOT_UPSERT: &str = "\
+INSERT INTO unresolved_snapshot (tenant_id, hour, unresolved, oldest_since, needs_attention) \
+VALUES ($1, $2, $3, $4, $5) \
+ON CONFLICT (tenant_id, hour) DO UPDATE SET unresolved = excluded.unresolved, \
+  oldest_since = excluded.oldest_since, needs_attention = excluded.needs_attention";
+
+/// `$1` tenant, `$2` first hour. At most 24 * 31 rows.
+pub(crate) const SNAPSHOTS_SQL: &str = "\
+SELECT hour, unresolved, oldest_since, needs_attention FROM unresolved_snapshot \
+WHERE tenant_id = $1 AND hour >= $2 ORDER BY hour LIMIT 800";
+
+pub(crate) fn kind_of_state(state: &str) -> &'static str {
+    if state == "unknown" {
+        "unknown"
+    } else {
+        "abandoned"
+    }
+}
+
+/// The state a kind filter means (`None` for anything else: the caller validated it).
+pub(crate) fn state_of_kind(kind: Option<&str>) -> Option<&'static str> {
+    match kind {
+        Some("unknown") => Some("unknown"),
+        Some("abandoned") => Some("in_progress"),
+        _ => None,
+    }
+}
+
+/// The start of the hour `at` falls in.
+pub fn hour_of(at: f64) -> f64 {
+    (at / 3600.0).floor() * 3600.0
+}
+
+/// Sum the kinds into one snapshot.
+pub fn snapshot_of(hour: f64, kinds: &[KindSummary]) -> Snapshot {
+    Snapshot {
+        hour,
+        unresolved: kinds.iter().map(|k| k.count).sum(),
+        oldest_since: kinds
+            .iter()
+            .map(|k| k.oldest_since)
+            .min_by(|a, b| a.total_cmp(b)),
+        needs_attention: kinds.iter().map(|k| k.needs_attention).sum(),
+    }
+}
+
+use sqlx::{ColumnIndex, Database, Decode, Row, Type};
+
+pub(crate) fn queue_row<DB: Database>(row: &DB::Row, now: f64) -> crate::Result<QueueRow>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(QueueRow {
+        effect: crate::rows::effect::<DB>(row, now)?,
+        since: row.try_get("since")?,
+        lookups: row.try_get("rc_attempts")?,
+        next_attempt_at: row.try_get("next_attempt_at")?,
+        last_attempt_at: row.try_get("last_attempt_at")?,
+        last_outcome: row.try_get("last_outcome")?,
+        last_error: row.try_get("last_error")?,
+        needs_attention: row.try_get("rc_attention")?,
+        provider: row.try_get("provider_name")?,
+    })
+}
+
+pub(crate) fn kind_row<DB: Database>(row: &DB::Row) -> crate::Result<KindSummary>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(KindSummary {
+        kind: kind_of_state(&row.try_get::<String, _>("state")?).to_owned(),
+        count: row.try_get("n")?,
+        oldest_since: row.try_get("oldest")?,
+        needs_attention: row.try_get::<Option<i64>, _>("attention")?.unwrap_or(0),
+        replay_closing: row.try_get::<Option<i64>, _>("replay")?.unwrap_or(0),
+    })
+}
+
+pub(crate) fn snapshot_row<DB: Database>(row: &DB::Row) -> crate::Result<Snapshot>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(Snapshot {
+        hour: row.try_get("hour")?,
+        unresolved: row.try_get("unresolved")?,
+        oldest_since: row.try_get("oldest_since")?,
+        needs_attention: row.try_get("needs_attention")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hours_start_on_the_hour() {
+        assert_eq!(hour_of(7199.9), 3600.0);
+        assert_eq!(hour_of(7200.0), 7200.0);
+    }
+
+    #[test]
+    fn a_snapshot_sums_the_kinds_and_keeps_the_oldest() {
+        let k = |kind: &str, count, oldest, attention| KindSummary {
+            kind: kind.into(),
+            count,
+            oldest_since: oldest,
+            needs_attention: attention,
+            replay_closing: 0,
+        };
+        let s = snapshot_of(
+            3600.0,
+            &[k("unknown", 3, 50.0, 1), k("abandoned", 2, 20.0, 0)],
+        );
+        assert_eq!(s.unresolved, 5);
+        assert_eq!(s.oldest_since, Some(20.0));
+        assert_eq!(s.needs_attention, 1);
+        assert_eq!(snapshot_of(0.0, &[]).oldest_since, None);
+    }
+}

@@ -1,0 +1,76 @@
+//! The dashboard's queries on SQLite (SQL shared with PostgreSQL in `crate::dashboard`).
+
+use super::SqliteLedger;
+use crate::Result;
+use crate::dashboard::{
+    KindSummary, QueueQuery, QueueRow, SNAPSHOT_UPSERT, SNAPSHOTS_SQL, Snapshot, hour_of, kind_row,
+    queue_row, queue_sql, snapshot_of, snapshot_row, state_of_kind, summary_sql,
+};
+use crate::model::TenantId;
+use sqlx::{AssertSqlSafe, Sqlite};
+
+impl SqliteLedger {
+    pub(crate) async fn dash_queue(
+        &self,
+        tenant: TenantId,
+        q: &QueueQuery,
+    ) -> Result<Vec<QueueRow>> {
+        let rows = sqlx::query(AssertSqlSafe(queue_sql()))
+            .bind(tenant.0)
+            .bind(q.now)
+            .bind(q.source.as_deref())
+            .bind(q.operation.as_deref())
+            .bind(state_of_kind(q.kind.as_deref()))
+            .bind(q.provider.as_deref())
+            .bind(q.outcome.as_deref())
+            .bind(q.needs_attention)
+            .bind(q.after.map(|a| a.0))
+            .bind(q.after.map_or(0, |a| a.1))
+            .bind(q.limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(|r| queue_row::<Sqlite>(r, q.now)).collect()
+    }
+
+    pub(crate) async fn dash_summary(
+        &self,
+        tenant: TenantId,
+        now: f64,
+        replay_before: f64,
+    ) -> Result<Vec<KindSummary>> {
+        let rows = sqlx::query(AssertSqlSafe(summary_sql()))
+            .bind(tenant.0)
+            .bind(now)
+            .bind(replay_before)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(kind_row::<Sqlite>).collect()
+    }
+
+    pub(crate) async fn dash_take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
+        let kinds = self.dash_summary(tenant, now, f64::NEG_INFINITY).await?;
+        let snap = snapshot_of(hour_of(now), &kinds);
+        sqlx::query(SNAPSHOT_UPSERT)
+            .bind(tenant.0)
+            .bind(snap.hour)
+            .bind(snap.unresolved)
+            .bind(snap.oldest_since)
+            .bind(snap.needs_attention)
+            .execute(&self.pool)
+            .await?;
+        Ok(snap)
+    }
+
+    pub(crate) async fn dash_snapshots(
+        &self,
+        tenant: TenantId,
+        since: f64,
+    ) -> Result<Vec<Snapshot>> {
+        let rows = sqlx::query(SNAPSHOTS_SQL)
+            .bind(tenant.0)
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(snapshot_row::<Sqlite>).collect()
+    }
+}

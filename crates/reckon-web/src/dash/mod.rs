@@ -1,0 +1,231 @@
+//! The dashboard (issue 7): server-rendered pages under `/t/{tenant}/...`, askama templates
+//! in the workspace's `templates/`, htmx 2 (vendored, `assets.rs`) for what changes in
+//! place.
+//!
+//! - Access: every route is in the registry (`routes.rs`) as `Session(permission)`. The
+//!   tenant in the path is checked by the guard against the person's memberships
+//!   ([`scope_to_path_tenant`]) before any handler runs; handlers use the session's tenant,
+//!   which the guard set from that check, never the path's text.
+//! - Pages and fragments: one handler answers both. An htmx request (`HX-Request`, not a
+//!   history restore) gets the template's block; anything else the full page; every such
+//!   response says `Vary: HX-Request`. Every page works without JavaScript: filters and
+//!   lookup are GET forms, actions are POST forms answered with 303 (Post/Redirect/Get).
+//! - Actions: POST with the session's CSRF token (besides `CsrfLayer`'s Origin check).
+//! - Lists are bounded (LIMIT + keyset pages) and read with a fixed number of queries per
+//!   page, never one per row.
+
+pub mod assets;
+pub mod chart;
+pub mod fmt;
+pub mod pages;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::web::WebSession;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::header::{CACHE_CONTROL, VARY};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use percent_encoding::percent_decode_str;
+use tower_http::csrf::CsrfLayer;
+
+/// How long the overview's counts serve other requests of the same tenant: counting a
+/// large backlog is O(unresolved effects) (40 ms at 10,000), and an overview a second or
+/// two old says the same thing. A person's own resolution clears it.
+pub const SUMMARY_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The dashboard's share of [`AppState`]: the overview's counts per tenant. One request
+/// at a time counts a tenant again; while it does, the others get the previous counts
+/// (at most a few seconds old) instead of waiting or counting too.
+#[derive(Clone, Default)]
+pub struct DashState {
+    summaries: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<i64, Cached>>>,
+}
+
+struct Cached {
+    at: std::time::Instant,
+    kinds: Vec<reckon_ledger::KindSummary>,
+    refreshing: bool,
+}
+
+impl DashState {
+    pub async fn summary(
+        &self,
+        state: &AppState,
+        tenant: reckon_ledger::TenantId,
+        now: f64,
+        replay_before: f64,
+    ) -> Result<Vec<reckon_ledger::KindSummary>, reckon_ledger::LedgerError> {
+        {
+            let mut cache = self.summaries.lock().expect("summary cache");
+            if let Some(c) = cache.get_mut(&tenant.get()) {
+                // A refresh whose request was dropped midway is not waited for past a few TTLs.
+                if c.at.elapsed() < SUMMARY_TTL
+                    || (c.refreshing && c.at.elapsed() < 5 * SUMMARY_TTL)
+                {
+                    return Ok(c.kinds.clone());
+                }
+                c.refreshing = true;
+            }
+        }
+        let counted = state
+            .ledger
+            .unresolved_summary(tenant, now, replay_before)
+            .await;
+        let mut cache = self.summaries.lock().expect("summary cache");
+        match counted {
+            Ok(kinds) => {
+                cache.insert(
+                    tenant.get(),
+                    Cached {
+                        at: std::time::Instant::now(),
+                        kinds: kinds.clone(),
+                        refreshing: false,
+                    },
+                );
+                Ok(kinds)
+            }
+            Err(e) => {
+                // The next request tries again.
+                if let Some(c) = cache.get_mut(&tenant.get()) {
+                    c.refreshing = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub fn forget(&self, tenant: reckon_ledger::TenantId) {
+        self.summaries
+            .lock()
+            .expect("summary cache")
+            .remove(&tenant.get());
+    }
+}
+
+/// Forms of the dashboard are small (a note is at most a few KB).
+const FORM_LIMIT_BYTES: usize = 32 * 1024;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/t/{tenant}", get(pages::overview))
+        .route("/t/{tenant}/queue", get(pages::queue))
+        .route("/t/{tenant}/lookup", get(pages::lookup))
+        .route("/t/{tenant}/settings", get(pages::settings))
+        .route("/t/{tenant}/effects/{source}/{*key}", get(pages::effect))
+        .route("/t/{tenant}/resolve/{source}/{*key}", post(pages::resolve))
+        .route(
+            "/t/{tenant}/reconcile/{source}/{*key}",
+            post(pages::reconcile_now),
+        )
+        .layer(DefaultBodyLimit::max(FORM_LIMIT_BYTES))
+        .layer(CsrfLayer::new())
+        .route("/static/{name}", get(assets::serve))
+}
+
+/// The registry's route templates of the dashboard start with this: the guard checks the
+/// tenant they name.
+pub const TENANT_PREFIX: &str = "/t/{tenant}";
+
+/// The guard's tenant check (routes.rs): the session stands for the tenant named in the
+/// path when the person is a member of it, with their role there. `None` (answered 404,
+/// the same as for a tenant that does not exist) otherwise.
+pub async fn scope_to_path_tenant(
+    state: &AppState,
+    mut session: WebSession,
+    uri_path: &str,
+) -> Result<Option<WebSession>, ApiError> {
+    let Some(raw) = uri_path
+        .strip_prefix("/t/")
+        .map(|rest| rest.split('/').next().unwrap_or_default())
+    else {
+        return Ok(None);
+    };
+    let Ok(slug) = percent_decode_str(raw).decode_utf8() else {
+        return Ok(None);
+    };
+    if slug == session.tenant.slug {
+        return Ok(Some(session));
+    }
+    let memberships = state.ledger.memberships(session.user.id).await?;
+    Ok(memberships
+        .into_iter()
+        .find(|(t, _)| *t.slug == *slug)
+        .map(|(tenant, role)| {
+            session.tenant = tenant;
+            session.role = role;
+            session
+        }))
+}
+
+/// A 404 that says no more than "nothing here" (another tenant's names look the same as
+/// names that do not exist).
+pub fn not_found() -> Response {
+    error_page(
+        StatusCode::NOT_FOUND,
+        "There is nothing here, or it is not yours to see.",
+    )
+}
+
+pub fn error_page(status: StatusCode, message: &str) -> Response {
+    let tpl = pages::ErrorPage {
+        status: status.as_u16(),
+        message,
+        css: assets::css_href(),
+    };
+    html(status, &tpl, false)
+}
+
+/// Is this an htmx request for a fragment? (A history restore wants the whole page.)
+pub fn wants_fragment(headers: &HeaderMap) -> bool {
+    let is = |h: &str| headers.get(h).is_some_and(|v| v.as_bytes() == b"true");
+    is("hx-request") && !is("hx-history-restore-request")
+}
+
+/// Render a template; `vary` marks responses of URLs that serve a page or a fragment.
+/// Pages of tenant data are never stored by caches.
+pub fn html(status: StatusCode, tpl: &impl askama::Template, vary: bool) -> Response {
+    match tpl.render() {
+        Ok(body) => {
+            let mut res = (status, Html(body)).into_response();
+            let h = res.headers_mut();
+            h.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            if vary {
+                h.insert(VARY, HeaderValue::from_static("HX-Request"));
+            }
+            res
+        }
+        Err(e) => ApiError::internal(e).into_response(),
+    }
+}
+
+/// A ledger or other failure on a page: the status of [`ApiError`], as an HTML page.
+impl From<ApiError> for PageError {
+    fn from(e: ApiError) -> Self {
+        PageError(e)
+    }
+}
+
+impl From<reckon_ledger::LedgerError> for PageError {
+    fn from(e: reckon_ledger::LedgerError) -> Self {
+        PageError(e.into())
+    }
+}
+
+pub struct PageError(ApiError);
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let status = self.0.status();
+        if let ApiError::Internal(cause) = &self.0 {
+            tracing::error!(error = %cause, "page failed");
+            return error_page(
+                status,
+                "Something went wrong on our side; the server log has the details.",
+            );
+        }
+        error_page(status, &self.0.to_string())
+    }
+}

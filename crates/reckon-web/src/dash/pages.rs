@@ -1,0 +1,1141 @@
+//! The dashboard's pages: overview, unresolved queue, effect detail (with its actions),
+//! support lookup and settings. Each handler reads a fixed number of ledger queries (no
+//! per-row query) and fills a template struct with finished strings.
+
+use super::chart::{self, Chart};
+use super::fmt::{When, age, effect_href, seg, when, when_opt};
+use super::{PageError, assets, error_page, html, not_found, wants_fragment};
+use crate::AppState;
+use crate::authz::{Permission, allows};
+use crate::web::WebSession;
+use askama::Template;
+use axum::Extension;
+use axum::Form;
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use reckon_domain::{State as EffectState, UnresolvedKind, time};
+use reckon_ledger::{Effect, LedgerError, NewResolution, QueueQuery, ReconcileView, TenantId};
+use serde::Deserialize;
+use std::collections::HashMap;
+
+/// Queue rows per page.
+pub const QUEUE_PAGE: i64 = 50;
+/// Effects a lookup shows at most.
+pub const LOOKUP_LIMIT: i64 = 50;
+const MAX_QUERY_CHARS: usize = 512;
+const MAX_NOTE_CHARS: usize = 4000;
+
+/// What every page's frame (`base.html`) shows: who, which tenant, where, and the CSRF
+/// token of the sign-out form.
+pub struct Chrome {
+    pub tenant: String,
+    pub base: String,
+    pub email: String,
+    pub role: &'static str,
+    pub csrf: String,
+    pub css: String,
+    pub js: String,
+    pub page: &'static str,
+    pub can_lookup: bool,
+    pub can_settings: bool,
+}
+
+impl Chrome {
+    pub fn new(s: &WebSession, page: &'static str) -> Chrome {
+        Chrome {
+            tenant: s.tenant.slug.clone(),
+            base: format!("/t/{}", seg(&s.tenant.slug)),
+            email: s.user.email.clone(),
+            role: s.role.as_str(),
+            csrf: s.csrf_token.clone(),
+            css: assets::css_href(),
+            js: assets::htmx_href(),
+            page,
+            can_lookup: allows(s.role, Permission::Lookup),
+            can_settings: allows(s.role, Permission::ManageSources),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage<'a> {
+    pub status: u16,
+    pub message: &'a str,
+    pub css: String,
+}
+
+fn bad_request(msg: &str) -> Response {
+    error_page(StatusCode::BAD_REQUEST, msg)
+}
+
+/// Empty form fields mean "no filter".
+fn given(v: &Option<String>) -> Option<String> {
+    v.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+fn replay_left(st: &AppState, created_at: f64, now: f64) -> String {
+    let left = created_at + st.metrics.settings.replay_window.as_secs_f64() - now;
+    if left <= 0.0 {
+        "closed".into()
+    } else {
+        age(left)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Overview
+// ---------------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "overview.html", blocks = ["chart"])]
+pub struct OverviewPage {
+    pub c: Chrome,
+    pub kinds: Vec<KindView>,
+    pub total: i64,
+    pub needs_attention: i64,
+    pub replay_closing: i64,
+    pub sources: Vec<SourceView>,
+    pub providers: Vec<ProviderView>,
+    pub chart: Chart,
+}
+
+pub struct KindView {
+    pub kind: String,
+    pub count: i64,
+    pub oldest_age: String,
+    pub oldest: When,
+    pub href: String,
+}
+
+pub struct SourceView {
+    pub name: String,
+    pub kind: &'static str,
+    pub last_success: Option<When>,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<When>,
+    pub failures: i64,
+    pub quarantined: i64,
+}
+
+pub struct ProviderView {
+    pub name: String,
+    pub kind: String,
+    pub has_secret: bool,
+    pub settings: String,
+}
+
+#[derive(Deserialize)]
+pub struct OverviewQuery {
+    days: Option<u32>,
+}
+
+pub async fn overview(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    headers: HeaderMap,
+    q: Result<Query<OverviewQuery>, QueryRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Query(q)) = q else {
+        return Ok(bad_request("days must be 7 or 30."));
+    };
+    let days = match q.days {
+        None => 7,
+        Some(d @ (7 | 30)) => d,
+        Some(_) => return Ok(bad_request("days must be 7 or 30.")),
+    };
+    let now = time::now();
+    let tenant = s.tenant.id;
+    let snapshots = st
+        .ledger
+        .snapshots(tenant, now - f64::from(days) * 86400.0 - 3600.0)
+        .await?;
+    let chart = chart::build(&snapshots, now, days);
+    let c = Chrome::new(&s, "overview");
+    if wants_fragment(&headers) {
+        let page = OverviewPage {
+            c,
+            kinds: vec![],
+            total: 0,
+            needs_attention: 0,
+            replay_closing: 0,
+            sources: vec![],
+            providers: vec![],
+            chart,
+        };
+        return Ok(html(StatusCode::OK, &page.as_chart(), true));
+    }
+    let settings = &st.metrics.settings;
+    let replay_before = now
+        - settings
+            .replay_window
+            .saturating_sub(settings.replay_warning)
+            .as_secs_f64();
+    let summary = st.dash.summary(&st, tenant, now, replay_before).await?;
+    let sources = st.ledger.list_sources(tenant).await?;
+    let quarantine = st.ledger.quarantine_counts(tenant).await?;
+    let providers = st.ledger.list_providers(tenant).await?;
+    let mut quarantined: HashMap<&str, i64> = HashMap::new();
+    for qc in &quarantine {
+        *quarantined.entry(qc.source.as_str()).or_default() += qc.count;
+    }
+    let page = OverviewPage {
+        total: summary.iter().map(|k| k.count).sum(),
+        needs_attention: summary.iter().map(|k| k.needs_attention).sum(),
+        replay_closing: summary.iter().map(|k| k.replay_closing).sum(),
+        kinds: summary
+            .iter()
+            .map(|k| KindView {
+                kind: k.kind.clone(),
+                count: k.count,
+                oldest_age: age(now - k.oldest_since),
+                oldest: when(k.oldest_since),
+                href: format!("{}/queue?kind={}", c.base, k.kind),
+            })
+            .collect(),
+        sources: sources
+            .iter()
+            .map(|src| SourceView {
+                name: src.name.clone(),
+                kind: src.kind.as_str(),
+                last_success: when_opt(src.last_success_at),
+                last_error: src.last_error.clone(),
+                last_error_at: when_opt(src.last_error_at),
+                failures: src.consecutive_failures,
+                quarantined: quarantined.get(src.name.as_str()).copied().unwrap_or(0),
+            })
+            .collect(),
+        providers: providers.iter().map(provider_view).collect(),
+        chart,
+        c,
+    };
+    Ok(html(StatusCode::OK, &page, true))
+}
+
+fn provider_view(p: &reckon_ledger::Provider) -> ProviderView {
+    ProviderView {
+        name: p.name.clone(),
+        kind: p.kind.clone(),
+        has_secret: p.has_secret,
+        // Settings hold no secret (the key is sealed apart and never read back here).
+        settings: p.settings.to_string(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Unresolved queue
+// ---------------------------------------------------------------------------------------
+
+#[derive(Deserialize, Default)]
+pub struct QueueParams {
+    source: Option<String>,
+    operation: Option<String>,
+    kind: Option<String>,
+    provider: Option<String>,
+    outcome: Option<String>,
+    attention: Option<String>,
+    after: Option<String>,
+}
+
+pub struct Filters {
+    pub source: String,
+    pub operation: String,
+    pub kind: String,
+    pub provider: String,
+    pub outcome: String,
+    pub attention: bool,
+}
+
+#[derive(Template)]
+#[template(path = "queue.html", blocks = ["rows"])]
+pub struct QueuePage {
+    pub c: Chrome,
+    pub f: Filters,
+    /// (name, selected)
+    pub sources: Vec<(String, bool)>,
+    pub providers: Vec<(String, bool)>,
+    pub outcomes: Vec<(&'static str, bool)>,
+    pub rows: Vec<QueueRowView>,
+    pub next_href: Option<String>,
+    pub filtered: bool,
+}
+
+pub struct QueueRowView {
+    pub href: String,
+    pub source: String,
+    pub key: String,
+    pub operation: String,
+    pub kind: &'static str,
+    pub age: String,
+    pub since: When,
+    pub attempts: i64,
+    pub lookups: i64,
+    pub last_outcome: Option<String>,
+    pub last_error: Option<String>,
+    pub next_attempt: Option<When>,
+    pub replay_left: String,
+    pub needs_attention: bool,
+    pub provider: Option<String>,
+}
+
+pub const KINDS: [&str; 2] = ["unknown", "abandoned"];
+pub const OUTCOMES: [&str; 4] = ["indeterminate", "applied", "not_applied", "duplicate"];
+
+pub async fn queue(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    headers: HeaderMap,
+    p: Result<Query<QueueParams>, QueryRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Query(p)) = p else {
+        return Ok(bad_request("The filters are malformed."));
+    };
+    let kind = given(&p.kind);
+    if kind.as_deref().is_some_and(|k| !KINDS.contains(&k)) {
+        return Ok(bad_request("kind must be unknown or abandoned."));
+    }
+    let outcome = given(&p.outcome);
+    if outcome.as_deref().is_some_and(|o| !OUTCOMES.contains(&o)) {
+        return Ok(bad_request(
+            "outcome must be indeterminate, applied, not_applied or duplicate.",
+        ));
+    }
+    let after = match given(&p.after) {
+        None => None,
+        Some(a) => match a
+            .split_once(':')
+            .and_then(|(t, id)| Some((t.parse::<f64>().ok()?, id.parse::<i64>().ok()?)))
+        {
+            Some((t, id)) if t.is_finite() => Some((t, id)),
+            _ => {
+                return Ok(bad_request(
+                    "after must be <since>:<id>, as the next-page link has it.",
+                ));
+            }
+        },
+    };
+    let attention = given(&p.attention).is_some();
+    let now = time::now();
+    let q = QueueQuery {
+        source: given(&p.source),
+        operation: given(&p.operation),
+        kind,
+        provider: given(&p.provider),
+        outcome,
+        needs_attention: attention,
+        after,
+        limit: QUEUE_PAGE + 1,
+        now,
+    };
+    let mut found = st.ledger.unresolved_queue(s.tenant.id, &q).await?;
+    let more = found.len() as i64 > QUEUE_PAGE;
+    found.truncate(QUEUE_PAGE as usize);
+    let c = Chrome::new(&s, "queue");
+    let f = Filters {
+        source: q.source.clone().unwrap_or_default(),
+        operation: q.operation.clone().unwrap_or_default(),
+        kind: q.kind.clone().unwrap_or_default(),
+        provider: q.provider.clone().unwrap_or_default(),
+        outcome: q.outcome.clone().unwrap_or_default(),
+        attention,
+    };
+    let next_href = match (more, found.last()) {
+        (true, Some(last)) => {
+            let mut qs = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in [
+                ("source", &f.source),
+                ("operation", &f.operation),
+                ("kind", &f.kind),
+                ("provider", &f.provider),
+                ("outcome", &f.outcome),
+            ] {
+                if !v.is_empty() {
+                    qs.append_pair(k, v);
+                }
+            }
+            if attention {
+                qs.append_pair("attention", "1");
+            }
+            qs.append_pair("after", &format!("{}:{}", last.since, last.effect.id));
+            Some(format!("{}/queue?{}", c.base, qs.finish()))
+        }
+        _ => None,
+    };
+    let rows = found
+        .iter()
+        .map(|r| QueueRowView {
+            href: effect_href(&s.tenant.slug, &r.effect.source, &r.effect.key),
+            source: r.effect.source.clone(),
+            key: r.effect.key.clone(),
+            operation: r.effect.operation.clone().unwrap_or_default(),
+            kind: match r.effect.state {
+                EffectState::Unknown => "unknown",
+                _ => "abandoned",
+            },
+            age: age(now - r.since),
+            since: when(r.since),
+            attempts: r.effect.attempts,
+            lookups: r.lookups,
+            last_outcome: r.last_outcome.clone(),
+            last_error: r.last_error.clone(),
+            next_attempt: when_opt(r.next_attempt_at),
+            replay_left: replay_left(&st, r.effect.created_at, now),
+            needs_attention: r.needs_attention,
+            provider: r.provider.clone(),
+        })
+        .collect();
+    let filtered = q.source.is_some()
+        || q.operation.is_some()
+        || q.kind.is_some()
+        || q.provider.is_some()
+        || q.outcome.is_some()
+        || attention
+        || after.is_some();
+    let fragment = wants_fragment(&headers);
+    let (sources, providers) = if fragment {
+        (vec![], vec![])
+    } else {
+        (
+            st.ledger
+                .list_sources(s.tenant.id)
+                .await?
+                .into_iter()
+                .map(|x| {
+                    let on = x.name == f.source;
+                    (x.name, on)
+                })
+                .collect(),
+            st.ledger
+                .list_providers(s.tenant.id)
+                .await?
+                .into_iter()
+                .map(|x| {
+                    let on = x.name == f.provider;
+                    (x.name, on)
+                })
+                .collect(),
+        )
+    };
+    let outcomes = OUTCOMES.iter().map(|o| (*o, *o == f.outcome)).collect();
+    let page = QueuePage {
+        c,
+        f,
+        sources,
+        providers,
+        outcomes,
+        rows,
+        next_href,
+        filtered,
+    };
+    if fragment {
+        return Ok(html(StatusCode::OK, &page.as_rows(), true));
+    }
+    Ok(html(StatusCode::OK, &page, true))
+}
+
+// ---------------------------------------------------------------------------------------
+// Effect detail, resolve by hand, reconcile now
+// ---------------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "effect.html", blocks = ["live"])]
+pub struct EffectPage {
+    pub c: Chrome,
+    pub e: EffectView,
+    pub timeline: Vec<TimelineItem>,
+    pub resolution: Option<ResolutionView>,
+    pub reconcile: Option<ReconcileStateView>,
+    pub can_resolve: bool,
+    pub resolve_href: String,
+    pub reconcile_href: String,
+    pub message: Option<String>,
+    pub error: Option<String>,
+    pub note: String,
+}
+
+pub struct EffectView {
+    pub id: i64,
+    pub source: String,
+    pub key: String,
+    pub operation: String,
+    pub subject: String,
+    pub state: &'static str,
+    pub words: String,
+    pub attempts: i64,
+    pub request_hash: String,
+    pub response: String,
+    pub created: When,
+    pub updated: When,
+    pub expires: Option<When>,
+    pub first_seen: When,
+    pub gone: Option<When>,
+    pub gone_reason: String,
+    pub unresolved: bool,
+    pub replay_left: String,
+}
+
+pub struct ResolutionView {
+    pub outcome: String,
+    pub author: String,
+    pub note: String,
+    pub at: When,
+}
+
+pub struct ReconcileStateView {
+    pub lookups: i64,
+    pub next_attempt: When,
+    pub last_outcome: String,
+    pub last_error: String,
+    pub needs_attention: bool,
+    pub provider: String,
+}
+
+pub struct TimelineItem {
+    pub at: When,
+    pub class: &'static str,
+    pub title: String,
+    pub detail: String,
+    pub evidence: String,
+}
+
+/// How an effect stands, in words for support.
+pub fn state_words(e: &Effect, now: f64) -> String {
+    if let Some(g) = e.gone_at {
+        return format!(
+            "gone from the source ({}) at {}",
+            e.gone_reason.as_deref().unwrap_or("removed"),
+            when(g).text
+        );
+    }
+    match (e.state, e.unresolved_kind) {
+        (EffectState::Succeeded, _) => format!("done: succeeded at {}", when(e.updated_at).text),
+        (EffectState::Failed, _) => {
+            format!(
+                "failed at {}: the application did not apply it",
+                when(e.updated_at).text
+            )
+        }
+        (_, Some(UnresolvedKind::Unknown)) => format!(
+            "outcome unknown for {}: nobody knows yet whether it happened",
+            age(now - e.unresolved_since.unwrap_or(e.updated_at))
+        ),
+        (_, Some(UnresolvedKind::Abandoned)) => format!(
+            "abandoned for {}: its worker stopped before finishing",
+            age(now - e.unresolved_since.unwrap_or(e.updated_at))
+        ),
+        _ => format!("in progress since {}", when(e.updated_at).text),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct EffectPath {
+    #[allow(dead_code)]
+    tenant: String,
+    source: String,
+    key: String,
+}
+
+async fn effect_response(
+    st: &AppState,
+    s: &WebSession,
+    path: &EffectPath,
+    fragment: bool,
+    status: StatusCode,
+    flash: Flash,
+) -> Result<Response, PageError> {
+    let tenant = s.tenant.id;
+    let Some(detail) = st
+        .ledger
+        .get_effect(tenant, &path.source, &path.key)
+        .await?
+    else {
+        return Ok(not_found());
+    };
+    let view = st.ledger.reconcile_view(tenant, detail.effect.id).await?;
+    let providers: HashMap<i64, String> = if view.attempts.is_empty() && view.state.is_none() {
+        HashMap::new()
+    } else {
+        st.ledger
+            .list_providers(tenant)
+            .await?
+            .into_iter()
+            .map(|p| (p.id, p.name))
+            .collect()
+    };
+    let now = time::now();
+    let page = effect_page(st, s, &detail, &view, &providers, now, flash);
+    if fragment {
+        return Ok(html(status, &page.as_live(), true));
+    }
+    Ok(html(status, &page, true))
+}
+
+#[derive(Default)]
+struct Flash {
+    message: Option<String>,
+    error: Option<String>,
+    note: String,
+}
+
+fn effect_page(
+    st: &AppState,
+    s: &WebSession,
+    d: &reckon_ledger::EffectDetail,
+    view: &ReconcileView,
+    providers: &HashMap<i64, String>,
+    now: f64,
+    flash: Flash,
+) -> EffectPage {
+    let e = &d.effect;
+    let name = |id: Option<i64>| {
+        id.and_then(|i| providers.get(&i).cloned())
+            .unwrap_or_else(|| "none".into())
+    };
+    let mut timeline: Vec<(f64, TimelineItem)> = Vec::new();
+    for ev in &d.history {
+        let change = match (&ev.from_state, &ev.to_state) {
+            (Some(a), Some(b)) if a != b => format!("{a} → {b}"),
+            (None, Some(b)) => format!("first seen as {b}"),
+            (_, Some(b)) => b.clone(),
+            _ => String::new(),
+        };
+        timeline.push((
+            ev.observed_at,
+            TimelineItem {
+                at: when(ev.observed_at),
+                class: "event",
+                title: format!("{} ({})", ev.kind, ev.origin),
+                detail: [
+                    change,
+                    ev.attempts
+                        .map(|a| format!("attempts {a}"))
+                        .unwrap_or_default(),
+                    ev.detail.clone().unwrap_or_default(),
+                ]
+                .into_iter()
+                .filter(|x| !x.is_empty())
+                .collect::<Vec<_>>()
+                .join(" · "),
+                evidence: String::new(),
+            },
+        ));
+    }
+    for a in &view.attempts {
+        timeline.push((
+            a.finished_at,
+            TimelineItem {
+                at: when(a.finished_at),
+                class: "attempt",
+                title: format!("lookup at {}: {}", name(a.provider_id), a.outcome),
+                detail: [
+                    a.method
+                        .clone()
+                        .map(|m| format!("method {m}"))
+                        .unwrap_or_default(),
+                    a.error
+                        .clone()
+                        .map(|m| format!("error: {m}"))
+                        .unwrap_or_default(),
+                ]
+                .into_iter()
+                .filter(|x| !x.is_empty())
+                .collect::<Vec<_>>()
+                .join(" · "),
+                evidence: serde_json::to_string_pretty(&a.evidence).unwrap_or_default(),
+            },
+        ));
+    }
+    if let Some(r) = &view.resolution {
+        timeline.push((
+            r.created_at,
+            TimelineItem {
+                at: when(r.created_at),
+                class: "resolution",
+                title: format!("resolved as {} by {}", r.outcome, r.author),
+                detail: r.note.clone().unwrap_or_default(),
+                evidence: String::new(),
+            },
+        ));
+    }
+    // Stable: events of one moment keep the order they were recorded in.
+    timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let unresolved = e.unresolved_kind.is_some();
+    let base = format!("/t/{}", seg(&s.tenant.slug));
+    let tail = format!("{}/{}", seg(&e.source), seg(&e.key));
+    EffectPage {
+        e: EffectView {
+            id: e.id,
+            source: e.source.clone(),
+            key: e.key.clone(),
+            operation: e.operation.clone().unwrap_or_default(),
+            subject: e.subject.clone().unwrap_or_default(),
+            state: e.state.as_str(),
+            // The source keeps saying `unknown` until write-back; say what reckon decided.
+            words: match &view.resolution {
+                Some(r) if unresolved => format!(
+                    "the source still says {}; resolved here as {} by {}",
+                    e.state.as_str(),
+                    r.outcome,
+                    r.author
+                ),
+                _ => state_words(e, now),
+            },
+            attempts: e.attempts,
+            request_hash: e.request_hash.clone(),
+            response: e.response_json.clone().unwrap_or_else(|| "null".into()),
+            created: when(e.created_at),
+            updated: when(e.updated_at),
+            expires: when_opt(e.expires_at),
+            first_seen: when(e.first_seen_at),
+            gone: when_opt(e.gone_at),
+            gone_reason: e.gone_reason.clone().unwrap_or_default(),
+            unresolved,
+            replay_left: replay_left(st, e.created_at, now),
+        },
+        timeline: timeline.into_iter().map(|(_, t)| t).collect(),
+        resolution: view.resolution.as_ref().map(|r| ResolutionView {
+            outcome: r.outcome.clone(),
+            author: r.author.clone(),
+            note: r.note.clone().unwrap_or_default(),
+            at: when(r.created_at),
+        }),
+        reconcile: view.state.as_ref().map(|x| ReconcileStateView {
+            lookups: x.attempts,
+            next_attempt: when(x.next_attempt_at),
+            last_outcome: x.last_outcome.clone().unwrap_or_else(|| "none yet".into()),
+            last_error: x.last_error.clone().unwrap_or_default(),
+            needs_attention: x.needs_attention,
+            provider: name(x.provider_id),
+        }),
+        can_resolve: allows(s.role, Permission::ResolveWithNote)
+            && unresolved
+            && view.resolution.is_none(),
+        resolve_href: format!("{base}/resolve/{tail}"),
+        reconcile_href: format!("{base}/reconcile/{tail}"),
+        message: flash.message,
+        error: flash.error,
+        note: flash.note,
+        c: Chrome::new(s, "effect"),
+    }
+}
+
+pub async fn effect(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    headers: HeaderMap,
+    Path(path): Path<EffectPath>,
+) -> Result<Response, PageError> {
+    effect_response(
+        &st,
+        &s,
+        &path,
+        wants_fragment(&headers),
+        StatusCode::OK,
+        Flash::default(),
+    )
+    .await
+}
+
+#[derive(Deserialize)]
+pub struct ResolveForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    outcome: String,
+    #[serde(default)]
+    note: String,
+}
+
+fn csrf_ok(s: &WebSession, token: &str) -> bool {
+    crate::web::same_token(token, &s.csrf_token)
+}
+
+pub async fn resolve(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    headers: HeaderMap,
+    Path(path): Path<EffectPath>,
+    form: Result<Form<ResolveForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(form)) = form else {
+        return Ok(bad_request("The form is malformed or too large."));
+    };
+    if !csrf_ok(&s, &form.csrf) {
+        return Ok(error_page(
+            StatusCode::FORBIDDEN,
+            "Missing or wrong CSRF token: reload the page and try again.",
+        ));
+    }
+    let fragment = wants_fragment(&headers);
+    let note = form.note.trim().to_owned();
+    let refuse = |error: &str| Flash {
+        error: Some(error.to_owned()),
+        note: form.note.clone(),
+        message: None,
+    };
+    // htmx 2 swaps only 2xx answers, so a refusal it should show comes as 200 with the
+    // error in the fragment; a plain form post gets the page with the real status.
+    let refused = |fragment: bool| {
+        if fragment {
+            StatusCode::OK
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+    };
+    if !matches!(form.outcome.as_str(), "applied" | "not_applied") {
+        let flash = refuse("Choose whether it happened (applied) or not (not applied).");
+        return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
+    }
+    if note.is_empty() {
+        let flash = refuse("A note is required: say how you know.");
+        return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
+    }
+    if note.chars().count() > MAX_NOTE_CHARS {
+        let flash = refuse("The note is too long (at most 4000 characters).");
+        return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
+    }
+    let tenant = s.tenant.id;
+    let Some(detail) = st
+        .ledger
+        .get_effect(tenant, &path.source, &path.key)
+        .await?
+    else {
+        return Ok(not_found());
+    };
+    if detail.effect.unresolved_kind.is_none() {
+        let flash = refuse("This effect is not unresolved: there is nothing to decide.");
+        return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
+    }
+    // The evidence the person decided on: what the last lookup had found, if any.
+    let view = st.ledger.reconcile_view(tenant, detail.effect.id).await?;
+    let evidence = serde_json::json!({
+        "seen_by": "dashboard",
+        "last_attempt_id": view.attempts.last().map(|a| a.id),
+        "last_attempt_evidence": view.attempts.last().map(|a| a.evidence.clone()),
+    });
+    let done = st
+        .ledger
+        .resolve_by_hand(
+            tenant,
+            detail.effect.id,
+            NewResolution {
+                outcome: form.outcome.clone(),
+                author: s.user.email.clone(),
+                note: Some(note),
+                evidence,
+            },
+        )
+        .await;
+    let flash = match done {
+        Ok(r) => {
+            st.dash.forget(tenant);
+            tracing::info!(tenant = %s.tenant.slug, effect = detail.effect.id, outcome = %r.outcome, "resolved by hand");
+            crate::actions::record(
+                &st,
+                tenant,
+                format!("user:{}", s.user.email),
+                "effect.resolve",
+                Some(format!("{}/{}", path.source, path.key)),
+                serde_json::json!({ "outcome": r.outcome, "note": r.note, "via": "dashboard" }),
+            )
+            .await;
+            if !fragment {
+                let href = effect_href(&s.tenant.slug, &path.source, &path.key);
+                return Ok(Redirect::to(&href).into_response());
+            }
+            Flash {
+                message: Some(format!("Resolved as {}.", r.outcome)),
+                ..Flash::default()
+            }
+        }
+        Err(LedgerError::Conflict(_)) => {
+            let flash = refuse("Someone resolved this effect already; see the timeline.");
+            let status = if fragment {
+                StatusCode::OK
+            } else {
+                StatusCode::CONFLICT
+            };
+            return effect_response(&st, &s, &path, fragment, status, flash).await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    effect_response(&st, &s, &path, fragment, StatusCode::OK, flash).await
+}
+
+#[derive(Deserialize)]
+pub struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+pub async fn reconcile_now(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    headers: HeaderMap,
+    Path(path): Path<EffectPath>,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let token = form.map(|f| f.0.csrf).unwrap_or_default();
+    if !csrf_ok(&s, &token) {
+        return Ok(error_page(
+            StatusCode::FORBIDDEN,
+            "Missing or wrong CSRF token: reload the page and try again.",
+        ));
+    }
+    let fragment = wants_fragment(&headers);
+    let tenant: TenantId = s.tenant.id;
+    let Some(detail) = st
+        .ledger
+        .get_effect(tenant, &path.source, &path.key)
+        .await?
+    else {
+        return Ok(not_found());
+    };
+    // The shared HTTP client and the default options; the lease owner is this request's.
+    let ctx = reckon_engine::reconcile::ReconcileCtx::new(st.ledger.clone())
+        .with_egress(st.egress.clone())
+        .with_metrics(st.metrics.instance.clone());
+    let message = match reckon_engine::reconcile::reconcile_one(&ctx, &s.tenant, detail.effect.id)
+        .await
+    {
+        Ok(Some(o)) => format!("Looked up now: {} ({}).", o.outcome, o.reason),
+        Ok(None) => {
+            "Not looked up: it is resolved already, or another worker holds it right now.".into()
+        }
+        Err(e) => return Err(crate::error::ApiError::internal(e).into()),
+    };
+    if !fragment {
+        let href = effect_href(&s.tenant.slug, &path.source, &path.key);
+        return Ok(Redirect::to(&href).into_response());
+    }
+    let flash = Flash {
+        message: Some(message),
+        ..Flash::default()
+    };
+    effect_response(&st, &s, &path, fragment, StatusCode::OK, flash).await
+}
+
+// ---------------------------------------------------------------------------------------
+// Support lookup
+// ---------------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "lookup.html", blocks = ["result"])]
+pub struct LookupPage {
+    pub c: Chrome,
+    pub q: String,
+    pub searched: bool,
+    pub verdict: String,
+    pub found: Vec<FoundView>,
+    pub truncated: bool,
+}
+
+pub struct FoundView {
+    pub href: String,
+    pub source: String,
+    pub key: String,
+    pub operation: String,
+    pub state: &'static str,
+    pub words: String,
+    pub created: When,
+}
+
+#[derive(Deserialize)]
+pub struct LookupQuery {
+    q: Option<String>,
+}
+
+/// The verdict on everything one search found, per operation, in plain words.
+pub fn verdict(q: &str, found: &[Effect], now: f64) -> String {
+    if found.is_empty() {
+        return format!("Nothing found for “{q}”: no effect has this key, subject or key part.");
+    }
+    let mut ops: Vec<(String, Vec<&Effect>)> = Vec::new();
+    for e in found {
+        let op = e.operation.clone().unwrap_or_else(|| "effect".into());
+        match ops.iter_mut().find(|(o, _)| *o == op) {
+            Some((_, v)) => v.push(e),
+            None => ops.push((op, vec![e])),
+        }
+    }
+    ops.iter()
+        .map(|(op, es)| {
+            let done: Vec<&&Effect> = es
+                .iter()
+                .filter(|e| e.state == EffectState::Succeeded)
+                .collect();
+            let unresolved = es.iter().filter(|e| e.unresolved_kind.is_some()).count();
+            match (done.len(), unresolved) {
+                (1, 0) => format!(
+                    "{op}: done once ({}, {}).",
+                    done[0].key,
+                    when(done[0].updated_at).text
+                ),
+                (n, 0) if n > 1 => format!(
+                    "{op}: done {n} times ({}): check for a double charge.",
+                    done.iter()
+                        .map(|e| e.key.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                (0, 0) => format!("{op}: {}.", state_words(es[0], now)),
+                (d, u) => format!(
+                    "{op}: {u} unresolved ({}){}.",
+                    es.iter()
+                        .filter(|e| e.unresolved_kind.is_some())
+                        .map(|e| state_words(e, now))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    if d > 0 {
+                        format!(", and done {d} time(s)")
+                    } else {
+                        String::new()
+                    }
+                ),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub async fn lookup(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    headers: HeaderMap,
+    q: Result<Query<LookupQuery>, QueryRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Query(q)) = q else {
+        return Ok(bad_request("The search is malformed."));
+    };
+    let text = given(&q.q).unwrap_or_default();
+    if text.chars().count() > MAX_QUERY_CHARS {
+        return Ok(bad_request(
+            "The search is too long (at most 512 characters).",
+        ));
+    }
+    let now = time::now();
+    let found = if text.is_empty() {
+        vec![]
+    } else {
+        st.ledger
+            .lookup(s.tenant.id, &text, LOOKUP_LIMIT + 1)
+            .await?
+    };
+    let truncated = found.len() as i64 > LOOKUP_LIMIT;
+    let found = &found[..found.len().min(LOOKUP_LIMIT as usize)];
+    let page = LookupPage {
+        searched: !text.is_empty(),
+        verdict: if text.is_empty() {
+            String::new()
+        } else {
+            verdict(&text, found, now)
+        },
+        found: found
+            .iter()
+            .map(|e| FoundView {
+                href: effect_href(&s.tenant.slug, &e.source, &e.key),
+                source: e.source.clone(),
+                key: e.key.clone(),
+                operation: e.operation.clone().unwrap_or_default(),
+                state: e.state.as_str(),
+                words: state_words(e, now),
+                created: when(e.created_at),
+            })
+            .collect(),
+        truncated,
+        q: text,
+        c: Chrome::new(&s, "lookup"),
+    };
+    if wants_fragment(&headers) {
+        return Ok(html(StatusCode::OK, &page.as_result(), true));
+    }
+    Ok(html(StatusCode::OK, &page, true))
+}
+
+// ---------------------------------------------------------------------------------------
+// Settings (admins): read-only views; secrets are never read back.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "settings.html")]
+pub struct SettingsPage {
+    pub c: Chrome,
+    pub sources: Vec<SettingsSource>,
+    pub providers: Vec<ProviderView>,
+    pub routes: Vec<(String, String, String)>,
+    pub tokens: Vec<TokenView>,
+}
+
+pub struct SettingsSource {
+    pub name: String,
+    pub kind: &'static str,
+    pub dsn: String,
+    pub table: String,
+    pub interval: String,
+    pub last_success: Option<When>,
+}
+
+pub struct TokenView {
+    pub id: i64,
+    pub label: String,
+    pub role: &'static str,
+    pub created_by: String,
+    pub created: When,
+    pub last_used: Option<When>,
+    pub revoked: Option<When>,
+}
+
+pub async fn settings(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+) -> Result<Response, PageError> {
+    let t = s.tenant.id;
+    let sources = st.ledger.list_sources(t).await?;
+    let providers = st.ledger.list_providers(t).await?;
+    let routes = st.ledger.list_routes(t).await?;
+    let tokens = st.ledger.list_tokens(t).await?;
+    let page = SettingsPage {
+        sources: sources
+            .iter()
+            .map(|x| SettingsSource {
+                name: x.name.clone(),
+                kind: x.kind.as_str(),
+                // The stored display form has no password; the DSN itself stays sealed.
+                dsn: x.dsn_display.clone().unwrap_or_default(),
+                table: x.table_name.clone(),
+                interval: age(x.scan_interval_secs as f64),
+                last_success: when_opt(x.last_success_at),
+            })
+            .collect(),
+        providers: providers.iter().map(provider_view).collect(),
+        routes: routes
+            .into_iter()
+            .map(|r| {
+                (
+                    r.source,
+                    r.operation,
+                    r.provider.unwrap_or_else(|| "none".into()),
+                )
+            })
+            .collect(),
+        tokens: tokens
+            .into_iter()
+            .map(|k| TokenView {
+                id: k.id,
+                label: k.label,
+                role: k.role.as_str(),
+                created_by: k.created_by.unwrap_or_else(|| "operator".into()),
+                created: when(k.created_at),
+                last_used: when_opt(k.last_used_at),
+                revoked: when_opt(k.revoked_at),
+            })
+            .collect(),
+        c: Chrome::new(&s, "settings"),
+    };
+    Ok(html(StatusCode::OK, &page, false))
+}

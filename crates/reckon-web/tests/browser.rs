@@ -1,0 +1,606 @@
+//! The dashboard in a real headless Chromium (Debian's `chromium` + `chromium-driver`,
+//! driven over WebDriver by fantoccini), against reckon serving on a loopback port with a
+//! real SQLite ledger fed through the push API.
+//!
+//! - with JavaScript: sign in, the queue with its ages, a filter swapped in place by htmx,
+//!   an effect's timeline, a resolution by hand (the note is required; the timeline updates
+//!   without a page load), the support lookup, another tenant's page is 404, a viewer sees
+//!   no action; and the browser's console holds no CSP violation at the end;
+//! - with JavaScript off: the same pages, filters and the resolution work as plain forms.
+//!
+//! Needs `chromium` and `chromedriver` on PATH (`.ci/run` installs them): a machine without
+//! them fails here with that message rather than skipping. `RECKON_SCREENSHOTS=dir` saves a
+//! screenshot of each page there (the README's are made this way).
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{Backend, Req, World, send, user};
+use fantoccini::wd::WebDriverCompatibleCommand;
+use fantoccini::{Client, ClientBuilder, Locator};
+use reckon_ledger::Role;
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// One browser at a time: two Chromiums on a 2-core machine starve each other.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+struct Driver {
+    child: Child,
+    port: u16,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn which(bin: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {bin}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+async fn start_driver() -> Driver {
+    assert!(
+        which("chromedriver") && which("chromium"),
+        "the browser tests need Debian's chromium and chromium-driver: \
+         apt-get install -y chromium chromium-driver"
+    );
+    let port = free_port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    // Ready when its port answers.
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Driver {
+        child,
+        port,
+        _profile: tempfile::TempDir::new().unwrap(),
+    }
+}
+
+async fn browser(driver: &Driver, javascript: bool) -> Client {
+    let profile = tempfile::TempDir::new().unwrap().keep();
+    let mut prefs = json!({});
+    if !javascript {
+        prefs = json!({"profile.managed_default_content_settings.javascript": 2});
+    }
+    let caps = json!({
+        "goog:chromeOptions": {
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run", "--disable-quic",
+                "--window-size=1280,900",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+            "prefs": prefs,
+        },
+        "goog:loggingPrefs": {"browser": "ALL"},
+    });
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps.as_object().unwrap().clone())
+        .connect(&format!("http://127.0.0.1:{}", driver.port))
+        .await
+        .expect("a WebDriver session")
+}
+
+/// chromedriver's console log (not in the W3C protocol; `goog:loggingPrefs` turns it on).
+#[derive(Debug)]
+struct BrowserLog;
+
+impl WebDriverCompatibleCommand for BrowserLog {
+    fn endpoint(
+        &self,
+        base: &url::Url,
+        session: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base.join(&format!("session/{}/se/log", session.unwrap_or_default()))
+    }
+    fn method_and_body(&self, _: &url::Url) -> (axum::http::Method, Option<String>) {
+        (
+            axum::http::Method::POST,
+            Some(json!({"type": "browser"}).to_string()),
+        )
+    }
+}
+
+async fn console(c: &Client) -> Vec<String> {
+    match c.issue_cmd(BrowserLog).await.expect("the browser log") {
+        Value::Array(entries) => entries
+            .iter()
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect(),
+        other => panic!("unexpected log answer {other}"),
+    }
+}
+
+async fn shot(c: &Client, name: &str) {
+    if let Some(dir) = std::env::var_os("RECKON_SCREENSHOTS") {
+        let png = c.screenshot().await.unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+struct Server {
+    w: World,
+    base: String,
+}
+
+async fn serve() -> Server {
+    let w = World::new(Backend::Sqlite).await;
+    user(w.ledger.as_ref(), "vic@acme.test", &w.a, Role::Viewer).await;
+    seed(&w).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = w.app.clone();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    Server {
+        w,
+        base: format!("http://127.0.0.1:{}", addr.port()),
+    }
+}
+
+async fn seed(w: &World) {
+    let r = send(
+        &w.app,
+        Method::POST,
+        "/api/v1/sources",
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: json!({"name": "shop", "kind": "push"}).to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let now = reckon_domain::time::now();
+    let rec = |key: &str, state: &str, age: f64| {
+        json!({
+            "key": key, "state": state, "request_hash": "1:abc",
+            "response": if state == "succeeded" { json!({"id": "ch_3"}) } else { json!(null) },
+            "attempts": 1, "created_at": now - age - 1.0, "updated_at": now - age,
+        })
+    };
+    let r = send(
+        &w.app,
+        Method::POST,
+        "/api/v1/effects?source=shop",
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: json!([
+                rec("charge:v1:ORD-1", "unknown", 3.0 * 3600.0),
+                rec("charge:v1:ORD-2", "unknown", 20.0 * 60.0),
+                rec("charge:v1:ORD-3", "succeeded", 600.0),
+                rec("refund:v1:ORD-4", "unknown", 90.0),
+            ])
+            .to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let now = reckon_domain::time::now();
+    for h in (0..48).rev() {
+        w.ledger
+            .take_snapshot(w.a.id, now - f64::from(h) * 3600.0)
+            .await
+            .unwrap();
+    }
+}
+
+async fn sign_in(c: &Client, base: &str, email: &str) {
+    c.goto(&format!("{base}/signin")).await.unwrap();
+    c.find(Locator::Css("input[name=email]"))
+        .await
+        .unwrap()
+        .send_keys(email)
+        .await
+        .unwrap();
+    c.find(Locator::Css("input[name=password]"))
+        .await
+        .unwrap()
+        .send_keys(common::PASSWORD)
+        .await
+        .unwrap();
+    shot(c, "signin").await;
+    c.find(Locator::Css("form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#tenants"))
+        .await
+        .expect("signed in, on the tenant list");
+}
+
+async fn text_of(c: &Client, css: &str) -> String {
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Wait until `css`'s text contains `needle` (htmx swaps asynchronously).
+async fn wait_text(c: &Client, css: &str, needle: &str) -> String {
+    for _ in 0..100 {
+        if let Ok(e) = c.find(Locator::Css(css)).await
+            && let Ok(t) = e.text().await
+            && t.contains(needle)
+        {
+            return t;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{css} never contained {needle:?}: {}",
+        c.source().await.unwrap_or_default()
+    );
+}
+
+async fn resolution(w: &World, key: &str) -> Option<reckon_ledger::Resolution> {
+    let e = w
+        .ledger
+        .get_effect(w.a.id, "shop", key)
+        .await
+        .unwrap()
+        .unwrap()
+        .effect;
+    w.ledger
+        .reconcile_view(w.a.id, e.id)
+        .await
+        .unwrap()
+        .resolution
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_works_in_a_real_browser_with_javascript() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = serve().await;
+    let driver = start_driver().await;
+    let c = browser(&driver, true).await;
+    let base = &s.base;
+
+    sign_in(&c, base, "alice@acme.test").await;
+    shot(&c, "tenants").await;
+    c.find(Locator::Css("#tenants a[href='/t/acme']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let overview = text_of(&c, "main").await;
+    assert!(overview.contains("Unresolved now"), "{overview}");
+    assert!(
+        c.find(Locator::Css("#chart svg path")).await.is_ok(),
+        "the chart has its lines"
+    );
+    // 30 days: the chart alone is swapped in.
+    c.find(Locator::Css("#chart a[href$='days=30']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "#chart", "Last 30 days").await;
+    shot(&c, "overview").await;
+
+    // The queue: oldest first, with ages in words.
+    c.goto(&format!("{base}/t/acme/queue")).await.unwrap();
+    let first = text_of(&c, "#queue-rows tbody tr:first-child").await;
+    assert!(
+        first.contains("charge:v1:ORD-1") && first.contains("3 h"),
+        "{first}"
+    );
+    assert!(text_of(&c, "#queue-rows").await.contains("20 min"));
+    shot(&c, "queue").await;
+    // Filter by operation: htmx swaps the rows and pushes the URL; no page load.
+    c.execute("window.__sameDocument = 'yes'; return null;", vec![])
+        .await
+        .unwrap();
+    c.find(Locator::Css("input[name=operation]"))
+        .await
+        .unwrap()
+        .send_keys("refund")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.filters button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        let t = text_of(&c, "#queue-rows").await;
+        if !t.contains("charge:v1:ORD-1") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let rows = text_of(&c, "#queue-rows").await;
+    assert!(
+        rows.contains("refund:v1:ORD-4") && !rows.contains("charge:v1:ORD-1"),
+        "{rows}"
+    );
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .contains("operation=refund")
+    );
+    let same = c
+        .execute("return window.__sameDocument || 'reloaded';", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!("yes"), "the filter swapped the rows in place");
+
+    // An effect's timeline.
+    c.goto(&format!("{base}/t/acme/queue")).await.unwrap();
+    c.wait()
+        .for_element(Locator::Css("tr[data-key='charge:v1:ORD-1'] a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let timeline = text_of(&c, "#timeline").await;
+    assert!(timeline.contains("first_seen"), "{timeline}");
+
+    // Resolve by hand: without a note the browser does not even send it.
+    c.execute("window.__sameDocument = 'yes'; return null;", vec![])
+        .await
+        .unwrap();
+    c.find(Locator::Css("#resolve-form input[value=not_applied]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Css("#resolve-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        resolution(&s.w, "charge:v1:ORD-1").await.is_none(),
+        "no note, no resolution"
+    );
+    let invalid = c
+        .execute(
+            "return document.querySelector('#note').validity.valueMissing;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(invalid, json!(true), "the note is marked as missing");
+    c.find(Locator::Css("#note"))
+        .await
+        .unwrap()
+        .send_keys("Refunded in the provider's dashboard")
+        .await
+        .unwrap();
+    shot(&c, "effect").await;
+    c.find(Locator::Css("#resolve-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let resolved = wait_text(&c, "#resolution", "Resolved as").await;
+    assert!(
+        resolved.contains("not_applied") && resolved.contains("alice@acme.test"),
+        "{resolved}"
+    );
+    assert!(
+        text_of(&c, "#timeline")
+            .await
+            .contains("resolved as not_applied by alice@acme.test")
+    );
+    let same = c
+        .execute("return window.__sameDocument || 'reloaded';", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        same,
+        json!("yes"),
+        "the timeline updated without a page load"
+    );
+    let r = resolution(&s.w, "charge:v1:ORD-1").await.expect("stored");
+    assert_eq!(
+        r.note.as_deref(),
+        Some("Refunded in the provider's dashboard")
+    );
+    shot(&c, "effect-resolved").await;
+
+    // Support lookup by order id.
+    c.goto(&format!("{base}/t/acme/lookup")).await.unwrap();
+    c.find(Locator::Css("input[name=q]"))
+        .await
+        .unwrap()
+        .send_keys("ORD-3")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form[role=search] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let verdict = wait_text(&c, "#verdict", "done once").await;
+    assert!(verdict.contains("charge:v1:ORD-3"), "{verdict}");
+    shot(&c, "lookup").await;
+
+    // Another tenant's pages do not exist for alice.
+    c.goto(&format!("{base}/t/globex/queue")).await.unwrap();
+    assert!(text_of(&c, "h1").await.contains("404"));
+
+    c.goto(&format!("{base}/t/acme/settings")).await.unwrap();
+    shot(&c, "settings").await;
+
+    // No CSP violation (or any other error) on any page visited.
+    let log = console(&c).await;
+    assert!(
+        !log.iter()
+            .any(|m| m.contains("Content Security Policy") || m.contains("Refused to")),
+        "CSP violations: {log:#?}"
+    );
+
+    // A viewer: the queue, but no action; the effect page is not theirs to open.
+    c.goto(&format!("{base}/t/acme")).await.unwrap();
+    c.find(Locator::Css("header form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("input[name=email]"))
+        .await
+        .unwrap();
+    sign_in(&c, base, "vic@acme.test").await;
+    c.goto(&format!("{base}/t/acme/queue")).await.unwrap();
+    assert!(text_of(&c, "#queue-rows").await.contains("charge:v1:ORD-2"));
+    assert!(c.find(Locator::Css("#resolve-form")).await.is_err());
+    c.goto(&format!("{base}/t/acme/effects/shop/charge%3Av1%3AORD-2"))
+        .await
+        .unwrap();
+    assert!(text_of(&c, "h1").await.contains("403"));
+    assert!(c.find(Locator::Css("#resolve-form")).await.is_err());
+
+    c.close().await.unwrap();
+    s.w.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_works_with_javascript_turned_off() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = serve().await;
+    let driver = start_driver().await;
+    let c = browser(&driver, false).await;
+    let base = &s.base;
+    sign_in(&c, base, "alice@acme.test").await;
+    c.goto(&format!("{base}/t/acme/queue")).await.unwrap();
+    // WebDriver's own script may be refused too; if it runs, it finds no htmx.
+    if let Ok(htmx) = c.execute("return typeof window.htmx;", vec![]).await {
+        assert_eq!(
+            htmx,
+            json!("undefined"),
+            "JavaScript is off: htmx did not run"
+        );
+    }
+    // The filter is a plain GET form: a whole page comes back.
+    c.find(Locator::Css("input[name=operation]"))
+        .await
+        .unwrap()
+        .send_keys("refund")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form.filters button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let rows = wait_text(&c, "#queue-rows", "refund:v1:ORD-4").await;
+    assert!(!rows.contains("charge:v1:ORD-1"), "{rows}");
+    // Resolve by hand with a plain form post (303 back to the effect).
+    c.goto(&format!("{base}/t/acme/effects/shop/charge%3Av1%3AORD-2"))
+        .await
+        .unwrap();
+    c.find(Locator::Css("#resolve-form input[value=applied]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.find(Locator::Css("#note"))
+        .await
+        .unwrap()
+        .send_keys("Charge ch_2 found by hand")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#resolve-form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let resolved = wait_text(&c, "#resolution", "Resolved as").await;
+    assert!(resolved.contains("applied"), "{resolved}");
+    assert_eq!(
+        resolution(&s.w, "charge:v1:ORD-2").await.unwrap().author,
+        "alice@acme.test"
+    );
+    // Lookup as a plain GET form.
+    c.goto(&format!("{base}/t/acme/lookup")).await.unwrap();
+    c.find(Locator::Css("input[name=q]"))
+        .await
+        .unwrap()
+        .send_keys("ORD-3")
+        .await
+        .unwrap();
+    c.find(Locator::Css("form[role=search] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "#verdict", "done once").await;
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .ends_with("/lookup?q=ORD-3")
+    );
+    c.close().await.unwrap();
+    s.w.finish().await;
+}

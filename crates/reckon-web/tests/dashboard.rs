@@ -1,0 +1,672 @@
+//! The dashboard through the whole router (issue 7): every page and partial with its role
+//! checks, escaping of tenant data, the actions (resolve by hand with a required note), the
+//! tenant in the path, static files and bad input. These are also the "works without
+//! JavaScript" tests: each request is what a browser without JavaScript sends (links, GET
+//! forms, POST forms), and each answer is a whole page. The browser tests are in
+//! `browser.rs`.
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{Backend, Reply, Req, World, form, same_origin, send, session, user};
+use reckon_ledger::Role;
+use serde_json::json;
+
+const SRC: &str = "shop";
+const EVIL: &str = "charge:v1:<script>alert(1)</script>";
+
+/// Tenant A (acme) gets a push source with unresolved effects, one done charge, and one
+/// effect whose key is hostile markup.
+async fn seed(w: &World) {
+    let r = send(
+        &w.app,
+        Method::POST,
+        "/api/v1/sources",
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: json!({"name": SRC, "kind": "push"}).to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let now = reckon_domain::time::now();
+    let rec = |key: &str, state: &str, age: f64| {
+        json!({
+            "key": key, "state": state, "request_hash": "1:abc",
+            "response": if state == "succeeded" { json!({"id": "ch_1"}) } else { json!(null) },
+            "attempts": 1, "created_at": now - age - 1.0, "updated_at": now - age,
+        })
+    };
+    let records = json!([
+        rec("charge:v1:ORD-1", "unknown", 7200.0),
+        rec("charge:v1:ORD-2", "unknown", 60.0),
+        rec("charge:v1:ORD-3", "succeeded", 600.0),
+        rec(EVIL, "unknown", 30.0),
+    ]);
+    let r = send(
+        &w.app,
+        Method::POST,
+        &format!("/api/v1/effects?source={SRC}"),
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: records.to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+async fn get(w: &World, cookie: &str, uri: &str) -> Reply {
+    send(
+        &w.app,
+        Method::GET,
+        uri,
+        Req {
+            cookie: Some(cookie),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+async fn get_htmx(w: &World, cookie: &str, uri: &str) -> Reply {
+    send(
+        &w.app,
+        Method::GET,
+        uri,
+        Req {
+            cookie: Some(cookie),
+            headers: vec![("hx-request", "true".into())],
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+async fn post(w: &World, cookie: &str, uri: &str, pairs: &[(&str, &str)], htmx: bool) -> Reply {
+    let mut headers = same_origin();
+    if htmx {
+        headers.push(("hx-request", "true".into()));
+    }
+    send(
+        &w.app,
+        Method::POST,
+        uri,
+        Req {
+            cookie: Some(cookie),
+            headers,
+            content_type: Some("application/x-www-form-urlencoded"),
+            body: form(pairs),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+fn effect_path(key: &str) -> String {
+    format!(
+        "{SRC}/{}",
+        url::form_urlencoded::byte_serialize(key.as_bytes()).collect::<String>()
+    )
+}
+
+async fn resolution(w: &World, key: &str) -> Option<reckon_ledger::Resolution> {
+    let e = w
+        .ledger
+        .get_effect(w.a.id, SRC, key)
+        .await
+        .unwrap()
+        .unwrap()
+        .effect;
+    w.ledger
+        .reconcile_view(w.a.id, e.id)
+        .await
+        .unwrap()
+        .resolution
+}
+
+/// No inline script, no inline style: what the CSP would refuse is never sent.
+fn assert_csp_clean(html: &str) {
+    for chunk in html.split("<script").skip(1) {
+        let tag = chunk.split('>').next().unwrap_or_default();
+        assert!(tag.contains("src="), "an inline script: <script{tag}>");
+    }
+    assert!(!html.contains("<style"), "an inline <style>");
+    assert!(!html.contains(" style="), "an inline style attribute");
+    assert!(!html.contains(" onclick="), "an inline event handler");
+}
+
+#[tokio::test]
+async fn every_page_renders_with_real_effects_for_an_admin() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+
+    let r = get(&w, &cookie, "/t/acme").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.contains("data-kind=\"unknown\""), "{}", r.text);
+    assert!(r.text.contains("oldest for"), "{}", r.text);
+    assert!(r.text.contains("<svg"), "the chart is inline SVG");
+    assert!(r.text.contains(">shop</td>"), "the source's health row");
+    assert_eq!(r.headers["vary"], "HX-Request");
+    assert_eq!(r.headers["cache-control"], "no-store");
+    assert!(r.headers.contains_key("content-security-policy"));
+    assert_csp_clean(&r.text);
+
+    let r = get(&w, &cookie, "/t/acme/queue").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let one = r.text.find("charge:v1:ORD-1").expect("ORD-1 is queued");
+    let two = r.text.find("charge:v1:ORD-2").expect("ORD-2 is queued");
+    assert!(one < two, "oldest first");
+    assert!(
+        !r.text.contains("charge:v1:ORD-3"),
+        "a done charge is not queued"
+    );
+    assert!(r.text.contains("2 h"), "ORD-1's age in words: {}", r.text);
+    assert_csp_clean(&r.text);
+
+    let r = get(&w, &cookie, "/t/acme/lookup?q=ORD-3").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text.contains("charge: done once (charge:v1:ORD-3"),
+        "{}",
+        r.text
+    );
+
+    let r = get(
+        &w,
+        &cookie,
+        &format!("/t/acme/effects/{}", effect_path("charge:v1:ORD-1")),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text.contains("first_seen"),
+        "the timeline has the history: {}",
+        r.text
+    );
+    assert!(
+        r.text.contains("id=\"resolve-form\""),
+        "an admin may resolve"
+    );
+    assert_csp_clean(&r.text);
+
+    let r = get(&w, &cookie, "/t/acme/settings").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.contains("API tokens"));
+
+    let r = get(&w, &cookie, "/app").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.contains("href=\"/t/acme\""), "{}", r.text);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn htmx_requests_get_the_fragment_and_history_restores_the_page() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+    for (uri, id) in [
+        ("/t/acme/queue?kind=unknown", "id=\"queue-rows\""),
+        ("/t/acme/lookup?q=ORD-1", "id=\"result\""),
+        ("/t/acme?days=30", "id=\"chart\""),
+    ] {
+        let r = get_htmx(&w, &cookie, uri).await;
+        assert_eq!(r.status, StatusCode::OK, "{uri}: {}", r.text);
+        assert!(
+            r.text.trim_start().starts_with("<div"),
+            "{uri}: a fragment: {}",
+            r.text
+        );
+        assert!(r.text.contains(id), "{uri}: {}", r.text);
+        assert!(!r.text.contains("<html"), "{uri}");
+        assert_eq!(r.headers["vary"], "HX-Request", "{uri}");
+        let full = send(
+            &w.app,
+            Method::GET,
+            uri,
+            Req {
+                cookie: Some(&cookie),
+                headers: vec![
+                    ("hx-request", "true".into()),
+                    ("hx-history-restore-request", "true".into()),
+                ],
+                ..Default::default()
+            },
+        )
+        .await;
+        assert!(
+            full.text.contains("<html"),
+            "{uri}: a history restore gets the page"
+        );
+    }
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_key_holding_markup_comes_out_escaped_on_every_page() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+    for uri in [
+        "/t/acme/queue".to_owned(),
+        format!(
+            "/t/acme/lookup?q={}",
+            url::form_urlencoded::byte_serialize(EVIL.as_bytes()).collect::<String>()
+        ),
+        format!("/t/acme/effects/{}", effect_path(EVIL)),
+    ] {
+        let r = get(&w, &cookie, &uri).await;
+        assert_eq!(r.status, StatusCode::OK, "{uri}: {}", r.text);
+        assert!(
+            !r.text.contains("<script>alert"),
+            "{uri} carries the markup raw"
+        );
+        assert!(
+            r.text.contains("&#60;script&#62;alert(1)&#60;/script&#62;")
+                || r.text.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{uri}: {}",
+            r.text
+        );
+    }
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_resolution_by_hand_needs_a_note_and_records_who_and_why() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let (cookie, csrf) = session(&w.app, "sam@acme.test").await;
+    let uri = format!("/t/acme/resolve/{}", effect_path("charge:v1:ORD-1"));
+
+    let r = post(
+        &w,
+        &cookie,
+        &uri,
+        &[("csrf", &csrf), ("outcome", "applied"), ("note", "  ")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("A note is required"), "{}", r.text);
+    let r = post(
+        &w,
+        &cookie,
+        &uri,
+        &[("csrf", &csrf), ("outcome", "maybe"), ("note", "x")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let r = post(
+        &w,
+        &cookie,
+        &uri,
+        &[("csrf", "wrong"), ("outcome", "applied"), ("note", "x")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    // A cross-site form post (another origin) is refused before the handler.
+    let r = send(
+        &w.app,
+        Method::POST,
+        &uri,
+        Req {
+            cookie: Some(&cookie),
+            headers: vec![
+                ("origin", "https://evil.test".into()),
+                ("sec-fetch-site", "cross-site".into()),
+            ],
+            content_type: Some("application/x-www-form-urlencoded"),
+            body: form(&[("csrf", &csrf), ("outcome", "applied"), ("note", "x")]),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    assert!(
+        resolution(&w, "charge:v1:ORD-1").await.is_none(),
+        "nothing was resolved"
+    );
+
+    // Without JavaScript: Post/Redirect/Get back to the effect.
+    let r = post(
+        &w,
+        &cookie,
+        &uri,
+        &[
+            ("csrf", &csrf),
+            ("outcome", "not_applied"),
+            ("note", "refunded <b>by hand</b>"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(
+        r.location(),
+        Some(format!("/t/acme/effects/{}", "shop/charge%3Av1%3AORD-1").as_str())
+    );
+    let res = resolution(&w, "charge:v1:ORD-1").await.expect("resolved");
+    assert_eq!(res.author, "sam@acme.test");
+    assert_eq!(res.outcome, "not_applied");
+    assert_eq!(res.note.as_deref(), Some("refunded <b>by hand</b>"));
+    let page = get(&w, &cookie, r.location().unwrap()).await;
+    assert!(
+        page.text
+            .contains("Resolved as <strong>not_applied</strong> by sam@acme.test"),
+        "{}",
+        page.text
+    );
+    assert!(
+        page.text.contains("refunded &#60;b&#62;by hand")
+            || page.text.contains("refunded &lt;b&gt;by hand"),
+        "{}",
+        page.text
+    );
+    assert!(
+        !page.text.contains("id=\"resolve-form\""),
+        "no second resolution offered"
+    );
+    let queue = get(&w, &cookie, "/t/acme/queue").await;
+    assert!(
+        !queue.text.contains("charge:v1:ORD-1"),
+        "a resolved effect leaves the queue"
+    );
+
+    // With htmx: the live part of the page comes back, with the new timeline entry.
+    let uri2 = format!("/t/acme/resolve/{}", effect_path("charge:v1:ORD-2"));
+    let r = post(
+        &w,
+        &cookie,
+        &uri2,
+        &[
+            ("csrf", &csrf),
+            ("outcome", "applied"),
+            ("note", "in the provider"),
+        ],
+        true,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text.trim_start().starts_with("<div id=\"effect-live\""),
+        "{}",
+        r.text
+    );
+    assert!(
+        r.text.contains("resolved as applied by sam@acme.test"),
+        "{}",
+        r.text
+    );
+    // Twice: refused, the first stands.
+    let r = post(
+        &w,
+        &cookie,
+        &uri2,
+        &[
+            ("csrf", &csrf),
+            ("outcome", "not_applied"),
+            ("note", "again"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert_eq!(
+        resolution(&w, "charge:v1:ORD-2").await.unwrap().outcome,
+        "applied"
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_viewer_sees_the_queue_but_no_action_and_its_posts_are_refused() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    user(w.ledger.as_ref(), "vic@acme.test", &w.a, Role::Viewer).await;
+    let (cookie, csrf) = session(&w.app, "vic@acme.test").await;
+    let r = get(&w, &cookie, "/t/acme/queue").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.contains("charge:v1:ORD-1"));
+    assert!(
+        !r.text.contains("/resolve/"),
+        "no resolve action for a viewer"
+    );
+    assert!(
+        !r.text.contains("/settings\""),
+        "no settings link for a viewer"
+    );
+    for uri in [
+        format!("/t/acme/effects/{}", effect_path("charge:v1:ORD-1")),
+        "/t/acme/lookup?q=ORD-1".to_owned(),
+        "/t/acme/settings".to_owned(),
+    ] {
+        let r = get(&w, &cookie, &uri).await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{uri}: {}", r.text);
+    }
+    for action in ["resolve", "reconcile"] {
+        let uri = format!("/t/acme/{action}/{}", effect_path("charge:v1:ORD-1"));
+        let r = post(
+            &w,
+            &cookie,
+            &uri,
+            &[("csrf", &csrf), ("outcome", "applied"), ("note", "x")],
+            false,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{uri}: {}", r.text);
+    }
+    assert!(resolution(&w, "charge:v1:ORD-1").await.is_none());
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn another_tenants_effect_is_not_found_by_path_or_by_name() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, csrf) = session(&w.app, "bob@globex.test").await;
+    let tail = effect_path("charge:v1:ORD-1");
+    for uri in [
+        format!("/t/acme/effects/{tail}"),
+        format!("/t/globex/effects/{tail}"),
+        "/t/acme".to_owned(),
+        "/t/nonesuch/queue".to_owned(),
+    ] {
+        let r = get(&w, &cookie, &uri).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri}: {}", r.text);
+        assert!(!r.text.contains("ORD-1"), "{uri}");
+    }
+    let r = post(
+        &w,
+        &cookie,
+        &format!("/t/globex/resolve/{tail}"),
+        &[("csrf", &csrf), ("outcome", "applied"), ("note", "x")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert!(resolution(&w, "charge:v1:ORD-1").await.is_none());
+    let r = get(&w, &cookie, "/t/globex/queue").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(!r.text.contains("ORD-"), "B's queue holds nothing of A");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_person_in_two_tenants_switches_by_path_with_the_role_of_each() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let carol = user(w.ledger.as_ref(), "carol@acme.test", &w.a, Role::Support).await;
+    w.ledger
+        .set_membership(w.b.id, carol, Role::Viewer)
+        .await
+        .unwrap();
+    let r = common::sign_in(
+        &w.app,
+        "carol@acme.test",
+        common::PASSWORD,
+        &[("tenant", "acme")],
+    )
+    .await;
+    let cookie = r.session_cookie().unwrap();
+    let home = get(&w, &cookie, "/app").await;
+    assert!(
+        home.text.contains("href=\"/t/acme\"") && home.text.contains("href=\"/t/globex\""),
+        "{}",
+        home.text
+    );
+    assert_eq!(
+        get(&w, &cookie, "/t/acme/lookup?q=ORD-1").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        get(&w, &cookie, "/t/globex/queue").await.status,
+        StatusCode::OK
+    );
+    // A viewer in globex: no lookup there.
+    assert_eq!(
+        get(&w, &cookie, "/t/globex/lookup?q=ORD-1").await.status,
+        StatusCode::FORBIDDEN
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_400() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+    let long = format!("/t/acme/lookup?q={}", "x".repeat(600));
+    for (uri, says) in [
+        ("/t/acme/queue?kind=bogus", "kind must be"),
+        ("/t/acme/queue?outcome=maybe", "outcome must be"),
+        ("/t/acme/queue?after=yesterday", "after must be"),
+        ("/t/acme?days=5", "days must be 7 or 30"),
+        (long.as_str(), "too long"),
+    ] {
+        let r = get(&w, &cookie, uri).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.text);
+        assert!(r.text.contains(says), "{uri}: {}", r.text);
+    }
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn the_queue_filters_and_pages_without_javascript() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+    let r = get(&w, &cookie, "/t/acme/queue?source=shop&kind=abandoned").await;
+    assert!(
+        r.text
+            .contains("No unresolved effects match these filters."),
+        "{}",
+        r.text
+    );
+    let r = get(
+        &w,
+        &cookie,
+        "/t/acme/queue?source=&operation=charge&kind=&provider=&outcome=",
+    )
+    .await;
+    assert!(
+        r.text.contains("charge:v1:ORD-1"),
+        "empty fields filter nothing: {}",
+        r.text
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn the_chart_draws_the_hourly_snapshots() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let now = reckon_domain::time::now();
+    for h in 0..5 {
+        w.ledger
+            .take_snapshot(w.a.id, now - f64::from(h) * 3600.0)
+            .await
+            .unwrap();
+    }
+    let taken = reckon_engine::snapshot::snapshot_all(w.ledger.as_ref(), now)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 2, "one per tenant");
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+    let r = get(&w, &cookie, "/t/acme?days=7").await;
+    assert!(r.text.contains("<path d=\"M"), "{}", r.text);
+    assert!(r.text.contains("now 3 unresolved"), "{}", r.text);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn static_files_are_embedded_typed_and_cached_for_good() {
+    let w = World::new(Backend::Sqlite).await;
+    let r = send(
+        &w.app,
+        Method::GET,
+        "/static/htmx-2.0.11.min.js",
+        Req::default(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["content-type"], "text/javascript; charset=utf-8");
+    assert_eq!(
+        r.headers["cache-control"],
+        "public, max-age=31536000, immutable"
+    );
+    assert!(r.text.starts_with("var htmx="));
+    let css = reckon_web::dash::assets::css_href();
+    let r = send(&w.app, Method::GET, &css, Req::default()).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["content-type"], "text/css; charset=utf-8");
+    let r = send(&w.app, Method::GET, "/static/../Cargo.toml", Req::default()).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let r = send(&w.app, Method::GET, "/static/reckon.css", Req::default()).await;
+    assert_eq!(
+        r.status,
+        StatusCode::NOT_FOUND,
+        "only the fingerprinted name is served"
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn the_pages_read_the_postgresql_ledger_too() {
+    let w = World::new(Backend::Postgres).await;
+    seed(&w).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    for uri in [
+        "/t/acme",
+        "/t/acme/queue",
+        "/t/acme/lookup?q=ORD-1",
+        "/t/acme/settings",
+    ] {
+        let r = get(&w, &cookie, uri).await;
+        assert_eq!(r.status, StatusCode::OK, "{uri}: {}", r.text);
+    }
+    let uri = format!("/t/acme/resolve/{}", effect_path("charge:v1:ORD-1"));
+    let r = post(
+        &w,
+        &cookie,
+        &uri,
+        &[("csrf", &csrf), ("outcome", "applied"), ("note", "seen")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert!(
+        !get(&w, &cookie, "/t/acme/queue")
+            .await
+            .text
+            .contains("charge:v1:ORD-1")
+    );
+    w.finish().await;
+}
