@@ -255,15 +255,24 @@ async fn sign_in(c: &Client, base: &str, email: &str) {
         .expect("signed in, on the tenant list");
 }
 
+/// The text of the first element matching `css`. htmx may swap the element out between
+/// the find and the read (a stale element reference): find it again rather than fail.
 async fn text_of(c: &Client, css: &str) -> String {
-    c.wait()
-        .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("{css}: {e}"))
-        .text()
-        .await
-        .unwrap()
+    let mut last = None;
+    for _ in 0..50 {
+        let e = c
+            .wait()
+            .at_most(Duration::from_secs(10))
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap_or_else(|e| panic!("{css}: {e}"));
+        match e.text().await {
+            Ok(t) => return t,
+            Err(err) => last = Some(err),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{css}: its text could not be read: {last:?}")
 }
 
 /// Wait until `css`'s text contains `needle` (htmx swaps asynchronously).
@@ -439,11 +448,12 @@ async fn the_dashboard_works_in_a_real_browser_with_javascript() {
         resolved.contains("not_applied") && resolved.contains("alice@acme.test"),
         "{resolved}"
     );
-    assert!(
-        text_of(&c, "#timeline")
-            .await
-            .contains("resolved as not_applied by alice@acme.test")
-    );
+    wait_text(
+        &c,
+        "#timeline",
+        "resolved as not_applied by alice@acme.test",
+    )
+    .await;
     let same = c
         .execute("return window.__sameDocument || 'reloaded';", vec![])
         .await
