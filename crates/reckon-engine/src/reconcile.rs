@@ -174,36 +174,93 @@ pub async fn reconcile_one(
 /// Unlike a loop of [`reconcile_next`], whose every step waits for its slowest lookup
 /// before it claims again, this keeps `concurrency` lookups in flight across batches: the
 /// next batch is claimed (with `options.batch` effects) as soon as the last effect of the
-/// current one has been handed to a lookup, while the others are still answering. Routes and
+/// current one has been handed to a lookup, while the others are still answering (their
+/// answers wait in the socket buffers for the claim's few milliseconds). Routes and
 /// providers are read once per call.
 pub async fn reconcile_all(
     ctx: &ReconcileCtx,
     tenant: &Tenant,
 ) -> Result<Vec<EffectOutcome>, ReconcileError> {
-    use futures::{TryStreamExt, stream};
+    reconcile_until(ctx, tenant, || false).await
+}
+
+/// [`reconcile_all`], claiming no more once `stop()` answers true (a shutdown): the
+/// effects already claimed (at most one batch) are looked up and recorded, nothing new is
+/// claimed, so a stopping replica leaves no lease behind.
+///
+/// A hand-written loop over `FuturesUnordered` rather than a stream of claims: rustc cannot
+/// prove the stream's closure futures `Send` for every lifetime (rust-lang/rust#102211), and
+/// `reckon serve` spawns this.
+pub async fn reconcile_until<F: Fn() -> bool>(
+    ctx: &ReconcileCtx,
+    tenant: &Tenant,
+    stop: F,
+) -> Result<Vec<EffectOutcome>, ReconcileError> {
     let o = &ctx.options;
     let routing = Routing::load(ctx, tenant).await?;
-    let claims = stream::try_unfold((), |()| async move {
-        let batch = ctx
-            .ledger
-            .claim_due(
-                tenant.id,
-                &o.owner,
-                reckon_domain::time::now(),
-                o.lease_secs,
-                o.batch,
-            )
-            .await?;
-        Ok::<_, ReconcileError>(
-            (!batch.is_empty()).then(|| (stream::iter(batch.into_iter().map(Ok)), ())),
-        )
-    })
-    .try_flatten();
-    claims
-        .map_ok(|c| process(ctx, tenant, &routing, c))
-        .try_buffer_unordered(o.concurrency.max(1))
-        .try_collect()
-        .await
+    let concurrency = o.concurrency.max(1);
+    let mut claimed = std::collections::VecDeque::new();
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    let mut more = true;
+    let mut outcomes = Vec::new();
+    // The first error ends the claiming, not the lookups in flight: their answers are
+    // recorded first (dropping them would leave the provider asked and nothing written,
+    // and whoever claims the effects next asks again).
+    let mut failed: Option<ReconcileError> = None;
+    loop {
+        while in_flight.len() < concurrency {
+            if claimed.is_empty() && more {
+                if stop() || failed.is_some() {
+                    more = false;
+                } else {
+                    match ctx
+                        .ledger
+                        .claim_due(
+                            tenant.id,
+                            &o.owner,
+                            reckon_domain::time::now(),
+                            o.lease_secs,
+                            o.batch,
+                        )
+                        .await
+                    {
+                        Ok(batch) => {
+                            more = !batch.is_empty();
+                            claimed.extend(batch);
+                        }
+                        Err(e) => {
+                            more = false;
+                            failed = Some(e.into());
+                        }
+                    }
+                }
+            }
+            let Some(c) = claimed.pop_front() else { break };
+            // A claim that waited in line (a slow ledger, a starved process) may be close
+            // to its lease's end: another replica can take it then and ask the provider a
+            // second time. Leave it to expire instead of starting a lookup on borrowed time.
+            if c.lease_until - reckon_domain::time::now() < o.lease_secs / 2.0 {
+                tracing::debug!(
+                    effect = c.effect.id,
+                    "claim too old to start; left to expire"
+                );
+                continue;
+            }
+            in_flight.push(process(ctx, tenant, &routing, c));
+        }
+        match in_flight.next().await {
+            Some(Ok(r)) => outcomes.push(r),
+            Some(Err(e)) => {
+                failed.get_or_insert(e);
+            }
+            None => {
+                return match failed {
+                    Some(e) => Err(e),
+                    None => Ok(outcomes),
+                };
+            }
+        }
+    }
 }
 
 /// A built adapter, or why it could not be built (bad settings, missing secret): an effect

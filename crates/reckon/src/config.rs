@@ -46,6 +46,10 @@ pub struct Settings {
     /// requests, so load balancers stop sending first.
     #[serde(default = "default_drain")]
     pub shutdown_drain_secs: f64,
+    /// How often each replica looks for tenants whose nightly audit is due (the day is
+    /// claimed through the ledger, so any number of replicas run it once).
+    #[serde(default = "default_audit_check")]
+    pub audit_check_secs: f64,
 }
 
 fn yes() -> bool {
@@ -59,6 +63,9 @@ fn default_lease() -> f64 {
 }
 fn default_drain() -> f64 {
     2.0
+}
+fn default_audit_check() -> f64 {
+    60.0
 }
 
 impl std::fmt::Debug for Settings {
@@ -79,6 +86,7 @@ impl std::fmt::Debug for Settings {
             .field("reconcile_concurrency", &self.reconcile_concurrency)
             .field("reconcile_lease_secs", &self.reconcile_lease_secs)
             .field("shutdown_drain_secs", &self.shutdown_drain_secs)
+            .field("audit_check_secs", &self.audit_check_secs)
             .finish()
     }
 }
@@ -99,6 +107,7 @@ impl Default for Settings {
             reconcile_concurrency: default_concurrency(),
             reconcile_lease_secs: default_lease(),
             shutdown_drain_secs: default_drain(),
+            audit_check_secs: default_audit_check(),
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::config::Settings;
 use anyhow::Context;
 use reckon_domain::time;
-use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, Step, reconcile_next};
+use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, reconcile_until};
 use reckon_engine::writeback::{WritebackCtx, WritebackStep, writeback_next};
 use reckon_engine::{ScanOptions, scan_source};
 use reckon_ledger::{Ledger, Source, Tenant};
@@ -19,8 +19,6 @@ use tokio_util::task::TaskTracker;
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(600);
 /// How often the scheduler looks for sources whose interval has passed.
 const TICK: Duration = Duration::from_secs(2);
-/// How often the scheduler looks for tenants whose nightly audit is due (issue 6).
-const AUDIT_TICK: Duration = Duration::from_secs(60);
 
 pub async fn run(
     settings: Settings,
@@ -72,6 +70,7 @@ pub async fn run_with(
         owner.clone(),
         metrics.instance.clone(),
         egress.clone(),
+        Duration::from_secs_f64(settings.audit_check_secs.max(0.1)),
     )
     .await?;
     // ---- reconciliation (issue 4) ----
@@ -185,6 +184,7 @@ async fn start_scheduler(
     owner: Arc<String>,
     metrics: reckon_web::metrics::Metrics,
     egress: Arc<reckon_sources::EgressPolicy>,
+    audit_every: Duration,
 ) -> anyhow::Result<JobScheduler> {
     let sched = JobScheduler::new().await?;
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
@@ -201,7 +201,7 @@ async fn start_scheduler(
         ctx.egress = egress.clone();
         let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stop = stop.clone();
-        let audit_job = Job::new_repeated_async(AUDIT_TICK, move |_id, _l| {
+        let audit_job = Job::new_repeated_async(audit_every, move |_id, _l| {
             let ctx = ctx.clone();
             let busy = busy.clone();
             let stop = stop.clone();
@@ -291,9 +291,9 @@ async fn start_scheduler(
     Ok(sched)
 }
 
-/// The reconciler: every tick, each tenant without a running loop gets one, which takes
-/// steps (`reconcile_next`: claim due effects with a lease, look up, classify, record,
-/// release) until nothing is due. Replicas share the work through the claims (PostgreSQL
+/// The reconciler: every tick, each tenant without a running loop gets one, which claims
+/// due effects with a lease, looks them up, classifies, records and releases
+/// (`reconcile_until`) until nothing is due. Replicas share the work through the claims (PostgreSQL
 /// `FOR UPDATE SKIP LOCKED`): no effect is looked up by two at once, and a replica that dies
 /// loses its claims when their leases expire.
 async fn start_reconciler(
@@ -328,24 +328,33 @@ async fn start_reconciler(
                 let last_writeback = last_writeback.clone();
                 tasks.spawn(async move {
                     let id = tenant.id.get();
-                    let mut resolved_any = false;
-                    while !stop.is_cancelled() {
-                        match reconcile_next(&ctx, &tenant).await {
-                            Ok(Step::Done(outcomes)) => {
-                                let resolved = outcomes.iter().filter(|o| o.resolved).count();
-                                resolved_any |= resolved > 0;
+                    // One pipelined run: `concurrency` lookups stay in flight across
+                    // batches (a loop of `reconcile_next` waits for each batch's slowest
+                    // lookup); on shutdown it claims nothing more and finishes what it holds.
+                    let resolved_any = match reconcile_until(&ctx, &tenant, || stop.is_cancelled()).await {
+                        Ok(outcomes) => {
+                            let resolved = outcomes.iter().filter(|o| o.resolved).count();
+                            let lost = outcomes.iter().filter(|o| o.outcome == "lease_lost").count();
+                            if lost > 0 {
+                                // Answers that came after the claim's lease ran out: another
+                                // replica may have asked the provider too (nothing recorded
+                                // twice). Many of them mean the lease is too short for this
+                                // ledger's latency.
+                                tracing::warn!(tenant = %tenant.slug, lost, "lookups answered after their lease ran out");
+                            }
+                            if !outcomes.is_empty() {
                                 tracing::info!(
                                     tenant = %tenant.slug, looked_up = outcomes.len(), resolved,
-                                    "reconcile step"
+                                    "reconcile run"
                                 );
                             }
-                            Ok(Step::Empty) => break,
-                            Err(e) => {
-                                tracing::error!(tenant = %tenant.slug, error = %e, "reconcile step failed");
-                                break;
-                            }
+                            resolved > 0
                         }
-                    }
+                        Err(e) => {
+                            tracing::error!(tenant = %tenant.slug, error = %e, "reconcile run failed");
+                            false
+                        }
+                    };
                     // ---- write-back (issue 4 item 7): resolutions of opted-in sources go
                     // back to their rows, after new resolutions or at least every minute
                     // (pending intents of a crashed run are settled then). One replica at a

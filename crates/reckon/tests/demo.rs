@@ -1,7 +1,8 @@
 //! `reckon demo` as a newcomer runs it: nothing configured, a fresh data directory. Within
 //! seconds it serves unresolved effects, resolved ones with the provider's evidence (one
 //! charged, one charged twice, one never charged), and `/metrics` with the ledger's gauges
-//! and the reconciler's outcome counters.
+//! and the reconciler's outcome counters; and its dashboard, signed in with the password it
+//! prints, shows them on its pages.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -36,6 +37,49 @@ async fn get(url: &str, token: &str) -> (u16, String) {
         .await
         .unwrap_or_else(|e| panic!("GET {url}: {e:?}"));
     (r.status, String::from_utf8(r.body).unwrap())
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// Sign in through the form as a browser would (same origin), and return the session
+/// cookie.
+async fn sign_in(base: &str, email: &str, password: &str) -> String {
+    let r = client()
+        .post(format!("{base}/signin"))
+        .header("origin", base)
+        .header("sec-fetch-site", "same-origin")
+        .form(&[("email", email), ("password", password)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "sign-in: {:?}", r.text().await);
+    r.headers()
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|c| c.starts_with("__Host-reckon_session="))
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_owned()
+}
+
+/// A dashboard page's HTML (200, or the test fails with the page).
+async fn page(base: &str, cookie: &str, path: &str) -> String {
+    let r = client()
+        .get(format!("{base}{path}"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert_eq!(status, 200, "{path}: {body}");
+    body
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -162,6 +206,30 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
         metrics.contains(r#"outcome="duplicate""#),
         "the duplicate verdict is not counted"
     );
+    // The dashboard, as the banner tells a newcomer: sign in with the printed password and
+    // read the pages.
+    let password = after(&banner, "(admin@demo.invalid / ").trim_end_matches(')');
+    let cookie = sign_in(&base, "admin@demo.invalid", password).await;
+    let page = |path: &'static str| {
+        let (base, cookie) = (base.clone(), cookie.clone());
+        async move { page(&base, &cookie, path).await }
+    };
+    let overview = page("/t/demo").await;
+    assert!(
+        overview.contains("Unresolved now") && overview.contains("class=\"card\" data-kind="),
+        "no unresolved effects on the overview: {overview}"
+    );
+    let queue = page("/t/demo/queue").await;
+    // The refunds routed to the provider that is down stay unresolved, with their ages.
+    assert!(queue.contains("refund:v1:"), "{queue}");
+    let effect = page("/t/demo/effects/shop/charge:v1:ORD-1101").await;
+    assert!(
+        effect.contains("duplicate") && effect.contains("demo_ch_"),
+        "the duplicate's verdict and evidence are not on its page: {effect}"
+    );
+    let lookup = page("/t/demo/lookup?q=ORD-1017").await;
+    assert!(lookup.contains("charge:v1:ORD-1017"), "{lookup}");
+
     assert!(
         ready_after < Duration::from_secs(30),
         "the demo took {ready_after:?} to be ready"

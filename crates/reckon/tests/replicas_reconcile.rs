@@ -5,7 +5,9 @@
 //!   effect resolved exactly once, the others finish its work once its leases expire, and
 //!   the provider saw at most one extra lookup per effect the dead replica held;
 //! - a replica paused with SIGSTOP past its leases and resumed with SIGCONT writes nothing:
-//!   every effect has exactly one attempt and one resolution.
+//!   every effect has exactly one attempt and one resolution;
+//! - the nightly audit, due on three replicas that each look five times a second, is run
+//!   and stored once.
 
 use reckon_domain::{SourceRecord, State};
 use reckon_ledger::{IngestBatch, Keyring, Ledger, NewProvider, NewSource, Origin, SourceKind};
@@ -146,8 +148,14 @@ async fn seed(
 }
 
 fn replica(db: &PgDb, data: &std::path::Path, lease_secs: &str) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_reckon"))
-        .arg("--data-dir")
+    replica_cmd(db, data, lease_secs)
+        .spawn()
+        .expect("start reckon serve")
+}
+
+fn replica_cmd(db: &PgDb, data: &std::path::Path, lease_secs: &str) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reckon"));
+    c.arg("--data-dir")
         .arg(data)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .env("RECKON_LOG", "warn")
@@ -156,9 +164,19 @@ fn replica(db: &PgDb, data: &std::path::Path, lease_secs: &str) -> Child {
         .env("RECKON_EGRESS_ALLOW", r#"["127.0.0.1/32"]"#)
         .env("RECKON_RECONCILE_LEASE_SECS", lease_secs)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start reckon serve")
+        .stderr(std::fs::File::create(data.with_extension("log")).expect("replica log"));
+    c
+}
+
+/// The warnings the replicas logged under `dir` (for a failure's message).
+fn replica_logs(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "log") {
+            out.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+        }
+    }
+    out
 }
 
 async fn scalar(pool: &sqlx::PgPool, sql: &'static str) -> i64 {
@@ -265,7 +283,8 @@ async fn three_replicas_resolve_every_effect_once_and_finish_a_killed_ones_work(
     let lookups = demo.lookups();
     assert!(
         lookups >= N as u64 && lookups <= N as u64 + BATCH,
-        "{lookups} lookups for {N} effects"
+        "{lookups} lookups for {N} effects; the replicas said:\n{}",
+        replica_logs(dir.path())
     );
     drop(pool);
 }
@@ -345,5 +364,70 @@ async fn a_replica_paused_past_its_leases_writes_nothing_when_it_resumes() {
     // (A's lookups were in flight, not answered, when it stopped: the provider answers
     // after its delay.)
     let _ = lookups_at_pause;
+    drop(pool);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_nightly_audit_scheduled_on_three_replicas_runs_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = fresh_pg_database();
+    let (ledger, demo) = seed(&db, dir.path(), 20, Duration::from_millis(1)).await;
+    // Yesterday (UTC): one charge the ledger knows nothing of, so the run has a finding.
+    let yesterday = reckon_audit::DayWindow::yesterday(reckon_domain::time::now(), "UTC").unwrap();
+    demo.charge(
+        "charge:v1:NOBODY",
+        2500,
+        "eur",
+        yesterday.start + 12.0 * 3600.0,
+    );
+    let t = ledger.tenant_by_slug("acme").await.unwrap();
+    ledger
+        .set_audit_settings(
+            t.id,
+            &reckon_ledger::AuditSettings {
+                time_zone: "UTC".into(),
+                // Due from midnight: every check of every replica finds yesterday due
+                // until one of them has stored it.
+                audit_time: "00:00".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+
+    let mut replicas = Killed(
+        (0..3)
+            .map(|i| {
+                let mut c = replica_cmd(&db, &dir.path().join(format!("a{i}")), "5");
+                c.env("RECKON_AUDIT_CHECK_SECS", "0.2");
+                c.spawn().expect("start reckon serve")
+            })
+            .collect(),
+    );
+    wait_for(
+        &pool,
+        "SELECT COUNT(*) FROM audit_run WHERE triggered_by = 'schedule'",
+        1,
+        120,
+        "the nightly audit",
+    )
+    .await;
+    // Each replica looks five times a second: give them many more chances to run it again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for c in &mut replicas.0 {
+        assert!(c.try_wait().unwrap().is_none(), "a replica died");
+    }
+    drop(replicas);
+
+    let runs: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT day, status, findings FROM audit_run WHERE triggered_by = 'schedule'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].0, yesterday.date);
+    assert_eq!(runs[0].1, "complete", "{runs:?}");
+    assert!(runs[0].2.contains("orphan"), "{}", runs[0].2);
     drop(pool);
 }

@@ -1,6 +1,13 @@
 //! Reconciliation storage on PostgreSQL. Several replicas claim concurrently: the candidate
-//! read locks its effect rows `FOR UPDATE SKIP LOCKED`, so workers skip each other's rows
-//! instead of queueing, and the lease upsert is conditional on the lease being free.
+//! read locks its effect rows `FOR NO KEY UPDATE SKIP LOCKED`, so workers skip each other's
+//! rows instead of queueing, and the lease upsert is conditional on the lease being free.
+//!
+//! `NO KEY UPDATE`, not `UPDATE`: recording an attempt or a resolution inserts rows whose
+//! foreign key takes `KEY SHARE` on the effect row, which `FOR UPDATE` blocks. A claim that
+//! locked an effect whose lease had just expired, then waited for its state row, deadlocked
+//! with the recording transaction of the replica that held the lease (seen with three
+//! replicas on a loaded machine; the aborted run dropped its lookups in flight, and the
+//! provider was asked twice).
 
 use super::PgLedger;
 use crate::model::TenantId;
@@ -187,7 +194,7 @@ impl PgLedger {
     /// Take (or create) the effect's lease. The conditions are checked again on the
     /// state row as it is when locked, not as the caller's earlier read saw it: between
     /// a claim's SELECT and this upsert another worker may have recorded a resolution and
-    /// released its lease (PostgreSQL: the SELECT's `FOR UPDATE OF e` does not wait for
+    /// released its lease (PostgreSQL: the SELECT's `FOR NO KEY UPDATE OF e` does not wait for
     /// that), and a resolved or not-yet-due effect must not be leased again.
     async fn lease(
         tx: &mut Conn,
@@ -256,7 +263,7 @@ impl PgLedger {
              WHERE e.tenant_id = $1 AND {OPEN_EFFECT} \
              AND (r.effect_id IS NULL OR (r.next_attempt_at <= $2 \
                   AND (r.lease_until IS NULL OR r.lease_until <= $2))) \
-             ORDER BY COALESCE(r.next_attempt_at, 0), e.id LIMIT $3 FOR UPDATE OF e SKIP LOCKED"
+             ORDER BY COALESCE(r.next_attempt_at, 0), e.id LIMIT $3 FOR NO KEY UPDATE OF e SKIP LOCKED"
         )))
         .bind(tenant.0)
         .bind(now)
