@@ -113,6 +113,9 @@ pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/t/{tenant}/queue", Session(P::Read)),
     r("GET", "/t/{tenant}/lookup", Session(P::Lookup)),
     r("GET", "/t/{tenant}/settings", Session(P::ManageSources)),
+    // The day's audit (finance and admin); its CSV is an export.
+    r("GET", "/t/{tenant}/audit", Session(P::Audit)),
+    r("GET", "/t/{tenant}/audit/{id}/csv", Session(P::Export)),
     r(
         "GET",
         "/t/{tenant}/effects/{source}/{*key}",

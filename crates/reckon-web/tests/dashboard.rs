@@ -670,3 +670,222 @@ async fn the_pages_read_the_postgresql_ledger_too() {
     );
     w.finish().await;
 }
+
+// ---- the audit page (issue 7, item 5) ----
+
+/// Yesterday's date in UTC (the tenants' default zone).
+fn yesterday() -> String {
+    reckon_audit::DayWindow::yesterday(reckon_domain::time::now(), "UTC")
+        .unwrap()
+        .date
+}
+
+/// A complete run of `day` for tenant A: a duplicate in dollars (refunded nothing), an
+/// orphan in euros, and the day's totals.
+async fn record_run(w: &World, day: &str) -> i64 {
+    let start = reckon_audit::DayWindow::new(day, "UTC").unwrap().start;
+    let run = reckon_ledger::NewAuditRun {
+        day: day.into(),
+        time_zone: "UTC".into(),
+        window_start: start,
+        window_end: start + 86400.0,
+        provider: "*".into(),
+        triggered_by: "schedule".into(),
+        status: "complete".into(),
+        reason: None,
+        started_at: start + 90000.0,
+        finished_at: start + 90001.0,
+        counts: json!({"findings": {"duplicate": 1, "orphan": 1}, "effects_in_day": 3,
+                       "charges_in_day": 4}),
+        findings: json!([
+            {"kind": "orphan", "summary": "charge ch_orphan matches no effect",
+             "effects": [], "amount": 1999, "currency": "eur", "refunded": false,
+             "charges": [{"id": "ch_orphan", "amount": 1999, "currency": "eur",
+                          "status": "succeeded", "amount_refunded": 0, "customer": null,
+                          "created": start + 3600.0}],
+             "suggestions": []},
+            {"kind": "duplicate", "summary": "charge:v1:ORD-7 was charged 2 times",
+             "effects": [{"source": SRC, "key": "charge:v1:ORD-7", "operation": "charge",
+                          "subject": "ORD-7", "state": "succeeded", "attempts": 2,
+                          "created_at": start + 7200.0}],
+             "amount": 2000, "currency": "usd", "refunded": false,
+             "charges": [
+                {"id": "ch_first", "amount": 2000, "currency": "usd", "status": "succeeded",
+                 "amount_refunded": 0, "customer": null, "created": start + 7201.0},
+                {"id": "ch_again", "amount": 2000, "currency": "usd", "status": "succeeded",
+                 "amount_refunded": 0, "customer": null, "created": start + 7260.0}],
+             "suggestions": []}
+        ]),
+        totals: json!([
+            {"currency": "eur", "charged": 1999, "refunded": 0, "net": 1999, "matched": 0,
+             "unmatched": 1999},
+            {"currency": "usd", "charged": 6000, "refunded": 0, "net": 6000, "matched": 6000,
+             "unmatched": 0}
+        ]),
+        evidence: json!({"pages": []}),
+    };
+    w.ledger
+        .record_audit_run(w.a.id, run, None)
+        .await
+        .unwrap()
+        .id
+}
+
+#[tokio::test]
+async fn the_audit_page_shows_yesterdays_findings_by_kind_with_amounts_and_totals() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let day = yesterday();
+    let id = record_run(&w, &day).await;
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (cookie, _) = session(&w.app, "fin@acme.test").await;
+
+    // Yesterday by default.
+    let r = get(&w, &cookie, "/t/acme/audit").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.headers["vary"], "HX-Request");
+    assert_csp_clean(&r.text);
+    assert!(r.text.contains(&format!("value=\"{day}\"")), "{}", r.text);
+    assert!(r.text.contains("(yesterday)"), "{}", r.text);
+    assert!(
+        r.text.contains("href=\"/t/acme/audit\""),
+        "the nav links it"
+    );
+    // Grouped by kind, duplicates before orphans whatever order the run stored them in.
+    let dup = r
+        .text
+        .find("data-kind=\"duplicate\"")
+        .expect("a duplicate group");
+    let orphan = r
+        .text
+        .find("data-kind=\"orphan\"")
+        .expect("an orphan group");
+    assert!(dup < orphan);
+    assert!(r.text.contains("Duplicate charges"), "{}", r.text);
+    assert!(r.text.contains("$20.00 at stake"), "{}", r.text);
+    assert!(r.text.contains("€19.99 at stake"), "{}", r.text);
+    assert!(r.text.contains("ch_again"));
+    assert!(
+        r.text
+            .contains("href=\"/t/acme/effects/shop/charge%3Av1%3AORD-7\""),
+        "the effect links to its page: {}",
+        r.text
+    );
+    // Totals per currency, from minor units.
+    let totals = r.text.split("id=\"audit-totals\"").nth(1).expect("totals");
+    assert!(
+        totals.contains("<td>USD</td><td class=\"num\">$60.00</td>"),
+        "{totals}"
+    );
+    assert!(
+        totals.contains("<td>EUR</td><td class=\"num\">€19.99</td>"),
+        "{totals}"
+    );
+    // The history, with the chain verified.
+    assert!(
+        r.text
+            .contains("1 runs in the chain, every digest verified."),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("<span class=\"badge ok\">verified</span>"));
+    let csv_href = format!("/t/acme/audit/{id}/csv");
+    assert!(
+        r.text.contains(&format!("href=\"{csv_href}\"")),
+        "{}",
+        r.text
+    );
+
+    // The CSV: the engine's, with one row per finding, and the export is in the audit log.
+    let r = get(&w, &cookie, &csv_href).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
+    assert!(
+        r.headers["content-disposition"]
+            .to_str()
+            .unwrap()
+            .contains(&format!("reckon-audit-acme-{day}-{id}.csv"))
+    );
+    let mut rd = csv::Reader::from_reader(r.text.as_bytes());
+    let kinds: Vec<String> = rd.records().map(|x| x.unwrap()[4].to_owned()).collect();
+    assert_eq!(kinds, vec!["orphan", "duplicate"]);
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    let export = log.iter().find(|a| a.action == "export").expect("logged");
+    assert_eq!(export.actor, "user:fin@acme.test");
+    assert_eq!(
+        export.target.as_deref(),
+        Some(format!("audit:{id}").as_str())
+    );
+
+    // htmx: the report alone; another day without a run says so.
+    let r = get_htmx(&w, &cookie, "/t/acme/audit?day=2020-02-29").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text.trim_start().starts_with("<div id=\"audit-report\""),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("No audit of 2020-02-29 yet"), "{}", r.text);
+    assert_eq!(r.headers["vary"], "HX-Request");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn only_finance_and_admin_see_the_audit_and_another_tenants_run_is_not_found() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let day = yesterday();
+    let id = record_run(&w, &day).await;
+    let csv = format!("/t/acme/audit/{id}/csv");
+    for (email, role) in [
+        ("sam@acme.test", Role::Support),
+        ("vic@acme.test", Role::Viewer),
+    ] {
+        user(w.ledger.as_ref(), email, &w.a, role).await;
+        let (cookie, _) = session(&w.app, email).await;
+        for uri in ["/t/acme/audit", csv.as_str()] {
+            let r = get(&w, &cookie, uri).await;
+            assert_eq!(r.status, StatusCode::FORBIDDEN, "{email} {uri}: {}", r.text);
+            assert!(!r.text.contains("ch_orphan"));
+        }
+        let home = get(&w, &cookie, "/t/acme/queue").await;
+        assert!(!home.text.contains("/audit\""), "no audit link for {email}");
+    }
+    let (admin, _) = session(&w.app, "alice@acme.test").await;
+    assert_eq!(
+        get(&w, &admin, "/t/acme/audit").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(get(&w, &admin, &csv).await.status, StatusCode::OK);
+    // Bob (admin of globex) names acme's run under his own tenant: not found.
+    let (bob, _) = session(&w.app, "bob@globex.test").await;
+    for uri in [
+        format!("/t/globex/audit/{id}/csv"),
+        format!("/t/globex/audit?day={day}&run={id}"),
+        format!("/t/acme/audit/{id}/csv"),
+    ] {
+        let r = get(&w, &bob, &uri).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri}: {}", r.text);
+        assert!(!r.text.contains("ch_orphan"), "{uri}");
+    }
+    let r = get(&w, &bob, "/t/globex/audit").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text.contains("No audit of"), "{}", r.text);
+    assert!(!r.text.contains("ch_orphan"));
+    // Bad input.
+    for (uri, says) in [
+        ("/t/acme/audit?day=28/11/2026", "YYYY-MM-DD"),
+        ("/t/acme/audit?day=2026-02-30", "YYYY-MM-DD"),
+        ("/t/acme/audit?run=abc", "run must be"),
+    ] {
+        let r = get(&w, &admin, uri).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.text);
+        assert!(r.text.contains(says), "{uri}: {}", r.text);
+    }
+    w.finish().await;
+}

@@ -271,6 +271,16 @@ fn request_for(
             ("/t/acme/lookup?q=acanary-ORD-1".into(), None, String::new())
         }
         ("GET", "/t/{tenant}/settings") => ("/t/acme/settings".into(), None, String::new()),
+        ("GET", "/t/{tenant}/audit") => (
+            format!("/t/acme/audit?day=2023-11-14&run={}", fx.a_audit_id),
+            None,
+            String::new(),
+        ),
+        ("GET", "/t/{tenant}/audit/{id}/csv") => (
+            format!("/t/acme/audit/{}/csv", fx.a_audit_id),
+            None,
+            String::new(),
+        ),
         ("GET", "/t/{tenant}/effects/{source}/{*key}") => (
             format!("/t/acme/effects/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1"),
             None,

@@ -15,6 +15,7 @@
 //!   page, never one per row.
 
 pub mod assets;
+pub mod audit;
 pub mod chart;
 pub mod fmt;
 pub mod pages;
@@ -114,6 +115,8 @@ pub fn router() -> Router<AppState> {
         .route("/t/{tenant}/queue", get(pages::queue))
         .route("/t/{tenant}/lookup", get(pages::lookup))
         .route("/t/{tenant}/settings", get(pages::settings))
+        .route("/t/{tenant}/audit", get(audit::audit_page))
+        .route("/t/{tenant}/audit/{id}/csv", get(audit::audit_csv))
         .route("/t/{tenant}/effects/{source}/{*key}", get(pages::effect))
         .route("/t/{tenant}/resolve/{source}/{*key}", post(pages::resolve))
         .route(

@@ -39,6 +39,7 @@ pub struct Chrome {
     pub js: String,
     pub page: &'static str,
     pub can_lookup: bool,
+    pub can_audit: bool,
     pub can_settings: bool,
 }
 
@@ -54,6 +55,7 @@ impl Chrome {
             js: assets::htmx_href(),
             page,
             can_lookup: allows(s.role, Permission::Lookup),
+            can_audit: allows(s.role, Permission::Audit),
             can_settings: allows(s.role, Permission::ManageSources),
         }
     }
