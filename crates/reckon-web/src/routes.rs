@@ -111,6 +111,12 @@ pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/static/{name}", Public),
     r("GET", "/t/{tenant}", Session(P::Read)),
     r("GET", "/t/{tenant}/queue", Session(P::Read)),
+    // Bulk re-lookup of a provider's indeterminate effects (as POST /api/v1/reconcile/requeue).
+    r(
+        "POST",
+        "/t/{tenant}/queue/requeue",
+        Session(P::ResolveManually),
+    ),
     r("GET", "/t/{tenant}/lookup", Session(P::Lookup)),
     r("GET", "/t/{tenant}/settings", Session(P::ManageSources)),
     // The day's audit (finance and admin); its CSV is an export.

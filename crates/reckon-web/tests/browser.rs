@@ -629,6 +629,19 @@ async fn the_dashboard_works_in_a_real_browser_with_javascript() {
         "the download is in the audit log: {log:?}"
     );
 
+    // Support looks up the duplicate's second charge by its provider id.
+    c.goto(&format!("{base}/t/acme/lookup?q=demo_ch_2"))
+        .await
+        .unwrap();
+    let verdict = text_of(&c, "#verdict").await;
+    assert!(
+        verdict.contains("charge:v1:ORD-7: charged twice: demo_ch_1, $20.00")
+            && verdict.contains("demo_ch_2, $20.00"),
+        "{verdict}"
+    );
+    assert!(text_of(&c, "#charges").await.contains("pay-demo"));
+    shot(&c, "lookup-charge").await;
+
     // Another tenant's pages do not exist for alice.
     c.goto(&format!("{base}/t/globex/queue")).await.unwrap();
     assert!(text_of(&c, "h1").await.contains("404"));

@@ -889,3 +889,222 @@ async fn only_finance_and_admin_see_the_audit_and_another_tenants_run_is_not_fou
     }
     w.finish().await;
 }
+
+// ---- support lookup by provider object id, times in the tenant's zone (issue 7, item 4) ----
+
+#[tokio::test]
+async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once_in_local_time() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    w.ledger
+        .set_audit_settings(
+            w.a.id,
+            &reckon_ledger::AuditSettings {
+                time_zone: "Europe/Paris".into(),
+                audit_time: "06:00".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let pay = w
+        .ledger
+        .add_provider(
+            w.a.id,
+            reckon_ledger::NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: json!({"base_url": "http://127.0.0.1:9/"}),
+            },
+        )
+        .await
+        .unwrap();
+    // 2026-11-28 13:02 UTC is 14:02 in Paris.
+    let at = 1_795_870_920.0;
+    let charge = |id: &str, key: Option<&str>, amount: i64| reckon_ledger::StoredCharge {
+        provider_id: pay.id,
+        charge_id: id.into(),
+        payment_intent: None,
+        amount,
+        currency: "usd".into(),
+        status: "succeeded".into(),
+        amount_captured: amount,
+        amount_refunded: 0,
+        refunds: json!([]),
+        metadata: json!({}),
+        idempotency_key: key.map(str::to_owned),
+        customer: None,
+        created: at,
+        raw: json!({"id": id}),
+        imported_at: at + 86400.0,
+    };
+    w.ledger
+        .store_provider_charges(
+            w.a.id,
+            &[
+                charge("ch_1", Some("charge:v1:ORD-3"), 2000),
+                charge("ch_stray", None, 999),
+            ],
+        )
+        .await
+        .unwrap();
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let (cookie, _) = session(&w.app, "sam@acme.test").await;
+
+    let said = "charge:v1:ORD-3: charged once, ch_1, $20.00, 28 Nov 2026 14:02 CET.";
+    for q in ["ch_1", "ORD-3"] {
+        let r = get(&w, &cookie, &format!("/t/acme/lookup?q={q}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{q}: {}", r.text);
+        assert!(r.text.contains(said), "{q}: {}", r.text);
+        assert!(
+            r.text
+                .contains("href=\"/t/acme/effects/shop/charge%3Av1%3AORD-3\""),
+            "{q}: the effect is listed: {}",
+            r.text
+        );
+        assert!(
+            r.text.contains(
+                "<time datetime=\"2026-11-28T13:02:00Z\" title=\"28 Nov 2026 13:02 UTC\">28 Nov 2026 14:02 CET</time>"
+            ),
+            "{q}: local time, UTC on hover: {}",
+            r.text
+        );
+    }
+    let r = get(&w, &cookie, "/t/acme/lookup?q=ch_stray").await;
+    assert!(
+        r.text.contains(
+            "ch_stray at pay: ch_stray, $9.99, 28 Nov 2026 14:02 CET, and no effect names it."
+        ),
+        "{}",
+        r.text
+    );
+    // Every other page writes times in the tenant's zone too.
+    let r = get(&w, &cookie, "/t/acme/queue").await;
+    assert!(
+        r.text.contains(" CET") || r.text.contains(" CEST"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains(" UTC)\""), "UTC on hover: {}", r.text);
+    // Another tenant's charge id finds nothing.
+    let (bob, _) = session(&w.app, "bob@globex.test").await;
+    let r = get(&w, &bob, "/t/globex/lookup?q=ch_1").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text.contains("Nothing found"), "{}", r.text);
+    assert!(!r.text.contains("ORD-3") && !r.text.contains("$20.00"));
+    w.finish().await;
+}
+
+// ---- the queue's bulk re-lookup (issue 7, item 2) ----
+
+#[tokio::test]
+async fn finance_looks_up_a_providers_indeterminate_effects_again_from_the_queue() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    w.ledger
+        .add_provider(
+            w.a.id,
+            reckon_ledger::NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                // Loopback: the default egress policy refuses it, so every lookup is
+                // indeterminate (a fault is never an answer).
+                settings: json!({"base_url": "http://127.0.0.1:9/"}),
+            },
+        )
+        .await
+        .unwrap();
+    w.ledger
+        .set_route(w.a.id, SRC, "charge", Some("pay"))
+        .await
+        .unwrap();
+    let (admin, admin_csrf) = session(&w.app, "alice@acme.test").await;
+    let r = post(
+        &w,
+        &admin,
+        &format!("/t/acme/reconcile/{}", effect_path("charge:v1:ORD-1")),
+        &[("csrf", &admin_csrf)],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let queue = get(
+        &w,
+        &admin,
+        "/t/acme/queue?provider=pay&outcome=indeterminate",
+    )
+    .await;
+    assert!(queue.text.contains("charge:v1:ORD-1"), "{}", queue.text);
+    assert!(queue.text.contains("id=\"requeue-form\""), "{}", queue.text);
+    assert!(
+        !get(&w, &admin, "/t/acme/queue")
+            .await
+            .text
+            .contains("id=\"requeue-form\""),
+        "no bulk action without a provider filter"
+    );
+
+    // Support may not; finance may.
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let (sam, sam_csrf) = session(&w.app, "sam@acme.test").await;
+    assert!(
+        !get(&w, &sam, "/t/acme/queue?provider=pay")
+            .await
+            .text
+            .contains("id=\"requeue-form\"")
+    );
+    let r = post(
+        &w,
+        &sam,
+        "/t/acme/queue/requeue",
+        &[("csrf", &sam_csrf), ("provider", "pay")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (fin, fin_csrf) = session(&w.app, "fin@acme.test").await;
+    for (pairs, status) in [
+        (
+            vec![("csrf", "wrong"), ("provider", "pay")],
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("csrf", fin_csrf.as_str()), ("provider", "")],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            vec![("csrf", fin_csrf.as_str()), ("provider", "nope")],
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let r = post(&w, &fin, "/t/acme/queue/requeue", &pairs, false).await;
+        assert_eq!(r.status, status, "{pairs:?}: {}", r.text);
+    }
+    let r = post(
+        &w,
+        &fin,
+        "/t/acme/queue/requeue",
+        &[("csrf", &fin_csrf), ("provider", "pay")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location(), Some("/t/acme/queue?provider=pay&requeued=1"));
+    let page = get(&w, &fin, r.location().unwrap()).await;
+    assert!(
+        page.text
+            .contains("1 indeterminate effect(s) at pay are due for a new lookup now."),
+        "{}",
+        page.text
+    );
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    let done = log
+        .iter()
+        .find(|a| a.action == "reconcile.requeue")
+        .expect("logged");
+    assert_eq!(done.actor, "user:fin@acme.test");
+    assert_eq!(done.detail["requeued"], 1);
+    w.finish().await;
+}

@@ -271,6 +271,11 @@ fn request_for(
             ("/t/acme/lookup?q=acanary-ORD-1".into(), None, String::new())
         }
         ("GET", "/t/{tenant}/settings") => ("/t/acme/settings".into(), None, String::new()),
+        ("POST", "/t/{tenant}/queue/requeue") => (
+            "/t/acme/queue/requeue".into(),
+            form_ct,
+            form(&[("csrf", csrf), ("provider", A_PROVIDER)]),
+        ),
         ("GET", "/t/{tenant}/audit") => (
             format!("/t/acme/audit?day=2023-11-14&run={}", fx.a_audit_id),
             None,

@@ -42,6 +42,10 @@ pub fn when_opt(t: Option<f64>) -> Option<When> {
     t.map(when)
 }
 
+pub fn when_opt_in(t: Option<f64>, tz: &TimeZone) -> Option<When> {
+    t.map(|t| when_in(t, tz))
+}
+
 /// The tenant's zone by name (its audit settings); an unknown name (which the settings
 /// refuse to store) falls back to UTC rather than failing a page.
 pub fn zone(name: &str) -> TimeZone {

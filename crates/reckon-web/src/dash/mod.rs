@@ -113,6 +113,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/t/{tenant}", get(pages::overview))
         .route("/t/{tenant}/queue", get(pages::queue))
+        .route("/t/{tenant}/queue/requeue", post(pages::requeue))
         .route("/t/{tenant}/lookup", get(pages::lookup))
         .route("/t/{tenant}/settings", get(pages::settings))
         .route("/t/{tenant}/audit", get(audit::audit_page))

@@ -515,6 +515,17 @@ impl reckon_ledger::Audits for CountingLedger {
             .provider_charges(tenant, provider_id, from, to)
             .await
     }
+    async fn charges_by_ids_or_keys(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        ids: &[String],
+        keys: &[String],
+        limit: i64,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::StoredCharge>> {
+        self.inner
+            .charges_by_ids_or_keys(tenant, ids, keys, limit)
+            .await
+    }
     async fn effects_created_between(
         &self,
         tenant: reckon_ledger::TenantId,
