@@ -119,6 +119,27 @@ pub const ROUTES: &[RouteSpec] = &[
     ),
     r("GET", "/t/{tenant}/lookup", Session(P::Lookup)),
     r("GET", "/t/{tenant}/settings", Session(P::ManageSources)),
+    // Settings forms (admins): tokens, providers, routing.
+    r(
+        "POST",
+        "/t/{tenant}/settings/tokens",
+        Session(P::ManageTokens),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/tokens/{id}/revoke",
+        Session(P::ManageTokens),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/providers",
+        Session(P::ManageProviders),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/routes",
+        Session(P::ManageProviders),
+    ),
     // The day's audit (finance and admin); its CSV is an export.
     r("GET", "/t/{tenant}/audit", Session(P::Audit)),
     r("GET", "/t/{tenant}/audit/{id}/csv", Session(P::Export)),

@@ -1108,3 +1108,203 @@ async fn finance_looks_up_a_providers_indeterminate_effects_again_from_the_queue
     assert_eq!(done.detail["requeued"], 1);
     w.finish().await;
 }
+
+// ---- settings forms (issue 7, item 6) ----
+
+#[tokio::test]
+async fn an_admin_makes_a_token_seen_once_revokes_it_adds_a_provider_with_a_hidden_secret_and_routes()
+ {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+
+    // A token: shown in this answer only, usable, then revoked.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/tokens",
+        &[("csrf", &csrf), ("role", "finance"), ("label", "books")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_csp_clean(&r.text);
+    let token = r
+        .text
+        .split("<code id=\"new-token\">")
+        .nth(1)
+        .and_then(|t| t.split('<').next())
+        .expect("the new token is shown")
+        .to_owned();
+    assert!(token.starts_with("rkn_"), "{token}");
+    let api = |t: String| {
+        let app = w.app.clone();
+        async move {
+            send(
+                &app,
+                Method::GET,
+                "/api/v1/audits",
+                Req {
+                    token: Some(&t),
+                    ..Default::default()
+                },
+            )
+            .await
+            .status
+        }
+    };
+    assert_eq!(api(token.clone()).await, StatusCode::OK, "a finance token");
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(!page.text.contains(&token), "never shown again");
+    assert!(page.text.contains("books"));
+    let id = w
+        .ledger
+        .list_tokens(w.a.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.label == "books")
+        .unwrap()
+        .id;
+    let r = post(
+        &w,
+        &cookie,
+        &format!("/t/acme/settings/tokens/{id}/revoke"),
+        &[("csrf", &csrf)],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(api(token.clone()).await, StatusCode::UNAUTHORIZED);
+    // Bob cannot revoke acme's tokens through his own tenant.
+    let (bob, bob_csrf) = session(&w.app, "bob@globex.test").await;
+    let admin_token_id = w.ledger.list_tokens(w.a.id).await.unwrap()[0].id;
+    let r = post(
+        &w,
+        &bob,
+        &format!("/t/globex/settings/tokens/{admin_token_id}/revoke"),
+        &[("csrf", &bob_csrf)],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+
+    // A provider: refused with the reason (loopback is outside the egress policy), the
+    // secret never echoed; then added, its secret masked.
+    let secret = "rk_test_zzsecretzz";
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/providers",
+        &[
+            ("csrf", &csrf),
+            ("name", "loop"),
+            ("kind", "demo"),
+            ("secret", secret),
+            ("settings", "{\"base_url\": \"http://127.0.0.1:9/\"}"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("egress policy"), "{}", r.text);
+    assert!(!r.text.contains(secret), "the secret came back");
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/providers",
+        &[
+            ("csrf", &csrf),
+            ("name", "stripe-test"),
+            ("kind", "stripe"),
+            ("secret", secret),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(page.text.contains("stripe-test"));
+    assert!(page.text.contains("(set, write-only)"));
+    assert!(!page.text.contains(secret), "the secret is never rendered");
+
+    // Routing.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/routes",
+        &[
+            ("csrf", &csrf),
+            ("source", SRC),
+            ("operation", "charge"),
+            ("provider", "nope"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/routes",
+        &[
+            ("csrf", &csrf),
+            ("source", SRC),
+            ("operation", "charge"),
+            ("provider", "stripe-test"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let routes = w.ledger.list_routes(w.a.id).await.unwrap();
+    assert_eq!(routes[0].provider.as_deref(), Some("stripe-test"));
+
+    // The audit log shows it all, on the settings page.
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    let log = page
+        .text
+        .split("id=\"audit-log\"")
+        .nth(1)
+        .expect("the audit log");
+    for action in ["token.create", "token.revoke", "provider.add", "route.set"] {
+        assert!(log.contains(action), "{action}: {log}");
+    }
+    assert!(log.contains("user:alice@acme.test"));
+
+    // Finance may not touch settings.
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (fin, fin_csrf) = session(&w.app, "fin@acme.test").await;
+    for uri in [
+        "/t/acme/settings/tokens",
+        "/t/acme/settings/providers",
+        "/t/acme/settings/routes",
+    ] {
+        let r = post(
+            &w,
+            &fin,
+            uri,
+            &[
+                ("csrf", &fin_csrf),
+                ("role", "viewer"),
+                ("label", "x"),
+                ("name", "x"),
+                ("kind", "demo"),
+            ],
+            false,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{uri}: {}", r.text);
+    }
+    // And a wrong CSRF token is refused even for an admin.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/tokens",
+        &[("csrf", "nope"), ("role", "viewer"), ("label", "x")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    w.finish().await;
+}

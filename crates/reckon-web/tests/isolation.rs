@@ -271,6 +271,36 @@ fn request_for(
             ("/t/acme/lookup?q=acanary-ORD-1".into(), None, String::new())
         }
         ("GET", "/t/{tenant}/settings") => ("/t/acme/settings".into(), None, String::new()),
+        ("POST", "/t/{tenant}/settings/tokens") => (
+            "/t/acme/settings/tokens".into(),
+            form_ct,
+            form(&[("csrf", csrf), ("role", "admin"), ("label", "b was here")]),
+        ),
+        ("POST", "/t/{tenant}/settings/tokens/{id}/revoke") => (
+            format!("/t/acme/settings/tokens/{}/revoke", fx.a_token_id),
+            form_ct,
+            form(&[("csrf", csrf)]),
+        ),
+        ("POST", "/t/{tenant}/settings/providers") => (
+            "/t/acme/settings/providers".into(),
+            form_ct,
+            form(&[
+                ("csrf", csrf),
+                ("name", "b-pay"),
+                ("kind", "stripe"),
+                ("secret", "rk_test_b"),
+            ]),
+        ),
+        ("POST", "/t/{tenant}/settings/routes") => (
+            "/t/acme/settings/routes".into(),
+            form_ct,
+            form(&[
+                ("csrf", csrf),
+                ("source", A_SOURCE),
+                ("operation", "refund"),
+                ("provider", A_PROVIDER),
+            ]),
+        ),
         ("POST", "/t/{tenant}/queue/requeue") => (
             "/t/acme/queue/requeue".into(),
             form_ct,

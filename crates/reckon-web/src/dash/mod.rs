@@ -19,6 +19,7 @@ pub mod audit;
 pub mod chart;
 pub mod fmt;
 pub mod pages;
+pub mod settings;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -116,6 +117,16 @@ pub fn router() -> Router<AppState> {
         .route("/t/{tenant}/queue/requeue", post(pages::requeue))
         .route("/t/{tenant}/lookup", get(pages::lookup))
         .route("/t/{tenant}/settings", get(pages::settings))
+        .route("/t/{tenant}/settings/tokens", post(settings::create_token))
+        .route(
+            "/t/{tenant}/settings/tokens/{id}/revoke",
+            post(settings::revoke_token),
+        )
+        .route(
+            "/t/{tenant}/settings/providers",
+            post(settings::add_provider),
+        )
+        .route("/t/{tenant}/settings/routes", post(settings::set_route))
         .route("/t/{tenant}/audit", get(audit::audit_page))
         .route("/t/{tenant}/audit/{id}/csv", get(audit::audit_csv))
         .route("/t/{tenant}/effects/{source}/{*key}", get(pages::effect))

@@ -832,7 +832,7 @@ pub struct ResolveForm {
     note: String,
 }
 
-fn csrf_ok(s: &WebSession, token: &str) -> bool {
+pub(crate) fn csrf_ok(s: &WebSession, token: &str) -> bool {
     crate::web::same_token(token, &s.csrf_token)
 }
 
@@ -1323,6 +1323,21 @@ pub struct SettingsPage {
     pub providers: Vec<ProviderView>,
     pub routes: Vec<(String, String, String)>,
     pub tokens: Vec<TokenView>,
+    pub actions: Vec<ActionView>,
+    pub flash: SettingsFlash,
+}
+
+/// What the last settings form did: a message, an error, or a new token (shown in this
+/// one answer and nowhere else, ever).
+#[derive(Default)]
+pub struct SettingsFlash {
+    pub message: Option<String>,
+    pub error: Option<String>,
+    pub new_token: Option<String>,
+    /// The provider form's fields back after an error (never its secret).
+    pub provider_name: String,
+    pub provider_kind: String,
+    pub provider_settings: String,
 }
 
 pub struct SettingsSource {
@@ -1344,16 +1359,35 @@ pub struct TokenView {
     pub revoked: Option<When>,
 }
 
+pub struct ActionView {
+    pub at: When,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub detail: String,
+}
+
 pub async fn settings(
     State(st): State<AppState>,
     Extension(s): Extension<WebSession>,
+) -> Result<Response, PageError> {
+    settings_response(&st, &s, StatusCode::OK, SettingsFlash::default()).await
+}
+
+/// The settings page with what the last form did.
+pub async fn settings_response(
+    st: &AppState,
+    s: &WebSession,
+    status: StatusCode,
+    flash: SettingsFlash,
 ) -> Result<Response, PageError> {
     let t = s.tenant.id;
     let sources = st.ledger.list_sources(t).await?;
     let providers = st.ledger.list_providers(t).await?;
     let routes = st.ledger.list_routes(t).await?;
     let tokens = st.ledger.list_tokens(t).await?;
-    let tz = &tenant_zone(&st, t).await?;
+    let actions = st.ledger.list_actions(t, None, 50).await?;
+    let tz = &tenant_zone(st, t).await?;
     let page = SettingsPage {
         sources: sources
             .iter()
@@ -1390,7 +1424,18 @@ pub async fn settings(
                 revoked: when_opt_in(k.revoked_at, tz),
             })
             .collect(),
-        c: Chrome::new(&s, "settings"),
+        actions: actions
+            .into_iter()
+            .map(|a| ActionView {
+                at: when_in(a.at, tz),
+                actor: a.actor,
+                action: a.action,
+                target: a.target.unwrap_or_default(),
+                detail: a.detail.to_string(),
+            })
+            .collect(),
+        flash,
+        c: Chrome::new(s, "settings"),
     };
-    Ok(html(StatusCode::OK, &page, false))
+    Ok(html(status, &page, false))
 }
