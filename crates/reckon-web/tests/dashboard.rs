@@ -1308,3 +1308,95 @@ async fn an_admin_makes_a_token_seen_once_revokes_it_adds_a_provider_with_a_hidd
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
     w.finish().await;
 }
+
+// ---- empty states and the tenant switcher (issue 7, item 7) ----
+
+#[tokio::test]
+async fn an_empty_queue_says_when_it_was_last_cleared_and_a_person_in_two_tenants_can_switch() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let now = reckon_domain::time::now();
+    // Three hours ago the three unresolved effects were counted; since then each was
+    // resolved by hand.
+    w.ledger
+        .take_snapshot(w.a.id, now - 3.0 * 3600.0)
+        .await
+        .unwrap();
+    for key in ["charge:v1:ORD-1", "charge:v1:ORD-2", EVIL] {
+        let e = w
+            .ledger
+            .get_effect(w.a.id, SRC, key)
+            .await
+            .unwrap()
+            .unwrap()
+            .effect;
+        w.ledger
+            .resolve_by_hand(
+                w.a.id,
+                e.id,
+                reckon_ledger::NewResolution {
+                    outcome: "applied".into(),
+                    author: "alice@acme.test".into(),
+                    note: Some("seen in the provider".into()),
+                    evidence: json!({}),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+    let r = get(&w, &cookie, "/t/acme/queue").await;
+    assert!(
+        r.text.contains("No unresolved effects: every effect reckon knows has a known outcome; the last unresolved effects were cleared 2 h"),
+        "{}",
+        r.text
+    );
+    let (bob, _) = session(&w.app, "bob@globex.test").await;
+    let r = get(&w, &bob, "/t/globex/queue").await;
+    assert!(
+        r.text.contains("none was unresolved in the last 30 days"),
+        "{}",
+        r.text
+    );
+    let r = get(&w, &bob, "/t/globex").await;
+    assert!(r.text.contains("id=\"all-clear\""), "{}", r.text);
+    assert!(!r.text.contains("tenant-switcher"), "bob is in one tenant");
+
+    // Carol, in both tenants: every page offers the other one, with her role there.
+    let carol = user(w.ledger.as_ref(), "carol@acme.test", &w.a, Role::Support).await;
+    w.ledger
+        .set_membership(w.b.id, carol, Role::Viewer)
+        .await
+        .unwrap();
+    let r = common::sign_in(
+        &w.app,
+        "carol@acme.test",
+        common::PASSWORD,
+        &[("tenant", "acme")],
+    )
+    .await;
+    let carol_cookie = r.session_cookie().unwrap();
+    for uri in ["/t/acme", "/t/acme/queue", "/t/acme/lookup?q=ORD-3"] {
+        let r = get(&w, &carol_cookie, uri).await;
+        let switcher = r
+            .text
+            .split("id=\"tenant-switcher\"")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{uri}: no switcher: {}", r.text));
+        assert!(
+            switcher.contains("<a href=\"/t/globex\">globex (viewer)</a>"),
+            "{uri}: {switcher}"
+        );
+        assert_eq!(r.headers["vary"], "HX-Request", "{uri}");
+    }
+    let r = get(&w, &carol_cookie, "/t/globex").await;
+    assert!(
+        r.text.contains("<a href=\"/t/acme\">acme (support)</a>"),
+        "{}",
+        r.text
+    );
+    // A fragment carries no header at all.
+    let r = get_htmx(&w, &carol_cookie, "/t/acme/queue").await;
+    assert!(!r.text.contains("tenant-switcher"));
+    w.finish().await;
+}

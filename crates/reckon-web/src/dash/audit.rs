@@ -400,7 +400,7 @@ pub async fn audit_page(
         },
     };
     let day = window.date.clone();
-    let c = Chrome::new(&s, "audit");
+    let mut c = Chrome::new(&s, "audit");
     let base = c.base.clone();
     let (checked, breaks) = reckon_engine::audit::verify(st.ledger.as_ref(), tenant)
         .await
@@ -442,6 +442,7 @@ pub async fn audit_page(
     let history = if wants_fragment(&headers) {
         vec![]
     } else {
+        c.tenants = super::pages::other_tenants(&st, &s).await?;
         st.ledger
             .list_audit_runs(tenant, None, HISTORY)
             .await?

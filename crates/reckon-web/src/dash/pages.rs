@@ -42,6 +42,9 @@ pub struct Chrome {
     pub can_lookup: bool,
     pub can_audit: bool,
     pub can_settings: bool,
+    /// The person's other tenants (name with role, href), for the switcher; empty for a
+    /// person in one tenant and on fragments.
+    pub tenants: Vec<(String, String)>,
 }
 
 impl Chrome {
@@ -58,6 +61,7 @@ impl Chrome {
             can_lookup: allows(s.role, Permission::Lookup),
             can_audit: allows(s.role, Permission::Audit),
             can_settings: allows(s.role, Permission::ManageSources),
+            tenants: Vec::new(),
         }
     }
 }
@@ -80,6 +84,42 @@ fn given(v: &Option<String>) -> Option<String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
+}
+
+/// For an empty queue: when effects were last seen unresolved, from the hourly snapshots
+/// ("3 h ago"), or that none were in the period the snapshots cover.
+pub fn last_unresolved(snapshots: &[reckon_ledger::Snapshot], now: f64, days: u32) -> String {
+    match snapshots
+        .iter()
+        .filter(|x| x.unresolved > 0)
+        .map(|x| x.hour)
+        .reduce(f64::max)
+    {
+        // The snapshot of an hour counts what was unresolved during it: cleared after.
+        Some(hour) => format!(
+            "the last unresolved effects were cleared {} ago (hourly snapshots)",
+            age(now - (hour + 3600.0).min(now))
+        ),
+        None => format!("none was unresolved in the last {days} days"),
+    }
+}
+
+/// The person's other tenants for the header's switcher (one query).
+pub async fn other_tenants(
+    st: &AppState,
+    s: &WebSession,
+) -> Result<Vec<(String, String)>, LedgerError> {
+    let all = st.ledger.memberships(s.user.id).await?;
+    Ok(all
+        .into_iter()
+        .filter(|(t, _)| t.id != s.tenant.id)
+        .map(|(t, role)| {
+            (
+                format!("{} ({})", t.slug, role.as_str()),
+                format!("/t/{}", seg(&t.slug)),
+            )
+        })
+        .collect())
 }
 
 /// The tenant's time zone (its audit settings, UTC unless set): every time on its pages is
@@ -112,6 +152,7 @@ pub struct OverviewPage {
     pub sources: Vec<SourceView>,
     pub providers: Vec<ProviderView>,
     pub chart: Chart,
+    pub cleared: String,
 }
 
 pub struct KindView {
@@ -165,7 +206,8 @@ pub async fn overview(
         .snapshots(tenant, now - f64::from(days) * 86400.0 - 3600.0)
         .await?;
     let chart = chart::build(&snapshots, now, days);
-    let c = Chrome::new(&s, "overview");
+    let cleared = last_unresolved(&snapshots, now, days);
+    let mut c = Chrome::new(&s, "overview");
     if wants_fragment(&headers) {
         let page = OverviewPage {
             c,
@@ -176,9 +218,11 @@ pub async fn overview(
             sources: vec![],
             providers: vec![],
             chart,
+            cleared,
         };
         return Ok(html(StatusCode::OK, &page.as_chart(), true));
     }
+    c.tenants = other_tenants(&st, &s).await?;
     let settings = &st.metrics.settings;
     let replay_before = now
         - settings
@@ -222,6 +266,7 @@ pub async fn overview(
             .collect(),
         providers: providers.iter().map(provider_view).collect(),
         chart,
+        cleared,
         c,
     };
     Ok(html(StatusCode::OK, &page, true))
@@ -278,6 +323,8 @@ pub struct QueuePage {
     pub can_requeue: bool,
     /// After a bulk re-lookup: how many effects are due again.
     pub requeued: Option<i64>,
+    /// For the empty state: when the queue last held something.
+    pub cleared: String,
 }
 
 pub struct QueueRowView {
@@ -351,7 +398,7 @@ pub async fn queue(
     let tz = &tenant_zone(&st, s.tenant.id).await?;
     let more = found.len() as i64 > QUEUE_PAGE;
     found.truncate(QUEUE_PAGE as usize);
-    let c = Chrome::new(&s, "queue");
+    let mut c = Chrome::new(&s, "queue");
     let f = Filters {
         source: q.source.clone().unwrap_or_default(),
         operation: q.operation.clone().unwrap_or_default(),
@@ -382,7 +429,7 @@ pub async fn queue(
         }
         _ => None,
     };
-    let rows = found
+    let rows: Vec<QueueRowView> = found
         .iter()
         .map(|r| QueueRowView {
             href: effect_href(&s.tenant.slug, &r.effect.source, &r.effect.key),
@@ -413,6 +460,9 @@ pub async fn queue(
         || attention
         || after.is_some();
     let fragment = wants_fragment(&headers);
+    if !fragment {
+        c.tenants = other_tenants(&st, &s).await?;
+    }
     let (sources, providers) = if fragment {
         (vec![], vec![])
     } else {
@@ -438,6 +488,15 @@ pub async fn queue(
         )
     };
     let outcomes = OUTCOMES.iter().map(|o| (*o, *o == f.outcome)).collect();
+    let cleared = if rows.is_empty() && !filtered {
+        let snapshots = st
+            .ledger
+            .snapshots(s.tenant.id, now - 30.0 * 86400.0)
+            .await?;
+        last_unresolved(&snapshots, now, 30)
+    } else {
+        String::new()
+    };
     let page = QueuePage {
         c,
         f,
@@ -449,6 +508,7 @@ pub async fn queue(
         filtered,
         can_requeue: allows(s.role, Permission::ResolveManually),
         requeued: p.requeued,
+        cleared,
     };
     if fragment {
         return Ok(html(StatusCode::OK, &page.as_rows(), true));
@@ -647,10 +707,11 @@ async fn effect_response(
             .collect()
     };
     let now = time::now();
-    let page = effect_page(st, &tz, s, &detail, &view, &providers, now, flash);
+    let mut page = effect_page(st, &tz, s, &detail, &view, &providers, now, flash);
     if fragment {
         return Ok(html(status, &page.as_live(), true));
     }
+    page.c.tenants = other_tenants(st, s).await?;
     Ok(html(status, &page, true))
 }
 
@@ -1270,7 +1331,7 @@ pub async fn lookup(
             format!("{v} {said}")
         }
     };
-    let page = LookupPage {
+    let mut page = LookupPage {
         searched: !text.is_empty(),
         verdict,
         found: found
@@ -1308,6 +1369,7 @@ pub async fn lookup(
     if wants_fragment(&headers) {
         return Ok(html(StatusCode::OK, &page.as_result(), true));
     }
+    page.c.tenants = other_tenants(&st, &s).await?;
     Ok(html(StatusCode::OK, &page, true))
 }
 
@@ -1388,7 +1450,7 @@ pub async fn settings_response(
     let tokens = st.ledger.list_tokens(t).await?;
     let actions = st.ledger.list_actions(t, None, 50).await?;
     let tz = &tenant_zone(st, t).await?;
-    let page = SettingsPage {
+    let mut page = SettingsPage {
         sources: sources
             .iter()
             .map(|x| SettingsSource {
@@ -1437,5 +1499,6 @@ pub async fn settings_response(
         flash,
         c: Chrome::new(s, "settings"),
     };
+    page.c.tenants = other_tenants(st, s).await?;
     Ok(html(status, &page, false))
 }
