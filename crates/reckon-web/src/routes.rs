@@ -140,6 +140,16 @@ pub const ROUTES: &[RouteSpec] = &[
         "/t/{tenant}/settings/routes",
         Session(P::ManageProviders),
     ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/sources/{name}/writeback",
+        Session(P::WriteBack),
+    ),
+    r(
+        "GET",
+        "/t/{tenant}/settings/sources/{name}/quarantine",
+        Session(P::ManageSources),
+    ),
     // The day's audit (finance and admin); its CSV is an export.
     r("GET", "/t/{tenant}/audit", Session(P::Audit)),
     r("GET", "/t/{tenant}/audit/{id}/csv", Session(P::Export)),

@@ -1400,3 +1400,96 @@ async fn an_empty_queue_says_when_it_was_last_cleared_and_a_person_in_two_tenant
     assert!(!r.text.contains("tenant-switcher"));
     w.finish().await;
 }
+
+#[tokio::test]
+async fn an_admin_browses_a_sources_quarantine_and_a_push_source_refuses_write_back_in_words() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    // A row that is not a justonce record: quarantined with its reason.
+    let r = send(
+        &w.app,
+        Method::POST,
+        &format!("/api/v1/effects?source={SRC}"),
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: json!([{"key": "charge:v1:<b>BAD</b>", "state": "maybe", "request_hash": "1:x",
+                          "response": null, "attempts": 1, "created_at": 1.0, "updated_at": 2.0}])
+            .to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(
+        page.text
+            .contains("/t/acme/settings/sources/shop/quarantine"),
+        "{}",
+        page.text
+    );
+    assert!(
+        page.text.contains("not for push sources"),
+        "no write-back form for a push source"
+    );
+    let r = get(&w, &cookie, "/t/acme/settings/sources/shop/quarantine").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_csp_clean(&r.text);
+    let table = r
+        .text
+        .split("id=\"quarantine\"")
+        .nth(1)
+        .expect("a row: {r.text}");
+    assert!(
+        table.contains("state"),
+        "the reason names the field: {table}"
+    );
+    assert!(!r.text.contains("<b>BAD</b>"), "escaped");
+    let r = get(&w, &cookie, "/t/acme/settings/sources/nope/quarantine").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    let uri = "/t/acme/settings/sources/shop/writeback";
+    let r = post(
+        &w,
+        &cookie,
+        uri,
+        &[("csrf", &csrf), ("not_applied", "sometimes")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let r = post(
+        &w,
+        &cookie,
+        uri,
+        &[("csrf", &csrf), ("not_applied", "release")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("is a push source"), "{}", r.text);
+    assert!(
+        w.ledger
+            .source_by_name(w.a.id, SRC)
+            .await
+            .unwrap()
+            .writeback()
+            .is_none()
+    );
+    // Finance may neither.
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (fin, fin_csrf) = session(&w.app, "fin@acme.test").await;
+    let r = post(
+        &w,
+        &fin,
+        uri,
+        &[("csrf", &fin_csrf), ("not_applied", "release")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = get(&w, &fin, "/t/acme/settings/sources/shop/quarantine").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    w.finish().await;
+}

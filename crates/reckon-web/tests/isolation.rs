@@ -301,6 +301,16 @@ fn request_for(
                 ("provider", A_PROVIDER),
             ]),
         ),
+        ("POST", "/t/{tenant}/settings/sources/{name}/writeback") => (
+            format!("/t/acme/settings/sources/{A_SOURCE}/writeback"),
+            form_ct,
+            form(&[("csrf", csrf), ("not_applied", "release")]),
+        ),
+        ("GET", "/t/{tenant}/settings/sources/{name}/quarantine") => (
+            format!("/t/acme/settings/sources/{A_SOURCE}/quarantine"),
+            None,
+            String::new(),
+        ),
         ("POST", "/t/{tenant}/queue/requeue") => (
             "/t/acme/queue/requeue".into(),
             form_ct,

@@ -127,6 +127,14 @@ pub fn router() -> Router<AppState> {
             post(settings::add_provider),
         )
         .route("/t/{tenant}/settings/routes", post(settings::set_route))
+        .route(
+            "/t/{tenant}/settings/sources/{name}/writeback",
+            post(settings::set_writeback),
+        )
+        .route(
+            "/t/{tenant}/settings/sources/{name}/quarantine",
+            get(settings::quarantine),
+        )
         .route("/t/{tenant}/audit", get(audit::audit_page))
         .route("/t/{tenant}/audit/{id}/csv", get(audit::audit_csv))
         .route("/t/{tenant}/effects/{source}/{*key}", get(pages::effect))

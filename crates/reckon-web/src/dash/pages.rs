@@ -1409,6 +1409,14 @@ pub struct SettingsSource {
     pub table: String,
     pub interval: String,
     pub last_success: Option<When>,
+    pub last_error: String,
+    pub failures: i64,
+    /// `off`, `release` or `fail`.
+    pub writeback: &'static str,
+    pub quarantine_href: String,
+    pub writeback_href: String,
+    /// Push sources hold no DSN: nothing to write back to.
+    pub can_writeback: bool,
 }
 
 pub struct TokenView {
@@ -1461,6 +1469,20 @@ pub async fn settings_response(
                 table: x.table_name.clone(),
                 interval: age(x.scan_interval_secs as f64),
                 last_success: when_opt_in(x.last_success_at, tz),
+                last_error: x.last_error.clone().unwrap_or_default(),
+                failures: x.consecutive_failures,
+                writeback: x.writeback().map(|w| w.as_str()).unwrap_or("off"),
+                can_writeback: x.kind.as_str() != "push",
+                quarantine_href: format!(
+                    "/t/{}/settings/sources/{}/quarantine",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
+                writeback_href: format!(
+                    "/t/{}/settings/sources/{}/writeback",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
             })
             .collect(),
         providers: providers.iter().map(provider_view).collect(),

@@ -4,17 +4,19 @@
 //! token; every change goes to the audit log as the API's do. Secrets are never rendered
 //! back: a provider shows only whether it has one.
 
-use super::pages::{SettingsFlash, csrf_ok, settings_response};
+use super::fmt::{When, when_in};
+use super::pages::{Chrome, SettingsFlash, csrf_ok, other_tenants, settings_response, tenant_zone};
 use super::{PageError, error_page};
 use crate::AppState;
 use crate::api::providers::{ProviderInput, new_provider};
 use crate::web::WebSession;
+use askama::Template;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
-use reckon_ledger::{LedgerError, Role, TokenCreator};
+use reckon_ledger::{LedgerError, Role, TokenCreator, WritebackPolicy};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -320,4 +322,136 @@ pub async fn set_route(
     )
     .await;
     Ok(back(&s))
+}
+
+#[derive(Deserialize)]
+pub struct SourcePath {
+    #[allow(dead_code)]
+    tenant: String,
+    name: String,
+}
+
+#[derive(Deserialize)]
+pub struct WritebackForm {
+    #[serde(default)]
+    csrf: String,
+    /// `off`, `release` or `fail`.
+    #[serde(default)]
+    not_applied: String,
+}
+
+/// Turn a source's write-back on (`release` or `fail` for a `not_applied` verdict) or off,
+/// as `PUT /api/v1/sources/{name}/writeback` does; the change goes to the audit log.
+pub async fn set_writeback(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+    form: Result<Form<WritebackForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let policy = match f.not_applied.as_str() {
+        "off" => None,
+        other => match WritebackPolicy::parse(other) {
+            Some(p) => Some(p),
+            None => {
+                let flash = SettingsFlash {
+                    error: Some("Write-back is off, release or fail.".into()),
+                    ..SettingsFlash::default()
+                };
+                return refuse(&st, &s, flash).await;
+            }
+        },
+    };
+    match st
+        .ledger
+        .set_source_writeback(s.tenant.id, &p.name, policy)
+        .await
+    {
+        Ok(_) => {}
+        Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => {
+            // A refusal the person can act on (a push source has nothing to write to) is
+            // said on the page; anything else is ours.
+            let e = crate::error::ApiError::from(e);
+            if !e.status().is_client_error() {
+                return Err(e.into());
+            }
+            let flash = SettingsFlash {
+                error: Some(e.to_string()),
+                ..SettingsFlash::default()
+            };
+            return refuse(&st, &s, flash).await;
+        }
+    }
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "source.writeback",
+        Some(p.name.clone()),
+        json!({ "not_applied": policy.map(|x| x.as_str()), "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
+
+#[derive(Template)]
+#[template(path = "quarantine.html")]
+pub struct QuarantinePage {
+    pub c: Chrome,
+    pub source: String,
+    pub rows: Vec<QuarantineRow>,
+}
+
+pub struct QuarantineRow {
+    pub reason: String,
+    pub detail: String,
+    pub key: String,
+    pub excerpt: String,
+    pub origin: String,
+    pub first_seen: When,
+}
+
+/// Rows of a source reckon refused, with the reason (newest 100; excerpts only).
+pub async fn quarantine(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+) -> Result<Response, PageError> {
+    let source = match st.ledger.source_by_name(s.tenant.id, &p.name).await {
+        Ok(x) => x,
+        Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let rows = st
+        .ledger
+        .list_quarantine(s.tenant.id, source.id, 100)
+        .await?;
+    let tz = tenant_zone(&st, s.tenant.id).await?;
+    let mut c = Chrome::new(&s, "settings");
+    c.tenants = other_tenants(&st, &s).await?;
+    let page = QuarantinePage {
+        c,
+        source: source.name,
+        rows: rows
+            .into_iter()
+            .map(|q| QuarantineRow {
+                reason: q.reason,
+                detail: q.detail,
+                key: q.key_excerpt,
+                excerpt: q.excerpt,
+                origin: q.origin,
+                first_seen: when_in(q.first_seen_at, &tz),
+            })
+            .collect(),
+    };
+    Ok(super::html(StatusCode::OK, &page, false))
 }
