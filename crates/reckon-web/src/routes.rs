@@ -142,6 +142,11 @@ pub const ROUTES: &[RouteSpec] = &[
     ),
     r(
         "POST",
+        "/t/{tenant}/settings/sources",
+        Session(P::ManageSources),
+    ),
+    r(
+        "POST",
         "/t/{tenant}/settings/sources/{name}/writeback",
         Session(P::WriteBack),
     ),

@@ -1493,3 +1493,69 @@ async fn an_admin_browses_a_sources_quarantine_and_a_push_source_refuses_write_b
     assert_eq!(r.status, StatusCode::FORBIDDEN);
     w.finish().await;
 }
+
+#[tokio::test]
+async fn an_admin_adds_a_source_and_its_dsn_is_never_shown_even_in_an_error() {
+    let w = World::new(Backend::Sqlite).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let dsn = "postgres://reader:hunter2secret@db.example:5432/shop";
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[
+            ("csrf", &csrf),
+            ("name", "billing"),
+            ("kind", "postgres"),
+            ("dsn", dsn),
+            ("scan_interval", "soon"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("is not a duration"), "{}", r.text);
+    assert!(
+        !r.text.contains("hunter2secret"),
+        "the DSN's password came back"
+    );
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[
+            ("csrf", &csrf),
+            ("name", "billing"),
+            ("kind", "postgres"),
+            ("dsn", dsn),
+            ("scan_interval", "2m"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(page.text.contains(">billing</td>"), "{}", page.text);
+    assert!(page.text.contains("2 min"), "{}", page.text);
+    assert!(
+        !page.text.contains("hunter2secret"),
+        "the DSN's password is never shown"
+    );
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    assert!(
+        log.iter()
+            .any(|a| a.action == "source.add" && a.actor == "user:alice@acme.test")
+    );
+    // Twice: refused by name.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[("csrf", &csrf), ("name", "billing"), ("kind", "push")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("already exists"), "{}", r.text);
+    w.finish().await;
+}

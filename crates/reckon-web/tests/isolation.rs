@@ -311,6 +311,11 @@ fn request_for(
             None,
             String::new(),
         ),
+        ("POST", "/t/{tenant}/settings/sources") => (
+            "/t/acme/settings/sources".into(),
+            form_ct,
+            form(&[("csrf", csrf), ("name", "b-src"), ("kind", "push")]),
+        ),
         ("POST", "/t/{tenant}/queue/requeue") => (
             "/t/acme/queue/requeue".into(),
             form_ct,

@@ -127,6 +127,7 @@ pub fn router() -> Router<AppState> {
             post(settings::add_provider),
         )
         .route("/t/{tenant}/settings/routes", post(settings::set_route))
+        .route("/t/{tenant}/settings/sources", post(settings::add_source))
         .route(
             "/t/{tenant}/settings/sources/{name}/writeback",
             post(settings::set_writeback),

@@ -455,3 +455,83 @@ pub async fn quarantine(
     };
     Ok(super::html(StatusCode::OK, &page, false))
 }
+
+#[derive(Deserialize)]
+pub struct SourceForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    dsn: String,
+    #[serde(default)]
+    table: String,
+    #[serde(default)]
+    scan_interval: String,
+    #[serde(default)]
+    abandoned_after: String,
+}
+
+/// Add a source through the engine's `new_source` (the one place CLI and API input becomes
+/// a source); its errors are scrubbed of the DSN as the API's are. The DSN is write-only.
+pub async fn add_source(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<SourceForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let opt = |v: &str| Some(v.trim().to_owned()).filter(|x| !x.is_empty());
+    let dsn = Some(f.dsn.clone()).filter(|x| !x.trim().is_empty());
+    let secrets = crate::api::sources::dsn_secrets(dsn.as_deref());
+    let input = reckon_engine::SourceInput {
+        name: f.name.trim().to_owned(),
+        kind: f.kind.trim().to_owned(),
+        dsn,
+        table: opt(&f.table),
+        scan_interval: opt(&f.scan_interval),
+        abandoned_after: opt(&f.abandoned_after),
+        overlap: None,
+        full_scan_every: None,
+    };
+    let name = input.name.clone();
+    let error = |m: String| SettingsFlash {
+        error: Some(crate::api::sources::scrub(m, &secrets)),
+        ..SettingsFlash::default()
+    };
+    let new = match reckon_engine::new_source(input) {
+        Ok(n) => n,
+        Err(why) => return refuse(&st, &s, error(why)).await,
+    };
+    let source = match st.ledger.add_source(s.tenant.id, new).await {
+        Ok(x) => x,
+        Err(LedgerError::Conflict(_)) => {
+            return refuse(
+                &st,
+                &s,
+                error(format!("A source named “{name}” already exists.")),
+            )
+            .await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "source.add",
+        Some(source.name.clone()),
+        json!({ "kind": source.kind.as_str(), "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
