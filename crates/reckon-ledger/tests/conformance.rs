@@ -84,6 +84,7 @@ conformance! {
     the_queue_lists_unresolved_unresolved_effects_oldest_first_with_filters_and_keyset_pages => story_dash_queue;
     snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
     a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
+    a_tenants_members_are_listed_with_their_role_there_and_no_one_else => story_dash_members;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2961,5 +2962,60 @@ async fn story_dash_charge_lookup(ledger: Arc<dyn Ledger>) {
             .len(),
         0,
         "B never sees A's charge"
+    );
+}
+
+/// The settings page's people (dashboard, issue 7): a tenant's members with their role
+/// in it, never another tenant's.
+async fn story_dash_members(ledger: Arc<dyn Ledger>) {
+    let a = ledger.create_tenant("acme").await.unwrap();
+    let b = ledger.create_tenant("globex").await.unwrap();
+    let ann = ledger.create_user("ann@acme.test", "x").await.unwrap();
+    let bo = ledger.create_user("bo@both.test", "x").await.unwrap();
+    let cy = ledger.create_user("cy@globex.test", "x").await.unwrap();
+    ledger
+        .set_membership(a.id, ann.id, Role::Admin)
+        .await
+        .unwrap();
+    ledger
+        .set_membership(a.id, bo.id, Role::Support)
+        .await
+        .unwrap();
+    ledger
+        .set_membership(b.id, bo.id, Role::Viewer)
+        .await
+        .unwrap();
+    ledger
+        .set_membership(b.id, cy.id, Role::Finance)
+        .await
+        .unwrap();
+    ledger.set_user_disabled(bo.id, true).await.unwrap();
+    let got: Vec<(String, Role, bool)> = ledger
+        .members(a.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(u, r)| (u.email, r, u.disabled))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("ann@acme.test".to_owned(), Role::Admin, false),
+            ("bo@both.test".to_owned(), Role::Support, true),
+        ]
+    );
+    let got: Vec<(String, Role)> = ledger
+        .members(b.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(u, r)| (u.email, r))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("bo@both.test".to_owned(), Role::Viewer),
+            ("cy@globex.test".to_owned(), Role::Finance),
+        ]
     );
 }

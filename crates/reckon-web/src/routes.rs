@@ -147,6 +147,11 @@ pub const ROUTES: &[RouteSpec] = &[
     ),
     r(
         "POST",
+        "/t/{tenant}/settings/people",
+        Session(P::ManageUsers),
+    ),
+    r(
+        "POST",
         "/t/{tenant}/settings/sources/{name}/writeback",
         Session(P::WriteBack),
     ),

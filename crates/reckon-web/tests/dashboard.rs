@@ -1559,3 +1559,77 @@ async fn an_admin_adds_a_source_and_its_dsn_is_never_shown_even_in_an_error() {
     assert!(r.text.contains("already exists"), "{}", r.text);
     w.finish().await;
 }
+
+#[tokio::test]
+async fn an_admin_changes_a_members_role_but_not_their_own_nor_reaches_outside_the_tenant() {
+    let w = World::new(Backend::Sqlite).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    let people = page.text.split("id=\"people\"").nth(1).expect("people");
+    assert!(
+        people.contains("<td>alice@acme.test</td><td>admin</td>"),
+        "{people}"
+    );
+    assert!(
+        !people.contains("bob@globex.test"),
+        "another tenant's people"
+    );
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/people",
+        &[
+            ("csrf", &csrf),
+            ("email", "Sam@Acme.test"),
+            ("role", "finance"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let members = w.ledger.members(w.a.id).await.unwrap();
+    assert!(
+        members
+            .iter()
+            .any(|(u, r)| u.email == "sam@acme.test" && *r == Role::Finance)
+    );
+    for (email, role, says) in [
+        (
+            "nobody@acme.test",
+            "viewer",
+            "No member of this tenant has this email",
+        ),
+        // An account of another tenant gets the same answer: nothing about it leaks.
+        (
+            "bob@globex.test",
+            "viewer",
+            "No member of this tenant has this email",
+        ),
+        (
+            "alice@acme.test",
+            "viewer",
+            "You cannot change your own role",
+        ),
+        ("sam@acme.test", "owner", "Choose a role"),
+    ] {
+        let r = post(
+            &w,
+            &cookie,
+            "/t/acme/settings/people",
+            &[("csrf", &csrf), ("email", email), ("role", role)],
+            false,
+        )
+        .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{email}: {}",
+            r.text
+        );
+        assert!(r.text.contains(says), "{email}: {}", r.text);
+    }
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    assert!(log.iter().any(|a| a.action == "member.set"));
+    w.finish().await;
+}

@@ -316,6 +316,16 @@ fn request_for(
             form_ct,
             form(&[("csrf", csrf), ("name", "b-src"), ("kind", "push")]),
         ),
+        ("POST", "/t/{tenant}/settings/people") => (
+            // Make bob an admin of acme, from globex.
+            "/t/acme/settings/people".into(),
+            form_ct,
+            form(&[
+                ("csrf", csrf),
+                ("email", "bob@globex.test"),
+                ("role", "admin"),
+            ]),
+        ),
         ("POST", "/t/{tenant}/queue/requeue") => (
             "/t/acme/queue/requeue".into(),
             form_ct,

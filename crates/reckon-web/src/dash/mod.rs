@@ -128,6 +128,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/t/{tenant}/settings/routes", post(settings::set_route))
         .route("/t/{tenant}/settings/sources", post(settings::add_source))
+        .route("/t/{tenant}/settings/people", post(settings::set_person))
         .route(
             "/t/{tenant}/settings/sources/{name}/writeback",
             post(settings::set_writeback),

@@ -1386,6 +1386,8 @@ pub struct SettingsPage {
     pub routes: Vec<(String, String, String)>,
     pub tokens: Vec<TokenView>,
     pub actions: Vec<ActionView>,
+    /// (email, role, disabled)
+    pub people: Vec<(String, &'static str, bool)>,
     pub flash: SettingsFlash,
 }
 
@@ -1457,6 +1459,13 @@ pub async fn settings_response(
     let routes = st.ledger.list_routes(t).await?;
     let tokens = st.ledger.list_tokens(t).await?;
     let actions = st.ledger.list_actions(t, None, 50).await?;
+    let people = st
+        .ledger
+        .members(t)
+        .await?
+        .into_iter()
+        .map(|(u, r)| (u.email, r.as_str(), u.disabled))
+        .collect();
     let tz = &tenant_zone(st, t).await?;
     let mut page = SettingsPage {
         sources: sources
@@ -1518,6 +1527,7 @@ pub async fn settings_response(
                 detail: a.detail.to_string(),
             })
             .collect(),
+        people,
         flash,
         c: Chrome::new(s, "settings"),
     };

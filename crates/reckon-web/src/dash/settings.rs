@@ -535,3 +535,75 @@ pub async fn add_source(
     .await;
     Ok(back(&s))
 }
+
+#[derive(Deserialize)]
+pub struct PersonForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    role: String,
+}
+
+/// Change the role of a member of this tenant. Adding people stays with `reckon user
+/// create --tenant` (the operator's): answering "no such account" here for an email outside
+/// the tenant would tell one tenant's admin who has an account elsewhere, so a non-member
+/// and a non-account get the same answer. An admin cannot change their own role here (no
+/// lock-out by a slip of the hand).
+pub async fn set_person(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<PersonForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let error = |m: &str| SettingsFlash {
+        error: Some(m.to_owned()),
+        ..SettingsFlash::default()
+    };
+    let Some(role) = Role::parse(&f.role) else {
+        return refuse(
+            &st,
+            &s,
+            error("Choose a role: viewer, support, finance or admin."),
+        )
+        .await;
+    };
+    let email = f.email.trim().to_lowercase();
+    let members = st.ledger.members(s.tenant.id).await?;
+    let Some((person, _)) = members.into_iter().find(|(u, _)| u.email == email) else {
+        return refuse(
+            &st,
+            &s,
+            error(
+                "No member of this tenant has this email: people are added with \
+                 `reckon user create --tenant`.",
+            ),
+        )
+        .await;
+    };
+    if person.id == s.user.id {
+        return refuse(&st, &s, error("You cannot change your own role.")).await;
+    }
+    st.ledger
+        .set_membership(s.tenant.id, person.id, role)
+        .await?;
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "member.set",
+        Some(format!("user:{email}")),
+        json!({ "role": role, "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}

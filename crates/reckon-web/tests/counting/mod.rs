@@ -415,6 +415,12 @@ impl Accounts for CountingLedger {
     async fn memberships(&self, user_id: i64) -> Result<Vec<(Tenant, Role)>> {
         self.inner.memberships(user_id).await
     }
+    async fn members(
+        &self,
+        tenant: reckon_ledger::TenantId,
+    ) -> reckon_ledger::Result<Vec<(reckon_ledger::User, reckon_ledger::Role)>> {
+        self.inner.members(tenant).await
+    }
     async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()> {
         self.inner.set_password(user_id, password_hash).await
     }
