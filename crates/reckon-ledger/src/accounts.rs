@@ -134,6 +134,8 @@ pub trait Accounts: Send + Sync {
     /// Add or change a person's role in a tenant.
     async fn set_membership(&self, tenant: TenantId, user_id: i64, role: Role) -> Result<()>;
     async fn memberships(&self, user_id: i64) -> Result<Vec<(Tenant, Role)>>;
+    /// The people of a tenant with their role there, by email.
+    async fn members(&self, tenant: TenantId) -> Result<Vec<(User, Role)>>;
     /// New password: every session and token of the user ends.
     async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()>;
     /// Disabling (or enabling) ends every session and token of the user.
@@ -300,6 +302,38 @@ macro_rules! impl_accounts {
                         let role: String = r.try_get("role")?;
                         Ok((
                             $crate::rows::tenant::<$db>(r)?,
+                            $crate::Role::parse(&role).ok_or_else(|| {
+                                $crate::LedgerError::Invalid(format!("stored role {role:?}"))
+                            })?,
+                        ))
+                    })
+                    .collect()
+            }
+
+            async fn members(
+                &self,
+                tenant: $crate::model::TenantId,
+            ) -> $crate::Result<Vec<($crate::accounts::User, $crate::Role)>> {
+                use sqlx::Row;
+                let mut tx = self.begin_scoped($crate::accounts::Scope::Tenant(tenant), false).await?;
+                let rows = sqlx::query(
+                    "SELECT u.id, u.email, u.disabled_at, u.created_at, m.role FROM membership m \
+                     JOIN app_user u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.email",
+                )
+                .bind(tenant.0)
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                rows.iter()
+                    .map(|r| {
+                        let role: String = r.try_get("role")?;
+                        Ok((
+                            $crate::accounts::User {
+                                id: r.try_get("id")?,
+                                email: r.try_get("email")?,
+                                disabled: r.try_get::<Option<f64>, _>("disabled_at")?.is_some(),
+                                created_at: r.try_get("created_at")?,
+                            },
                             $crate::Role::parse(&role).ok_or_else(|| {
                                 $crate::LedgerError::Invalid(format!("stored role {role:?}"))
                             })?,

@@ -213,6 +213,16 @@ pub trait Audits: Send + Sync {
         from: f64,
         to: f64,
     ) -> Result<Vec<StoredCharge>>;
+    /// Charges of any of the tenant's providers whose id is one of `ids` or whose
+    /// idempotency key is one of `keys` (the support lookup; indexes of migration 0013),
+    /// oldest first, at most `limit`.
+    async fn charges_by_ids_or_keys(
+        &self,
+        tenant: TenantId,
+        ids: &[String],
+        keys: &[String],
+        limit: i64,
+    ) -> Result<Vec<StoredCharge>>;
     /// Effects created in `[from, to)` (the `effect_created` index: cost grows with the day).
     async fn effects_created_between(
         &self,
@@ -452,6 +462,45 @@ macro_rules! impl_audits {
                 .bind(provider_id.is_none())
                 .fetch_all(&mut *tx)
                 .await?;
+                tx.commit().await?;
+                rows.iter().map(Self::charge_row).collect()
+            }
+
+            async fn charges_by_ids_or_keys(
+                &self,
+                tenant: $crate::model::TenantId,
+                ids: &[String],
+                keys: &[String],
+                limit: i64,
+            ) -> $crate::Result<Vec<$crate::audit::StoredCharge>> {
+                if ids.is_empty() && keys.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
+                    .await?;
+                let mut qb: sqlx::QueryBuilder<$db> = sqlx::QueryBuilder::new(format!(
+                    "SELECT {} FROM provider_charge WHERE tenant_id = ",
+                    $crate::audit::CHARGE_COLUMNS
+                ));
+                qb.push_bind(tenant.0);
+                qb.push(" AND (charge_id IN (");
+                // An empty IN list is not SQL: the empty string is no charge's id or key.
+                let none = [String::new()];
+                let ids = if ids.is_empty() { &none[..] } else { ids };
+                let keys = if keys.is_empty() { &none[..] } else { keys };
+                let mut list = qb.separated(", ");
+                for id in ids.iter().take(200) {
+                    list.push_bind(id.clone());
+                }
+                qb.push(") OR idempotency_key IN (");
+                let mut list = qb.separated(", ");
+                for k in keys.iter().take(200) {
+                    list.push_bind(k.clone());
+                }
+                qb.push(")) ORDER BY created, charge_id LIMIT ");
+                qb.push_bind(limit.clamp(1, 1000));
+                let rows = qb.build().fetch_all(&mut *tx).await?;
                 tx.commit().await?;
                 rows.iter().map(Self::charge_row).collect()
             }

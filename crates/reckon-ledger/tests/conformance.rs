@@ -83,6 +83,8 @@ conformance! {
     // dashboard (issue 7, branch `dash`)
     the_queue_lists_unresolved_unresolved_effects_oldest_first_with_filters_and_keyset_pages => story_dash_queue;
     snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
+    a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
+    a_tenants_members_are_listed_with_their_role_there_and_no_one_else => story_dash_members;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2882,5 +2884,138 @@ async fn story_dash_snapshots(ledger: Arc<dyn Ledger>) {
     assert!(
         ledger.snapshots(other.id, 0.0).await.unwrap().is_empty(),
         "no other tenant's rows"
+    );
+}
+
+/// The support lookup's charges (dashboard, issue 7): by the charge's id or by the key it
+/// was made with, from any provider of the tenant, never another tenant's.
+async fn story_dash_charge_lookup(ledger: Arc<dyn Ledger>) {
+    let (a, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (b, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let mut ids = Vec::new();
+    for t in [&a, &b] {
+        let p = ledger
+            .add_provider(
+                t.id,
+                reckon_ledger::NewProvider {
+                    name: "pay".into(),
+                    kind: "demo".into(),
+                    secret: None,
+                    settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
+                },
+            )
+            .await
+            .unwrap();
+        ids.push(p.id);
+    }
+    let mut keyed = stored_charge(ids[0], "ch_keyed", 200.0, 700);
+    keyed.idempotency_key = Some("charge:v1:ORD-9".into());
+    ledger
+        .store_provider_charges(
+            a.id,
+            &[stored_charge(ids[0], "ch_1", 100.0, 500), keyed.clone()],
+        )
+        .await
+        .unwrap();
+    let mut b_keyed = stored_charge(ids[1], "ch_1", 100.0, 500);
+    b_keyed.idempotency_key = Some("charge:v1:ORD-9".into());
+    ledger
+        .store_provider_charges(b.id, &[b_keyed])
+        .await
+        .unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let got = ledger
+        .charges_by_ids_or_keys(a.id, &s(&["ch_1"]), &s(&["charge:v1:ORD-9"]), 50)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|c| c.charge_id.as_str()).collect::<Vec<_>>(),
+        vec!["ch_1", "ch_keyed"],
+        "oldest first, one of each"
+    );
+    assert!(got.iter().all(|c| c.provider_id == ids[0]), "A's only");
+    assert_eq!(got[1], keyed);
+    let by_key = ledger
+        .charges_by_ids_or_keys(a.id, &[], &s(&["charge:v1:ORD-9"]), 50)
+        .await
+        .unwrap();
+    assert_eq!(by_key.len(), 1);
+    assert!(
+        ledger
+            .charges_by_ids_or_keys(a.id, &s(&["ch_nope"]), &[], 50)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        ledger
+            .charges_by_ids_or_keys(a.id, &[], &[], 50)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ledger
+            .charges_by_ids_or_keys(b.id, &s(&["ch_keyed"]), &[], 50)
+            .await
+            .unwrap()
+            .len(),
+        0,
+        "B never sees A's charge"
+    );
+}
+
+/// The settings page's people (dashboard, issue 7): a tenant's members with their role
+/// in it, never another tenant's.
+async fn story_dash_members(ledger: Arc<dyn Ledger>) {
+    let a = ledger.create_tenant("acme").await.unwrap();
+    let b = ledger.create_tenant("globex").await.unwrap();
+    let ann = ledger.create_user("ann@acme.test", "x").await.unwrap();
+    let bo = ledger.create_user("bo@both.test", "x").await.unwrap();
+    let cy = ledger.create_user("cy@globex.test", "x").await.unwrap();
+    ledger
+        .set_membership(a.id, ann.id, Role::Admin)
+        .await
+        .unwrap();
+    ledger
+        .set_membership(a.id, bo.id, Role::Support)
+        .await
+        .unwrap();
+    ledger
+        .set_membership(b.id, bo.id, Role::Viewer)
+        .await
+        .unwrap();
+    ledger
+        .set_membership(b.id, cy.id, Role::Finance)
+        .await
+        .unwrap();
+    ledger.set_user_disabled(bo.id, true).await.unwrap();
+    let got: Vec<(String, Role, bool)> = ledger
+        .members(a.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(u, r)| (u.email, r, u.disabled))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("ann@acme.test".to_owned(), Role::Admin, false),
+            ("bo@both.test".to_owned(), Role::Support, true),
+        ]
+    );
+    let got: Vec<(String, Role)> = ledger
+        .members(b.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(u, r)| (u.email, r))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("bo@both.test".to_owned(), Role::Viewer),
+            ("cy@globex.test".to_owned(), Role::Finance),
+        ]
     );
 }

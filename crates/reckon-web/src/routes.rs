@@ -111,8 +111,58 @@ pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/static/{name}", Public),
     r("GET", "/t/{tenant}", Session(P::Read)),
     r("GET", "/t/{tenant}/queue", Session(P::Read)),
+    // Bulk re-lookup of a provider's indeterminate effects (as POST /api/v1/reconcile/requeue).
+    r(
+        "POST",
+        "/t/{tenant}/queue/requeue",
+        Session(P::ResolveManually),
+    ),
     r("GET", "/t/{tenant}/lookup", Session(P::Lookup)),
     r("GET", "/t/{tenant}/settings", Session(P::ManageSources)),
+    // Settings forms (admins): tokens, providers, routing.
+    r(
+        "POST",
+        "/t/{tenant}/settings/tokens",
+        Session(P::ManageTokens),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/tokens/{id}/revoke",
+        Session(P::ManageTokens),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/providers",
+        Session(P::ManageProviders),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/routes",
+        Session(P::ManageProviders),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/sources",
+        Session(P::ManageSources),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/people",
+        Session(P::ManageUsers),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/sources/{name}/writeback",
+        Session(P::WriteBack),
+    ),
+    r(
+        "GET",
+        "/t/{tenant}/settings/sources/{name}/quarantine",
+        Session(P::ManageSources),
+    ),
+    // The day's audit (finance and admin); its CSV is an export.
+    r("GET", "/t/{tenant}/audit", Session(P::Audit)),
+    r("GET", "/t/{tenant}/audit/{id}/csv", Session(P::Export)),
     r(
         "GET",
         "/t/{tenant}/effects/{source}/{*key}",

@@ -4,8 +4,10 @@
 //!
 //! - with JavaScript: sign in, the queue with its ages, a filter swapped in place by htmx,
 //!   an effect's timeline, a resolution by hand (the note is required; the timeline updates
-//!   without a page load), the support lookup, another tenant's page is 404, a viewer sees
-//!   no action; and the browser's console holds no CSP violation at the end;
+//!   without a page load), the support lookup, yesterday's audit (a real run over the demo
+//!   provider on loopback: its duplicate and its orphan) and its CSV fetched with the
+//!   browser's session, another tenant's page is 404, a viewer sees no action; and the
+//!   browser's console holds no CSP violation at the end;
 //! - with JavaScript off: the same pages, filters and the resolution work as plain forms.
 //!
 //! Needs `chromium` and `chromedriver` on PATH (`.ci/run` installs them): a machine without
@@ -14,11 +16,14 @@
 
 mod common;
 
+use axum::Router;
 use axum::http::{Method, StatusCode};
 use common::{Backend, Req, World, send, user};
 use fantoccini::wd::WebDriverCompatibleCommand;
 use fantoccini::{Client, ClientBuilder, Locator};
 use reckon_ledger::Role;
+use reckon_providers::demo::{DemoCharge, DemoState, serve_loopback};
+use reckon_web::{AppState, app};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -160,9 +165,15 @@ async fn serve() -> Server {
     let w = World::new(Backend::Sqlite).await;
     user(w.ledger.as_ref(), "vic@acme.test", &w.a, Role::Viewer).await;
     seed(&w).await;
+    // The demo provider is on loopback, which the default egress policy refuses.
+    let egress = reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).unwrap();
+    let app = app(AppState {
+        egress: std::sync::Arc::new(egress),
+        ..AppState::new(w.ledger.clone())
+    });
+    seed_yesterdays_audit(&w, &app).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = w.app.clone();
     tokio::spawn(async move {
         axum::serve(
             listener,
@@ -225,6 +236,78 @@ async fn seed(w: &World) {
             .await
             .unwrap();
     }
+}
+
+/// Yesterday (UTC, the tenant's zone): `charge:v1:ORD-7` succeeded once in the ledger but
+/// was charged twice by the demo provider, which also holds a charge no effect made. The
+/// audit runs for real through the API (import from the provider, match, store the run).
+async fn seed_yesterdays_audit(w: &World, app: &Router) {
+    let day = reckon_audit::DayWindow::yesterday(reckon_domain::time::now(), "UTC").unwrap();
+    let at = day.start + 10.0 * 3600.0;
+    let api = |method: Method, uri: &'static str, body: Value| {
+        let app = app.clone();
+        let token = w.token_a.clone();
+        async move {
+            send(
+                &app,
+                method,
+                uri,
+                Req {
+                    token: Some(&token),
+                    content_type: Some("application/json"),
+                    body: body.to_string(),
+                    ..Default::default()
+                },
+            )
+            .await
+        }
+    };
+    let r = api(
+        Method::POST,
+        "/api/v1/effects?source=shop",
+        json!([{
+            "key": "charge:v1:ORD-7", "state": "succeeded", "request_hash": "1:abc",
+            "response": {"id": "demo_ch_1"}, "attempts": 1,
+            "created_at": at, "updated_at": at + 2.0,
+        }]),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let demo = DemoState::new();
+    demo.charge("charge:v1:ORD-7", 2000, "usd", at + 1.0);
+    demo.charge("charge:v1:ORD-7", 2000, "usd", at + 60.0);
+    demo.add(DemoCharge {
+        id: "ch_orphan_1".into(),
+        key: String::new(),
+        status: "succeeded".into(),
+        amount: 1999,
+        currency: "eur".into(),
+        created: at + 3600.0,
+        refunds: vec![],
+        metadata: Default::default(),
+        customer: None,
+    });
+    let (url, server) = serve_loopback(demo).await.unwrap();
+    // The provider serves as long as the test's runtime.
+    std::mem::forget(server);
+    let r = api(
+        Method::POST,
+        "/api/v1/providers",
+        json!({"name": "pay-demo", "kind": "demo", "secret": "demo-secret",
+               "settings": {"base_url": url}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let r = api(
+        Method::PUT,
+        "/api/v1/routes",
+        json!({"source": "shop", "operation": "charge", "provider": "pay-demo"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = api(Method::POST, "/api/v1/audits", json!({})).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(r.json["run"]["status"], "complete", "{}", r.text);
 }
 
 async fn sign_in(c: &Client, base: &str, email: &str) {
@@ -487,6 +570,77 @@ async fn the_dashboard_works_in_a_real_browser_with_javascript() {
     let verdict = wait_text(&c, "#verdict", "done once").await;
     assert!(verdict.contains("charge:v1:ORD-3"), "{verdict}");
     shot(&c, "lookup").await;
+
+    // The morning audit: yesterday's by default, from the nav.
+    c.find(Locator::Css("header nav a[href='/t/acme/audit']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let dup = text_of(&c, "section[data-kind=duplicate]").await;
+    assert!(
+        dup.contains("charge:v1:ORD-7") && dup.contains("$20.00"),
+        "{dup}"
+    );
+    let orphan = text_of(&c, "section[data-kind=orphan]").await;
+    assert!(
+        orphan.contains("ch_orphan_1") && orphan.contains("€19.99"),
+        "{orphan}"
+    );
+    assert!(text_of(&c, "#audit-day").await.contains("(yesterday)"));
+    assert!(text_of(&c, "#audit-history").await.contains("verified"));
+    shot(&c, "audit").await;
+    // The CSV, fetched with the browser's own session cookie.
+    let href = c
+        .find(Locator::Css("#audit-csv"))
+        .await
+        .unwrap()
+        .attr("href")
+        .await
+        .unwrap()
+        .expect("a CSV link");
+    let csv = c
+        .execute(
+            "return fetch(arguments[0]).then(r => r.text().then(t => \
+             r.status + '\\n' + r.headers.get('content-type') + '\\n' + t));",
+            vec![json!(href)],
+        )
+        .await
+        .unwrap();
+    let csv = csv.as_str().unwrap_or_default().to_owned();
+    assert!(csv.starts_with("200\ntext/csv"), "{csv}");
+    let body: String = csv.splitn(3, '\n').nth(2).unwrap_or_default().to_owned();
+    let mut rd = csv::Reader::from_reader(body.as_bytes());
+    let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+    let kinds: Vec<&str> = rows.iter().map(|r| &r[4]).collect();
+    assert!(
+        kinds.contains(&"duplicate") && kinds.contains(&"orphan"),
+        "{body}"
+    );
+    assert!(
+        body.contains("ch_orphan_1") && body.contains("charge:v1:ORD-7"),
+        "{body}"
+    );
+    let log = s.w.ledger.list_actions(s.w.a.id, None, 20).await.unwrap();
+    assert!(
+        log.iter()
+            .any(|a| a.action == "export" && a.actor == "user:alice@acme.test"),
+        "the download is in the audit log: {log:?}"
+    );
+
+    // Support looks up the duplicate's second charge by its provider id.
+    c.goto(&format!("{base}/t/acme/lookup?q=demo_ch_2"))
+        .await
+        .unwrap();
+    let verdict = text_of(&c, "#verdict").await;
+    assert!(
+        verdict.contains("charge:v1:ORD-7: charged twice: demo_ch_1, $20.00")
+            && verdict.contains("demo_ch_2, $20.00"),
+        "{verdict}"
+    );
+    assert!(text_of(&c, "#charges").await.contains("pay-demo"));
+    shot(&c, "lookup-charge").await;
 
     // Another tenant's pages do not exist for alice.
     c.goto(&format!("{base}/t/globex/queue")).await.unwrap();

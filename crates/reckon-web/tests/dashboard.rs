@@ -670,3 +670,966 @@ async fn the_pages_read_the_postgresql_ledger_too() {
     );
     w.finish().await;
 }
+
+// ---- the audit page (issue 7, item 5) ----
+
+/// Yesterday's date in UTC (the tenants' default zone).
+fn yesterday() -> String {
+    reckon_audit::DayWindow::yesterday(reckon_domain::time::now(), "UTC")
+        .unwrap()
+        .date
+}
+
+/// A complete run of `day` for tenant A: a duplicate in dollars (refunded nothing), an
+/// orphan in euros, and the day's totals.
+async fn record_run(w: &World, day: &str) -> i64 {
+    let start = reckon_audit::DayWindow::new(day, "UTC").unwrap().start;
+    let run = reckon_ledger::NewAuditRun {
+        day: day.into(),
+        time_zone: "UTC".into(),
+        window_start: start,
+        window_end: start + 86400.0,
+        provider: "*".into(),
+        triggered_by: "schedule".into(),
+        status: "complete".into(),
+        reason: None,
+        started_at: start + 90000.0,
+        finished_at: start + 90001.0,
+        counts: json!({"findings": {"duplicate": 1, "orphan": 1}, "effects_in_day": 3,
+                       "charges_in_day": 4}),
+        findings: json!([
+            {"kind": "orphan", "summary": "charge ch_orphan matches no effect",
+             "effects": [], "amount": 1999, "currency": "eur", "refunded": false,
+             "charges": [{"id": "ch_orphan", "amount": 1999, "currency": "eur",
+                          "status": "succeeded", "amount_refunded": 0, "customer": null,
+                          "created": start + 3600.0}],
+             "suggestions": []},
+            {"kind": "duplicate", "summary": "charge:v1:ORD-7 was charged 2 times",
+             "effects": [{"source": SRC, "key": "charge:v1:ORD-7", "operation": "charge",
+                          "subject": "ORD-7", "state": "succeeded", "attempts": 2,
+                          "created_at": start + 7200.0}],
+             "amount": 2000, "currency": "usd", "refunded": false,
+             "charges": [
+                {"id": "ch_first", "amount": 2000, "currency": "usd", "status": "succeeded",
+                 "amount_refunded": 0, "customer": null, "created": start + 7201.0},
+                {"id": "ch_again", "amount": 2000, "currency": "usd", "status": "succeeded",
+                 "amount_refunded": 0, "customer": null, "created": start + 7260.0}],
+             "suggestions": []}
+        ]),
+        totals: json!([
+            {"currency": "eur", "charged": 1999, "refunded": 0, "net": 1999, "matched": 0,
+             "unmatched": 1999},
+            {"currency": "usd", "charged": 6000, "refunded": 0, "net": 6000, "matched": 6000,
+             "unmatched": 0}
+        ]),
+        evidence: json!({"pages": []}),
+    };
+    w.ledger
+        .record_audit_run(w.a.id, run, None)
+        .await
+        .unwrap()
+        .id
+}
+
+#[tokio::test]
+async fn the_audit_page_shows_yesterdays_findings_by_kind_with_amounts_and_totals() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let day = yesterday();
+    let id = record_run(&w, &day).await;
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (cookie, _) = session(&w.app, "fin@acme.test").await;
+
+    // Yesterday by default.
+    let r = get(&w, &cookie, "/t/acme/audit").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.headers["vary"], "HX-Request");
+    assert_csp_clean(&r.text);
+    assert!(r.text.contains(&format!("value=\"{day}\"")), "{}", r.text);
+    assert!(r.text.contains("(yesterday)"), "{}", r.text);
+    assert!(
+        r.text.contains("href=\"/t/acme/audit\""),
+        "the nav links it"
+    );
+    // Grouped by kind, duplicates before orphans whatever order the run stored them in.
+    let dup = r
+        .text
+        .find("data-kind=\"duplicate\"")
+        .expect("a duplicate group");
+    let orphan = r
+        .text
+        .find("data-kind=\"orphan\"")
+        .expect("an orphan group");
+    assert!(dup < orphan);
+    assert!(r.text.contains("Duplicate charges"), "{}", r.text);
+    assert!(r.text.contains("$20.00 at stake"), "{}", r.text);
+    assert!(r.text.contains("€19.99 at stake"), "{}", r.text);
+    assert!(r.text.contains("ch_again"));
+    assert!(
+        r.text
+            .contains("href=\"/t/acme/effects/shop/charge%3Av1%3AORD-7\""),
+        "the effect links to its page: {}",
+        r.text
+    );
+    // Totals per currency, from minor units.
+    let totals = r.text.split("id=\"audit-totals\"").nth(1).expect("totals");
+    assert!(
+        totals.contains("<td>USD</td><td class=\"num\">$60.00</td>"),
+        "{totals}"
+    );
+    assert!(
+        totals.contains("<td>EUR</td><td class=\"num\">€19.99</td>"),
+        "{totals}"
+    );
+    // The history, with the chain verified.
+    assert!(
+        r.text
+            .contains("1 runs in the chain, every digest verified."),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("<span class=\"badge ok\">verified</span>"));
+    let csv_href = format!("/t/acme/audit/{id}/csv");
+    assert!(
+        r.text.contains(&format!("href=\"{csv_href}\"")),
+        "{}",
+        r.text
+    );
+
+    // The CSV: the engine's, with one row per finding, and the export is in the audit log.
+    let r = get(&w, &cookie, &csv_href).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/csv")
+    );
+    assert!(
+        r.headers["content-disposition"]
+            .to_str()
+            .unwrap()
+            .contains(&format!("reckon-audit-acme-{day}-{id}.csv"))
+    );
+    let mut rd = csv::Reader::from_reader(r.text.as_bytes());
+    let kinds: Vec<String> = rd.records().map(|x| x.unwrap()[4].to_owned()).collect();
+    assert_eq!(kinds, vec!["orphan", "duplicate"]);
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    let export = log.iter().find(|a| a.action == "export").expect("logged");
+    assert_eq!(export.actor, "user:fin@acme.test");
+    assert_eq!(
+        export.target.as_deref(),
+        Some(format!("audit:{id}").as_str())
+    );
+
+    // htmx: the report alone; another day without a run says so.
+    let r = get_htmx(&w, &cookie, "/t/acme/audit?day=2020-02-29").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text.trim_start().starts_with("<div id=\"audit-report\""),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains("No audit of 2020-02-29 yet"), "{}", r.text);
+    assert_eq!(r.headers["vary"], "HX-Request");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn only_finance_and_admin_see_the_audit_and_another_tenants_run_is_not_found() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let day = yesterday();
+    let id = record_run(&w, &day).await;
+    let csv = format!("/t/acme/audit/{id}/csv");
+    for (email, role) in [
+        ("sam@acme.test", Role::Support),
+        ("vic@acme.test", Role::Viewer),
+    ] {
+        user(w.ledger.as_ref(), email, &w.a, role).await;
+        let (cookie, _) = session(&w.app, email).await;
+        for uri in ["/t/acme/audit", csv.as_str()] {
+            let r = get(&w, &cookie, uri).await;
+            assert_eq!(r.status, StatusCode::FORBIDDEN, "{email} {uri}: {}", r.text);
+            assert!(!r.text.contains("ch_orphan"));
+        }
+        let home = get(&w, &cookie, "/t/acme/queue").await;
+        assert!(!home.text.contains("/audit\""), "no audit link for {email}");
+    }
+    let (admin, _) = session(&w.app, "alice@acme.test").await;
+    assert_eq!(
+        get(&w, &admin, "/t/acme/audit").await.status,
+        StatusCode::OK
+    );
+    assert_eq!(get(&w, &admin, &csv).await.status, StatusCode::OK);
+    // Bob (admin of globex) names acme's run under his own tenant: not found.
+    let (bob, _) = session(&w.app, "bob@globex.test").await;
+    for uri in [
+        format!("/t/globex/audit/{id}/csv"),
+        format!("/t/globex/audit?day={day}&run={id}"),
+        format!("/t/acme/audit/{id}/csv"),
+    ] {
+        let r = get(&w, &bob, &uri).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri}: {}", r.text);
+        assert!(!r.text.contains("ch_orphan"), "{uri}");
+    }
+    let r = get(&w, &bob, "/t/globex/audit").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text.contains("No audit of"), "{}", r.text);
+    assert!(!r.text.contains("ch_orphan"));
+    // Bad input.
+    for (uri, says) in [
+        ("/t/acme/audit?day=28/11/2026", "YYYY-MM-DD"),
+        ("/t/acme/audit?day=2026-02-30", "YYYY-MM-DD"),
+        ("/t/acme/audit?run=abc", "run must be"),
+    ] {
+        let r = get(&w, &admin, uri).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.text);
+        assert!(r.text.contains(says), "{uri}: {}", r.text);
+    }
+    w.finish().await;
+}
+
+// ---- support lookup by provider object id, times in the tenant's zone (issue 7, item 4) ----
+
+#[tokio::test]
+async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once_in_local_time() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    w.ledger
+        .set_audit_settings(
+            w.a.id,
+            &reckon_ledger::AuditSettings {
+                time_zone: "Europe/Paris".into(),
+                audit_time: "06:00".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let pay = w
+        .ledger
+        .add_provider(
+            w.a.id,
+            reckon_ledger::NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: json!({"base_url": "http://127.0.0.1:9/"}),
+            },
+        )
+        .await
+        .unwrap();
+    // 2026-11-28 13:02 UTC is 14:02 in Paris.
+    let at = 1_795_870_920.0;
+    let charge = |id: &str, key: Option<&str>, amount: i64| reckon_ledger::StoredCharge {
+        provider_id: pay.id,
+        charge_id: id.into(),
+        payment_intent: None,
+        amount,
+        currency: "usd".into(),
+        status: "succeeded".into(),
+        amount_captured: amount,
+        amount_refunded: 0,
+        refunds: json!([]),
+        metadata: json!({}),
+        idempotency_key: key.map(str::to_owned),
+        customer: None,
+        created: at,
+        raw: json!({"id": id}),
+        imported_at: at + 86400.0,
+    };
+    w.ledger
+        .store_provider_charges(
+            w.a.id,
+            &[
+                charge("ch_1", Some("charge:v1:ORD-3"), 2000),
+                charge("ch_stray", None, 999),
+            ],
+        )
+        .await
+        .unwrap();
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let (cookie, _) = session(&w.app, "sam@acme.test").await;
+
+    let said = "charge:v1:ORD-3: charged once, ch_1, $20.00, 28 Nov 2026 14:02 CET.";
+    for q in ["ch_1", "ORD-3"] {
+        let r = get(&w, &cookie, &format!("/t/acme/lookup?q={q}")).await;
+        assert_eq!(r.status, StatusCode::OK, "{q}: {}", r.text);
+        assert!(r.text.contains(said), "{q}: {}", r.text);
+        assert!(
+            r.text
+                .contains("href=\"/t/acme/effects/shop/charge%3Av1%3AORD-3\""),
+            "{q}: the effect is listed: {}",
+            r.text
+        );
+        assert!(
+            r.text.contains(
+                "<time datetime=\"2026-11-28T13:02:00Z\" title=\"28 Nov 2026 13:02 UTC\">28 Nov 2026 14:02 CET</time>"
+            ),
+            "{q}: local time, UTC on hover: {}",
+            r.text
+        );
+    }
+    let r = get(&w, &cookie, "/t/acme/lookup?q=ch_stray").await;
+    assert!(
+        r.text.contains(
+            "ch_stray at pay: ch_stray, $9.99, 28 Nov 2026 14:02 CET, and no effect names it."
+        ),
+        "{}",
+        r.text
+    );
+    // Every other page writes times in the tenant's zone too.
+    let r = get(&w, &cookie, "/t/acme/queue").await;
+    assert!(
+        r.text.contains(" CET") || r.text.contains(" CEST"),
+        "{}",
+        r.text
+    );
+    assert!(r.text.contains(" UTC)\""), "UTC on hover: {}", r.text);
+    // Another tenant's charge id finds nothing.
+    let (bob, _) = session(&w.app, "bob@globex.test").await;
+    let r = get(&w, &bob, "/t/globex/lookup?q=ch_1").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.text.contains("Nothing found"), "{}", r.text);
+    assert!(!r.text.contains("ORD-3") && !r.text.contains("$20.00"));
+    w.finish().await;
+}
+
+// ---- the queue's bulk re-lookup (issue 7, item 2) ----
+
+#[tokio::test]
+async fn finance_looks_up_a_providers_indeterminate_effects_again_from_the_queue() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    w.ledger
+        .add_provider(
+            w.a.id,
+            reckon_ledger::NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                // Loopback: the default egress policy refuses it, so every lookup is
+                // indeterminate (a fault is never an answer).
+                settings: json!({"base_url": "http://127.0.0.1:9/"}),
+            },
+        )
+        .await
+        .unwrap();
+    w.ledger
+        .set_route(w.a.id, SRC, "charge", Some("pay"))
+        .await
+        .unwrap();
+    let (admin, admin_csrf) = session(&w.app, "alice@acme.test").await;
+    let r = post(
+        &w,
+        &admin,
+        &format!("/t/acme/reconcile/{}", effect_path("charge:v1:ORD-1")),
+        &[("csrf", &admin_csrf)],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let queue = get(
+        &w,
+        &admin,
+        "/t/acme/queue?provider=pay&outcome=indeterminate",
+    )
+    .await;
+    assert!(queue.text.contains("charge:v1:ORD-1"), "{}", queue.text);
+    assert!(queue.text.contains("id=\"requeue-form\""), "{}", queue.text);
+    assert!(
+        !get(&w, &admin, "/t/acme/queue")
+            .await
+            .text
+            .contains("id=\"requeue-form\""),
+        "no bulk action without a provider filter"
+    );
+
+    // Support may not; finance may.
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let (sam, sam_csrf) = session(&w.app, "sam@acme.test").await;
+    assert!(
+        !get(&w, &sam, "/t/acme/queue?provider=pay")
+            .await
+            .text
+            .contains("id=\"requeue-form\"")
+    );
+    let r = post(
+        &w,
+        &sam,
+        "/t/acme/queue/requeue",
+        &[("csrf", &sam_csrf), ("provider", "pay")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (fin, fin_csrf) = session(&w.app, "fin@acme.test").await;
+    for (pairs, status) in [
+        (
+            vec![("csrf", "wrong"), ("provider", "pay")],
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            vec![("csrf", fin_csrf.as_str()), ("provider", "")],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            vec![("csrf", fin_csrf.as_str()), ("provider", "nope")],
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let r = post(&w, &fin, "/t/acme/queue/requeue", &pairs, false).await;
+        assert_eq!(r.status, status, "{pairs:?}: {}", r.text);
+    }
+    let r = post(
+        &w,
+        &fin,
+        "/t/acme/queue/requeue",
+        &[("csrf", &fin_csrf), ("provider", "pay")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location(), Some("/t/acme/queue?provider=pay&requeued=1"));
+    let page = get(&w, &fin, r.location().unwrap()).await;
+    assert!(
+        page.text
+            .contains("1 indeterminate effect(s) at pay are due for a new lookup now."),
+        "{}",
+        page.text
+    );
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    let done = log
+        .iter()
+        .find(|a| a.action == "reconcile.requeue")
+        .expect("logged");
+    assert_eq!(done.actor, "user:fin@acme.test");
+    assert_eq!(done.detail["requeued"], 1);
+    w.finish().await;
+}
+
+// ---- settings forms (issue 7, item 6) ----
+
+#[tokio::test]
+async fn an_admin_makes_a_token_seen_once_revokes_it_adds_a_provider_with_a_hidden_secret_and_routes()
+ {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+
+    // A token: shown in this answer only, usable, then revoked.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/tokens",
+        &[("csrf", &csrf), ("role", "finance"), ("label", "books")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_csp_clean(&r.text);
+    let token = r
+        .text
+        .split("<code id=\"new-token\">")
+        .nth(1)
+        .and_then(|t| t.split('<').next())
+        .expect("the new token is shown")
+        .to_owned();
+    assert!(token.starts_with("rkn_"), "{token}");
+    let api = |t: String| {
+        let app = w.app.clone();
+        async move {
+            send(
+                &app,
+                Method::GET,
+                "/api/v1/audits",
+                Req {
+                    token: Some(&t),
+                    ..Default::default()
+                },
+            )
+            .await
+            .status
+        }
+    };
+    assert_eq!(api(token.clone()).await, StatusCode::OK, "a finance token");
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(!page.text.contains(&token), "never shown again");
+    assert!(page.text.contains("books"));
+    let id = w
+        .ledger
+        .list_tokens(w.a.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.label == "books")
+        .unwrap()
+        .id;
+    let r = post(
+        &w,
+        &cookie,
+        &format!("/t/acme/settings/tokens/{id}/revoke"),
+        &[("csrf", &csrf)],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(api(token.clone()).await, StatusCode::UNAUTHORIZED);
+    // Bob cannot revoke acme's tokens through his own tenant.
+    let (bob, bob_csrf) = session(&w.app, "bob@globex.test").await;
+    let admin_token_id = w.ledger.list_tokens(w.a.id).await.unwrap()[0].id;
+    let r = post(
+        &w,
+        &bob,
+        &format!("/t/globex/settings/tokens/{admin_token_id}/revoke"),
+        &[("csrf", &bob_csrf)],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+
+    // A provider: refused with the reason (loopback is outside the egress policy), the
+    // secret never echoed; then added, its secret masked.
+    let secret = "rk_test_zzsecretzz";
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/providers",
+        &[
+            ("csrf", &csrf),
+            ("name", "loop"),
+            ("kind", "demo"),
+            ("secret", secret),
+            ("settings", "{\"base_url\": \"http://127.0.0.1:9/\"}"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("egress policy"), "{}", r.text);
+    assert!(!r.text.contains(secret), "the secret came back");
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/providers",
+        &[
+            ("csrf", &csrf),
+            ("name", "stripe-test"),
+            ("kind", "stripe"),
+            ("secret", secret),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(page.text.contains("stripe-test"));
+    assert!(page.text.contains("(set, write-only)"));
+    assert!(!page.text.contains(secret), "the secret is never rendered");
+
+    // Routing.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/routes",
+        &[
+            ("csrf", &csrf),
+            ("source", SRC),
+            ("operation", "charge"),
+            ("provider", "nope"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/routes",
+        &[
+            ("csrf", &csrf),
+            ("source", SRC),
+            ("operation", "charge"),
+            ("provider", "stripe-test"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let routes = w.ledger.list_routes(w.a.id).await.unwrap();
+    assert_eq!(routes[0].provider.as_deref(), Some("stripe-test"));
+
+    // The audit log shows it all, on the settings page.
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    let log = page
+        .text
+        .split("id=\"audit-log\"")
+        .nth(1)
+        .expect("the audit log");
+    for action in ["token.create", "token.revoke", "provider.add", "route.set"] {
+        assert!(log.contains(action), "{action}: {log}");
+    }
+    assert!(log.contains("user:alice@acme.test"));
+
+    // Finance may not touch settings.
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (fin, fin_csrf) = session(&w.app, "fin@acme.test").await;
+    for uri in [
+        "/t/acme/settings/tokens",
+        "/t/acme/settings/providers",
+        "/t/acme/settings/routes",
+    ] {
+        let r = post(
+            &w,
+            &fin,
+            uri,
+            &[
+                ("csrf", &fin_csrf),
+                ("role", "viewer"),
+                ("label", "x"),
+                ("name", "x"),
+                ("kind", "demo"),
+            ],
+            false,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{uri}: {}", r.text);
+    }
+    // And a wrong CSRF token is refused even for an admin.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/tokens",
+        &[("csrf", "nope"), ("role", "viewer"), ("label", "x")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
+    w.finish().await;
+}
+
+// ---- empty states and the tenant switcher (issue 7, item 7) ----
+
+#[tokio::test]
+async fn an_empty_queue_says_when_it_was_last_cleared_and_a_person_in_two_tenants_can_switch() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let now = reckon_domain::time::now();
+    // Three hours ago the three unresolved effects were counted; since then each was
+    // resolved by hand.
+    w.ledger
+        .take_snapshot(w.a.id, now - 3.0 * 3600.0)
+        .await
+        .unwrap();
+    for key in ["charge:v1:ORD-1", "charge:v1:ORD-2", EVIL] {
+        let e = w
+            .ledger
+            .get_effect(w.a.id, SRC, key)
+            .await
+            .unwrap()
+            .unwrap()
+            .effect;
+        w.ledger
+            .resolve_by_hand(
+                w.a.id,
+                e.id,
+                reckon_ledger::NewResolution {
+                    outcome: "applied".into(),
+                    author: "alice@acme.test".into(),
+                    note: Some("seen in the provider".into()),
+                    evidence: json!({}),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+    let r = get(&w, &cookie, "/t/acme/queue").await;
+    assert!(
+        r.text.contains("No unresolved effects: every effect reckon knows has a known outcome; the last unresolved effects were cleared 2 h"),
+        "{}",
+        r.text
+    );
+    let (bob, _) = session(&w.app, "bob@globex.test").await;
+    let r = get(&w, &bob, "/t/globex/queue").await;
+    assert!(
+        r.text.contains("none was unresolved in the last 30 days"),
+        "{}",
+        r.text
+    );
+    let r = get(&w, &bob, "/t/globex").await;
+    assert!(r.text.contains("id=\"all-clear\""), "{}", r.text);
+    assert!(!r.text.contains("tenant-switcher"), "bob is in one tenant");
+
+    // Carol, in both tenants: every page offers the other one, with her role there.
+    let carol = user(w.ledger.as_ref(), "carol@acme.test", &w.a, Role::Support).await;
+    w.ledger
+        .set_membership(w.b.id, carol, Role::Viewer)
+        .await
+        .unwrap();
+    let r = common::sign_in(
+        &w.app,
+        "carol@acme.test",
+        common::PASSWORD,
+        &[("tenant", "acme")],
+    )
+    .await;
+    let carol_cookie = r.session_cookie().unwrap();
+    for uri in ["/t/acme", "/t/acme/queue", "/t/acme/lookup?q=ORD-3"] {
+        let r = get(&w, &carol_cookie, uri).await;
+        let switcher = r
+            .text
+            .split("id=\"tenant-switcher\"")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{uri}: no switcher: {}", r.text));
+        assert!(
+            switcher.contains("<a href=\"/t/globex\">globex (viewer)</a>"),
+            "{uri}: {switcher}"
+        );
+        assert_eq!(r.headers["vary"], "HX-Request", "{uri}");
+    }
+    let r = get(&w, &carol_cookie, "/t/globex").await;
+    assert!(
+        r.text.contains("<a href=\"/t/acme\">acme (support)</a>"),
+        "{}",
+        r.text
+    );
+    // A fragment carries no header at all.
+    let r = get_htmx(&w, &carol_cookie, "/t/acme/queue").await;
+    assert!(!r.text.contains("tenant-switcher"));
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn an_admin_browses_a_sources_quarantine_and_a_push_source_refuses_write_back_in_words() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    // A row that is not a justonce record: quarantined with its reason.
+    let r = send(
+        &w.app,
+        Method::POST,
+        &format!("/api/v1/effects?source={SRC}"),
+        Req {
+            token: Some(&w.token_a),
+            content_type: Some("application/json"),
+            body: json!([{"key": "charge:v1:<b>BAD</b>", "state": "maybe", "request_hash": "1:x",
+                          "response": null, "attempts": 1, "created_at": 1.0, "updated_at": 2.0}])
+            .to_string(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(
+        page.text
+            .contains("/t/acme/settings/sources/shop/quarantine"),
+        "{}",
+        page.text
+    );
+    assert!(
+        page.text.contains("not for push sources"),
+        "no write-back form for a push source"
+    );
+    let r = get(&w, &cookie, "/t/acme/settings/sources/shop/quarantine").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_csp_clean(&r.text);
+    let table = r
+        .text
+        .split("id=\"quarantine\"")
+        .nth(1)
+        .expect("a row: {r.text}");
+    assert!(
+        table.contains("state"),
+        "the reason names the field: {table}"
+    );
+    assert!(!r.text.contains("<b>BAD</b>"), "escaped");
+    let r = get(&w, &cookie, "/t/acme/settings/sources/nope/quarantine").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    let uri = "/t/acme/settings/sources/shop/writeback";
+    let r = post(
+        &w,
+        &cookie,
+        uri,
+        &[("csrf", &csrf), ("not_applied", "sometimes")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let r = post(
+        &w,
+        &cookie,
+        uri,
+        &[("csrf", &csrf), ("not_applied", "release")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("is a push source"), "{}", r.text);
+    assert!(
+        w.ledger
+            .source_by_name(w.a.id, SRC)
+            .await
+            .unwrap()
+            .writeback()
+            .is_none()
+    );
+    // Finance may neither.
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (fin, fin_csrf) = session(&w.app, "fin@acme.test").await;
+    let r = post(
+        &w,
+        &fin,
+        uri,
+        &[("csrf", &fin_csrf), ("not_applied", "release")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = get(&w, &fin, "/t/acme/settings/sources/shop/quarantine").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn an_admin_adds_a_source_and_its_dsn_is_never_shown_even_in_an_error() {
+    let w = World::new(Backend::Sqlite).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let dsn = "postgres://reader:hunter2secret@db.example:5432/shop";
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[
+            ("csrf", &csrf),
+            ("name", "billing"),
+            ("kind", "postgres"),
+            ("dsn", dsn),
+            ("scan_interval", "soon"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("is not a duration"), "{}", r.text);
+    assert!(
+        !r.text.contains("hunter2secret"),
+        "the DSN's password came back"
+    );
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[
+            ("csrf", &csrf),
+            ("name", "billing"),
+            ("kind", "postgres"),
+            ("dsn", dsn),
+            ("scan_interval", "2m"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(page.text.contains(">billing</td>"), "{}", page.text);
+    assert!(page.text.contains("2 min"), "{}", page.text);
+    assert!(
+        !page.text.contains("hunter2secret"),
+        "the DSN's password is never shown"
+    );
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    assert!(
+        log.iter()
+            .any(|a| a.action == "source.add" && a.actor == "user:alice@acme.test")
+    );
+    // Twice: refused by name.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[("csrf", &csrf), ("name", "billing"), ("kind", "push")],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("already exists"), "{}", r.text);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn an_admin_changes_a_members_role_but_not_their_own_nor_reaches_outside_the_tenant() {
+    let w = World::new(Backend::Sqlite).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    let people = page.text.split("id=\"people\"").nth(1).expect("people");
+    assert!(
+        people.contains("<td>alice@acme.test</td><td>admin</td>"),
+        "{people}"
+    );
+    assert!(
+        !people.contains("bob@globex.test"),
+        "another tenant's people"
+    );
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/people",
+        &[
+            ("csrf", &csrf),
+            ("email", "Sam@Acme.test"),
+            ("role", "finance"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let members = w.ledger.members(w.a.id).await.unwrap();
+    assert!(
+        members
+            .iter()
+            .any(|(u, r)| u.email == "sam@acme.test" && *r == Role::Finance)
+    );
+    for (email, role, says) in [
+        (
+            "nobody@acme.test",
+            "viewer",
+            "No member of this tenant has this email",
+        ),
+        // An account of another tenant gets the same answer: nothing about it leaks.
+        (
+            "bob@globex.test",
+            "viewer",
+            "No member of this tenant has this email",
+        ),
+        (
+            "alice@acme.test",
+            "viewer",
+            "You cannot change your own role",
+        ),
+        ("sam@acme.test", "owner", "Choose a role"),
+    ] {
+        let r = post(
+            &w,
+            &cookie,
+            "/t/acme/settings/people",
+            &[("csrf", &csrf), ("email", email), ("role", role)],
+            false,
+        )
+        .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{email}: {}",
+            r.text
+        );
+        assert!(r.text.contains(says), "{email}: {}", r.text);
+    }
+    let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
+    assert!(log.iter().any(|a| a.action == "member.set"));
+    w.finish().await;
+}

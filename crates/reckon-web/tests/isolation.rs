@@ -271,6 +271,76 @@ fn request_for(
             ("/t/acme/lookup?q=acanary-ORD-1".into(), None, String::new())
         }
         ("GET", "/t/{tenant}/settings") => ("/t/acme/settings".into(), None, String::new()),
+        ("POST", "/t/{tenant}/settings/tokens") => (
+            "/t/acme/settings/tokens".into(),
+            form_ct,
+            form(&[("csrf", csrf), ("role", "admin"), ("label", "b was here")]),
+        ),
+        ("POST", "/t/{tenant}/settings/tokens/{id}/revoke") => (
+            format!("/t/acme/settings/tokens/{}/revoke", fx.a_token_id),
+            form_ct,
+            form(&[("csrf", csrf)]),
+        ),
+        ("POST", "/t/{tenant}/settings/providers") => (
+            "/t/acme/settings/providers".into(),
+            form_ct,
+            form(&[
+                ("csrf", csrf),
+                ("name", "b-pay"),
+                ("kind", "stripe"),
+                ("secret", "rk_test_b"),
+            ]),
+        ),
+        ("POST", "/t/{tenant}/settings/routes") => (
+            "/t/acme/settings/routes".into(),
+            form_ct,
+            form(&[
+                ("csrf", csrf),
+                ("source", A_SOURCE),
+                ("operation", "refund"),
+                ("provider", A_PROVIDER),
+            ]),
+        ),
+        ("POST", "/t/{tenant}/settings/sources/{name}/writeback") => (
+            format!("/t/acme/settings/sources/{A_SOURCE}/writeback"),
+            form_ct,
+            form(&[("csrf", csrf), ("not_applied", "release")]),
+        ),
+        ("GET", "/t/{tenant}/settings/sources/{name}/quarantine") => (
+            format!("/t/acme/settings/sources/{A_SOURCE}/quarantine"),
+            None,
+            String::new(),
+        ),
+        ("POST", "/t/{tenant}/settings/sources") => (
+            "/t/acme/settings/sources".into(),
+            form_ct,
+            form(&[("csrf", csrf), ("name", "b-src"), ("kind", "push")]),
+        ),
+        ("POST", "/t/{tenant}/settings/people") => (
+            // Make bob an admin of acme, from globex.
+            "/t/acme/settings/people".into(),
+            form_ct,
+            form(&[
+                ("csrf", csrf),
+                ("email", "bob@globex.test"),
+                ("role", "admin"),
+            ]),
+        ),
+        ("POST", "/t/{tenant}/queue/requeue") => (
+            "/t/acme/queue/requeue".into(),
+            form_ct,
+            form(&[("csrf", csrf), ("provider", A_PROVIDER)]),
+        ),
+        ("GET", "/t/{tenant}/audit") => (
+            format!("/t/acme/audit?day=2023-11-14&run={}", fx.a_audit_id),
+            None,
+            String::new(),
+        ),
+        ("GET", "/t/{tenant}/audit/{id}/csv") => (
+            format!("/t/acme/audit/{}/csv", fx.a_audit_id),
+            None,
+            String::new(),
+        ),
         ("GET", "/t/{tenant}/effects/{source}/{*key}") => (
             format!("/t/acme/effects/{A_SOURCE}/charge%3Av1%3Aacanary-ORD-1"),
             None,

@@ -7,7 +7,7 @@ pub mod providers;
 mod push;
 mod quarantine;
 mod reconcile;
-mod sources;
+pub(crate) mod sources;
 mod tokens;
 // write-back (issue 4 item 7)
 mod writeback;

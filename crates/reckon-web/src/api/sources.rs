@@ -46,7 +46,7 @@ pub async fn create(
 /// What of a DSN must never appear in an answer: the whole DSN and its password, raw and
 /// decoded. `new_source` promises not to echo them; this keeps that promise for it should a
 /// driver's message ever quote its input.
-fn dsn_secrets(dsn: Option<&str>) -> Vec<String> {
+pub(crate) fn dsn_secrets(dsn: Option<&str>) -> Vec<String> {
     let Some(dsn) = dsn else { return Vec::new() };
     let mut secrets = vec![dsn.to_owned()];
     if let Some(password) = url::Url::parse(dsn)
@@ -63,7 +63,7 @@ fn dsn_secrets(dsn: Option<&str>) -> Vec<String> {
     secrets
 }
 
-fn scrub(mut message: String, secrets: &[String]) -> String {
+pub(crate) fn scrub(mut message: String, secrets: &[String]) -> String {
     for secret in secrets {
         message = message.replace(secret.as_str(), "<redacted>");
     }

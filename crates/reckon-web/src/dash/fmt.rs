@@ -3,29 +3,71 @@
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-/// A moment, shown as "30 Nov 14:02 UTC" with the full RFC 3339 form for `<time datetime>`
-/// and the hover title.
+use jiff::tz::TimeZone;
+
+/// A moment, shown in the tenant's time zone ("28 Nov 2026 14:02 CET"), with the RFC 3339
+/// form for `<time datetime>` and the same moment in UTC for the hover title.
 #[derive(Debug, Clone)]
 pub struct When {
     pub text: String,
     pub iso: String,
+    pub utc: String,
 }
 
+/// `t` in UTC (pages that know no tenant zone, and tenants whose zone is UTC).
 pub fn when(t: f64) -> When {
+    when_in(t, &TimeZone::UTC)
+}
+
+/// `t` in `tz`; the hover title keeps UTC.
+pub fn when_in(t: f64, tz: &TimeZone) -> When {
     match jiff::Timestamp::from_second(t.floor() as i64) {
         Ok(ts) => When {
-            text: ts.strftime("%d %b %Y %H:%M UTC").to_string(),
+            text: ts
+                .to_zoned(tz.clone())
+                .strftime("%d %b %Y %H:%M %Z")
+                .to_string(),
             iso: ts.to_string(),
+            utc: ts.strftime("%d %b %Y %H:%M UTC").to_string(),
         },
         Err(_) => When {
             text: format!("{t}"),
             iso: String::new(),
+            utc: String::new(),
         },
     }
 }
 
 pub fn when_opt(t: Option<f64>) -> Option<When> {
     t.map(when)
+}
+
+pub fn when_opt_in(t: Option<f64>, tz: &TimeZone) -> Option<When> {
+    t.map(|t| when_in(t, tz))
+}
+
+/// The tenant's zone by name (its audit settings); an unknown name (which the settings
+/// refuse to store) falls back to UTC rather than failing a page.
+pub fn zone(name: &str) -> TimeZone {
+    TimeZone::get(name).unwrap_or(TimeZone::UTC)
+}
+
+/// An amount in minor units as people read it: `$20.00`, `€19.99`, `£5.00`, `¥500`, or
+/// `12.34 CHF` for currencies without a sign here (zero-decimal currencies have no cents).
+pub fn money(minor: i64, currency: &str) -> String {
+    let plain = reckon_audit::money(minor, currency);
+    let sign = match currency.to_ascii_lowercase().as_str() {
+        "usd" => "$",
+        "eur" => "€",
+        "gbp" => "£",
+        "jpy" => "¥",
+        _ => return plain,
+    };
+    let number = plain.split(' ').next().unwrap_or_default();
+    match number.strip_prefix('-') {
+        Some(abs) => format!("-{sign}{abs}"),
+        None => format!("{sign}{number}"),
+    }
 }
 
 /// A duration in words for people: "45 s", "12 min", "3 h 5 min", "2 d 4 h".
@@ -81,6 +123,26 @@ mod tests {
         let w = when(1_764_511_320.5);
         assert_eq!(w.text, "30 Nov 2025 14:02 UTC");
         assert_eq!(w.iso, "2025-11-30T14:02:00Z");
+        assert_eq!(w.utc, "30 Nov 2025 14:02 UTC");
+    }
+
+    #[test]
+    fn times_read_in_the_tenants_zone_with_utc_kept_for_the_hover() {
+        let w = when_in(1_764_511_320.0, &zone("Europe/Paris"));
+        assert_eq!(w.text, "30 Nov 2025 15:02 CET");
+        assert_eq!(w.utc, "30 Nov 2025 14:02 UTC");
+        assert_eq!(w.iso, "2025-11-30T14:02:00Z");
+        assert_eq!(zone("Not/AZone"), TimeZone::UTC);
+    }
+
+    #[test]
+    fn amounts_are_rendered_per_currency_from_minor_units() {
+        assert_eq!(money(2000, "usd"), "$20.00");
+        assert_eq!(money(1999, "EUR"), "€19.99");
+        assert_eq!(money(-550, "gbp"), "-£5.50");
+        assert_eq!(money(500, "jpy"), "¥500");
+        assert_eq!(money(1234, "chf"), "12.34 CHF");
+        assert_eq!(money(7, "krw"), "7 KRW");
     }
 
     #[test]

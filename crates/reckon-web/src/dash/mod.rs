@@ -15,9 +15,11 @@
 //!   page, never one per row.
 
 pub mod assets;
+pub mod audit;
 pub mod chart;
 pub mod fmt;
 pub mod pages;
+pub mod settings;
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -112,8 +114,31 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/t/{tenant}", get(pages::overview))
         .route("/t/{tenant}/queue", get(pages::queue))
+        .route("/t/{tenant}/queue/requeue", post(pages::requeue))
         .route("/t/{tenant}/lookup", get(pages::lookup))
         .route("/t/{tenant}/settings", get(pages::settings))
+        .route("/t/{tenant}/settings/tokens", post(settings::create_token))
+        .route(
+            "/t/{tenant}/settings/tokens/{id}/revoke",
+            post(settings::revoke_token),
+        )
+        .route(
+            "/t/{tenant}/settings/providers",
+            post(settings::add_provider),
+        )
+        .route("/t/{tenant}/settings/routes", post(settings::set_route))
+        .route("/t/{tenant}/settings/sources", post(settings::add_source))
+        .route("/t/{tenant}/settings/people", post(settings::set_person))
+        .route(
+            "/t/{tenant}/settings/sources/{name}/writeback",
+            post(settings::set_writeback),
+        )
+        .route(
+            "/t/{tenant}/settings/sources/{name}/quarantine",
+            get(settings::quarantine),
+        )
+        .route("/t/{tenant}/audit", get(audit::audit_page))
+        .route("/t/{tenant}/audit/{id}/csv", get(audit::audit_csv))
         .route("/t/{tenant}/effects/{source}/{*key}", get(pages::effect))
         .route("/t/{tenant}/resolve/{source}/{*key}", post(pages::resolve))
         .route(

@@ -3,7 +3,7 @@
 //! per-row query) and fills a template struct with finished strings.
 
 use super::chart::{self, Chart};
-use super::fmt::{When, age, effect_href, seg, when, when_opt};
+use super::fmt::{When, age, effect_href, money, seg, when_in, when_opt_in, zone};
 use super::{PageError, assets, error_page, html, not_found, wants_fragment};
 use crate::AppState;
 use crate::authz::{Permission, allows};
@@ -15,6 +15,7 @@ use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
+use jiff::tz::TimeZone;
 use reckon_domain::{State as EffectState, UnresolvedKind, time};
 use reckon_ledger::{Effect, LedgerError, NewResolution, QueueQuery, ReconcileView, TenantId};
 use serde::Deserialize;
@@ -39,7 +40,11 @@ pub struct Chrome {
     pub js: String,
     pub page: &'static str,
     pub can_lookup: bool,
+    pub can_audit: bool,
     pub can_settings: bool,
+    /// The person's other tenants (name with role, href), for the switcher; empty for a
+    /// person in one tenant and on fragments.
+    pub tenants: Vec<(String, String)>,
 }
 
 impl Chrome {
@@ -54,7 +59,9 @@ impl Chrome {
             js: assets::htmx_href(),
             page,
             can_lookup: allows(s.role, Permission::Lookup),
+            can_audit: allows(s.role, Permission::Audit),
             can_settings: allows(s.role, Permission::ManageSources),
+            tenants: Vec::new(),
         }
     }
 }
@@ -77,6 +84,48 @@ fn given(v: &Option<String>) -> Option<String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
+}
+
+/// For an empty queue: when effects were last seen unresolved, from the hourly snapshots
+/// ("3 h ago"), or that none were in the period the snapshots cover.
+pub fn last_unresolved(snapshots: &[reckon_ledger::Snapshot], now: f64, days: u32) -> String {
+    match snapshots
+        .iter()
+        .filter(|x| x.unresolved > 0)
+        .map(|x| x.hour)
+        .reduce(f64::max)
+    {
+        // The snapshot of an hour counts what was unresolved during it: cleared after.
+        Some(hour) => format!(
+            "the last unresolved effects were cleared {} ago (hourly snapshots)",
+            age(now - (hour + 3600.0).min(now))
+        ),
+        None => format!("none was unresolved in the last {days} days"),
+    }
+}
+
+/// The person's other tenants for the header's switcher (one query).
+pub async fn other_tenants(
+    st: &AppState,
+    s: &WebSession,
+) -> Result<Vec<(String, String)>, LedgerError> {
+    let all = st.ledger.memberships(s.user.id).await?;
+    Ok(all
+        .into_iter()
+        .filter(|(t, _)| t.id != s.tenant.id)
+        .map(|(t, role)| {
+            (
+                format!("{} ({})", t.slug, role.as_str()),
+                format!("/t/{}", seg(&t.slug)),
+            )
+        })
+        .collect())
+}
+
+/// The tenant's time zone (its audit settings, UTC unless set): every time on its pages is
+/// written in it, with UTC on hover.
+pub async fn tenant_zone(st: &AppState, tenant: TenantId) -> Result<TimeZone, LedgerError> {
+    Ok(zone(&st.ledger.audit_settings(tenant).await?.time_zone))
 }
 
 fn replay_left(st: &AppState, created_at: f64, now: f64) -> String {
@@ -103,6 +152,7 @@ pub struct OverviewPage {
     pub sources: Vec<SourceView>,
     pub providers: Vec<ProviderView>,
     pub chart: Chart,
+    pub cleared: String,
 }
 
 pub struct KindView {
@@ -156,7 +206,8 @@ pub async fn overview(
         .snapshots(tenant, now - f64::from(days) * 86400.0 - 3600.0)
         .await?;
     let chart = chart::build(&snapshots, now, days);
-    let c = Chrome::new(&s, "overview");
+    let cleared = last_unresolved(&snapshots, now, days);
+    let mut c = Chrome::new(&s, "overview");
     if wants_fragment(&headers) {
         let page = OverviewPage {
             c,
@@ -167,9 +218,11 @@ pub async fn overview(
             sources: vec![],
             providers: vec![],
             chart,
+            cleared,
         };
         return Ok(html(StatusCode::OK, &page.as_chart(), true));
     }
+    c.tenants = other_tenants(&st, &s).await?;
     let settings = &st.metrics.settings;
     let replay_before = now
         - settings
@@ -177,6 +230,7 @@ pub async fn overview(
             .saturating_sub(settings.replay_warning)
             .as_secs_f64();
     let summary = st.dash.summary(&st, tenant, now, replay_before).await?;
+    let tz = &tenant_zone(&st, tenant).await?;
     let sources = st.ledger.list_sources(tenant).await?;
     let quarantine = st.ledger.quarantine_counts(tenant).await?;
     let providers = st.ledger.list_providers(tenant).await?;
@@ -194,7 +248,7 @@ pub async fn overview(
                 kind: k.kind.clone(),
                 count: k.count,
                 oldest_age: age(now - k.oldest_since),
-                oldest: when(k.oldest_since),
+                oldest: when_in(k.oldest_since, tz),
                 href: format!("{}/queue?kind={}", c.base, k.kind),
             })
             .collect(),
@@ -203,15 +257,16 @@ pub async fn overview(
             .map(|src| SourceView {
                 name: src.name.clone(),
                 kind: src.kind.as_str(),
-                last_success: when_opt(src.last_success_at),
+                last_success: when_opt_in(src.last_success_at, tz),
                 last_error: src.last_error.clone(),
-                last_error_at: when_opt(src.last_error_at),
+                last_error_at: when_opt_in(src.last_error_at, tz),
                 failures: src.consecutive_failures,
                 quarantined: quarantined.get(src.name.as_str()).copied().unwrap_or(0),
             })
             .collect(),
         providers: providers.iter().map(provider_view).collect(),
         chart,
+        cleared,
         c,
     };
     Ok(html(StatusCode::OK, &page, true))
@@ -240,6 +295,7 @@ pub struct QueueParams {
     outcome: Option<String>,
     attention: Option<String>,
     after: Option<String>,
+    requeued: Option<i64>,
 }
 
 pub struct Filters {
@@ -263,6 +319,12 @@ pub struct QueuePage {
     pub rows: Vec<QueueRowView>,
     pub next_href: Option<String>,
     pub filtered: bool,
+    /// Finance and admin may re-look up a provider's indeterminate effects in bulk.
+    pub can_requeue: bool,
+    /// After a bulk re-lookup: how many effects are due again.
+    pub requeued: Option<i64>,
+    /// For the empty state: when the queue last held something.
+    pub cleared: String,
 }
 
 pub struct QueueRowView {
@@ -333,9 +395,10 @@ pub async fn queue(
         now,
     };
     let mut found = st.ledger.unresolved_queue(s.tenant.id, &q).await?;
+    let tz = &tenant_zone(&st, s.tenant.id).await?;
     let more = found.len() as i64 > QUEUE_PAGE;
     found.truncate(QUEUE_PAGE as usize);
-    let c = Chrome::new(&s, "queue");
+    let mut c = Chrome::new(&s, "queue");
     let f = Filters {
         source: q.source.clone().unwrap_or_default(),
         operation: q.operation.clone().unwrap_or_default(),
@@ -366,7 +429,7 @@ pub async fn queue(
         }
         _ => None,
     };
-    let rows = found
+    let rows: Vec<QueueRowView> = found
         .iter()
         .map(|r| QueueRowView {
             href: effect_href(&s.tenant.slug, &r.effect.source, &r.effect.key),
@@ -378,12 +441,12 @@ pub async fn queue(
                 _ => "abandoned",
             },
             age: age(now - r.since),
-            since: when(r.since),
+            since: when_in(r.since, tz),
             attempts: r.effect.attempts,
             lookups: r.lookups,
             last_outcome: r.last_outcome.clone(),
             last_error: r.last_error.clone(),
-            next_attempt: when_opt(r.next_attempt_at),
+            next_attempt: when_opt_in(r.next_attempt_at, tz),
             replay_left: replay_left(&st, r.effect.created_at, now),
             needs_attention: r.needs_attention,
             provider: r.provider.clone(),
@@ -397,6 +460,9 @@ pub async fn queue(
         || attention
         || after.is_some();
     let fragment = wants_fragment(&headers);
+    if !fragment {
+        c.tenants = other_tenants(&st, &s).await?;
+    }
     let (sources, providers) = if fragment {
         (vec![], vec![])
     } else {
@@ -422,6 +488,15 @@ pub async fn queue(
         )
     };
     let outcomes = OUTCOMES.iter().map(|o| (*o, *o == f.outcome)).collect();
+    let cleared = if rows.is_empty() && !filtered {
+        let snapshots = st
+            .ledger
+            .snapshots(s.tenant.id, now - 30.0 * 86400.0)
+            .await?;
+        last_unresolved(&snapshots, now, 30)
+    } else {
+        String::new()
+    };
     let page = QueuePage {
         c,
         f,
@@ -431,11 +506,72 @@ pub async fn queue(
         rows,
         next_href,
         filtered,
+        can_requeue: allows(s.role, Permission::ResolveManually),
+        requeued: p.requeued,
+        cleared,
     };
     if fragment {
         return Ok(html(StatusCode::OK, &page.as_rows(), true));
     }
     Ok(html(StatusCode::OK, &page, true))
+}
+
+#[derive(Deserialize)]
+pub struct RequeueForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    provider: String,
+}
+
+/// The queue's bulk re-lookup: every indeterminate effect of the filtered provider is due
+/// again now (and no longer parked as needing attention), through the same ledger step as
+/// `POST /api/v1/reconcile/requeue`, recorded in the audit log the same way. Answered 303
+/// to the queue filtered by that provider, saying how many.
+pub async fn requeue(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<RequeueForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(form)) = form else {
+        return Ok(bad_request("The form is malformed or too large."));
+    };
+    if !csrf_ok(&s, &form.csrf) {
+        return Ok(error_page(
+            StatusCode::FORBIDDEN,
+            "Missing or wrong CSRF token: reload the page and try again.",
+        ));
+    }
+    let name = form.provider.trim();
+    if name.is_empty() {
+        return Ok(bad_request(
+            "Choose a provider first: a bulk re-lookup asks one provider again.",
+        ));
+    }
+    let provider = match st.ledger.provider_by_name(s.tenant.id, name).await {
+        Ok(p) => p,
+        Err(LedgerError::NotFound(_)) => return Ok(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let now = time::now();
+    let n = st
+        .ledger
+        .requeue_indeterminate(s.tenant.id, provider.id, 0.0, now, now)
+        .await?;
+    st.dash.forget(s.tenant.id);
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        format!("user:{}", s.user.email),
+        "reconcile.requeue",
+        Some(provider.name.clone()),
+        serde_json::json!({ "from": 0.0, "to": now, "requeued": n, "via": "dashboard" }),
+    )
+    .await;
+    let mut qs = url::form_urlencoded::Serializer::new(String::new());
+    qs.append_pair("provider", &provider.name);
+    qs.append_pair("requeued", &n.to_string());
+    Ok(Redirect::to(&format!("/t/{}/queue?{}", seg(&s.tenant.slug), qs.finish())).into_response())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -504,20 +640,22 @@ pub struct TimelineItem {
 }
 
 /// How an effect stands, in words for support.
-pub fn state_words(e: &Effect, now: f64) -> String {
+pub fn state_words(e: &Effect, now: f64, tz: &TimeZone) -> String {
     if let Some(g) = e.gone_at {
         return format!(
             "gone from the source ({}) at {}",
             e.gone_reason.as_deref().unwrap_or("removed"),
-            when(g).text
+            when_in(g, tz).text
         );
     }
     match (e.state, e.unresolved_kind) {
-        (EffectState::Succeeded, _) => format!("done: succeeded at {}", when(e.updated_at).text),
+        (EffectState::Succeeded, _) => {
+            format!("done: succeeded at {}", when_in(e.updated_at, tz).text)
+        }
         (EffectState::Failed, _) => {
             format!(
                 "failed at {}: the application did not apply it",
-                when(e.updated_at).text
+                when_in(e.updated_at, tz).text
             )
         }
         (_, Some(UnresolvedKind::Unknown)) => format!(
@@ -528,7 +666,7 @@ pub fn state_words(e: &Effect, now: f64) -> String {
             "abandoned for {}: its worker stopped before finishing",
             age(now - e.unresolved_since.unwrap_or(e.updated_at))
         ),
-        _ => format!("in progress since {}", when(e.updated_at).text),
+        _ => format!("in progress since {}", when_in(e.updated_at, tz).text),
     }
 }
 
@@ -557,6 +695,7 @@ async fn effect_response(
         return Ok(not_found());
     };
     let view = st.ledger.reconcile_view(tenant, detail.effect.id).await?;
+    let tz = tenant_zone(st, tenant).await?;
     let providers: HashMap<i64, String> = if view.attempts.is_empty() && view.state.is_none() {
         HashMap::new()
     } else {
@@ -568,10 +707,11 @@ async fn effect_response(
             .collect()
     };
     let now = time::now();
-    let page = effect_page(st, s, &detail, &view, &providers, now, flash);
+    let mut page = effect_page(st, &tz, s, &detail, &view, &providers, now, flash);
     if fragment {
         return Ok(html(status, &page.as_live(), true));
     }
+    page.c.tenants = other_tenants(st, s).await?;
     Ok(html(status, &page, true))
 }
 
@@ -582,8 +722,10 @@ struct Flash {
     note: String,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn effect_page(
     st: &AppState,
+    tz: &TimeZone,
     s: &WebSession,
     d: &reckon_ledger::EffectDetail,
     view: &ReconcileView,
@@ -607,7 +749,7 @@ fn effect_page(
         timeline.push((
             ev.observed_at,
             TimelineItem {
-                at: when(ev.observed_at),
+                at: when_in(ev.observed_at, tz),
                 class: "event",
                 title: format!("{} ({})", ev.kind, ev.origin),
                 detail: [
@@ -629,7 +771,7 @@ fn effect_page(
         timeline.push((
             a.finished_at,
             TimelineItem {
-                at: when(a.finished_at),
+                at: when_in(a.finished_at, tz),
                 class: "attempt",
                 title: format!("lookup at {}: {}", name(a.provider_id), a.outcome),
                 detail: [
@@ -654,7 +796,7 @@ fn effect_page(
         timeline.push((
             r.created_at,
             TimelineItem {
-                at: when(r.created_at),
+                at: when_in(r.created_at, tz),
                 class: "resolution",
                 title: format!("resolved as {} by {}", r.outcome, r.author),
                 detail: r.note.clone().unwrap_or_default(),
@@ -683,16 +825,16 @@ fn effect_page(
                     r.outcome,
                     r.author
                 ),
-                _ => state_words(e, now),
+                _ => state_words(e, now, tz),
             },
             attempts: e.attempts,
             request_hash: e.request_hash.clone(),
             response: e.response_json.clone().unwrap_or_else(|| "null".into()),
-            created: when(e.created_at),
-            updated: when(e.updated_at),
-            expires: when_opt(e.expires_at),
-            first_seen: when(e.first_seen_at),
-            gone: when_opt(e.gone_at),
+            created: when_in(e.created_at, tz),
+            updated: when_in(e.updated_at, tz),
+            expires: when_opt_in(e.expires_at, tz),
+            first_seen: when_in(e.first_seen_at, tz),
+            gone: when_opt_in(e.gone_at, tz),
             gone_reason: e.gone_reason.clone().unwrap_or_default(),
             unresolved,
             replay_left: replay_left(st, e.created_at, now),
@@ -702,11 +844,11 @@ fn effect_page(
             outcome: r.outcome.clone(),
             author: r.author.clone(),
             note: r.note.clone().unwrap_or_default(),
-            at: when(r.created_at),
+            at: when_in(r.created_at, tz),
         }),
         reconcile: view.state.as_ref().map(|x| ReconcileStateView {
             lookups: x.attempts,
-            next_attempt: when(x.next_attempt_at),
+            next_attempt: when_in(x.next_attempt_at, tz),
             last_outcome: x.last_outcome.clone().unwrap_or_else(|| "none yet".into()),
             last_error: x.last_error.clone().unwrap_or_default(),
             needs_attention: x.needs_attention,
@@ -751,7 +893,7 @@ pub struct ResolveForm {
     note: String,
 }
 
-fn csrf_ok(s: &WebSession, token: &str) -> bool {
+pub(crate) fn csrf_ok(s: &WebSession, token: &str) -> bool {
     crate::web::same_token(token, &s.csrf_token)
 }
 
@@ -932,7 +1074,20 @@ pub struct LookupPage {
     pub searched: bool,
     pub verdict: String,
     pub found: Vec<FoundView>,
+    pub charges: Vec<ChargeFound>,
     pub truncated: bool,
+}
+
+/// A provider charge the audit imported, as the lookup shows it.
+pub struct ChargeFound {
+    pub id: String,
+    pub provider: String,
+    pub amount: String,
+    pub status: String,
+    pub refunded: String,
+    /// The idempotency key it was made with, if the provider reports one.
+    pub key: String,
+    pub created: When,
 }
 
 pub struct FoundView {
@@ -951,9 +1106,11 @@ pub struct LookupQuery {
 }
 
 /// The verdict on everything one search found, per operation, in plain words.
-pub fn verdict(q: &str, found: &[Effect], now: f64) -> String {
+pub fn verdict(q: &str, found: &[Effect], now: f64, tz: &TimeZone) -> String {
     if found.is_empty() {
-        return format!("Nothing found for “{q}”: no effect has this key, subject or key part.");
+        return format!(
+            "Nothing found for “{q}”: no effect has this key, subject or key part, and no imported provider charge has this id."
+        );
     }
     let mut ops: Vec<(String, Vec<&Effect>)> = Vec::new();
     for e in found {
@@ -974,7 +1131,7 @@ pub fn verdict(q: &str, found: &[Effect], now: f64) -> String {
                 (1, 0) => format!(
                     "{op}: done once ({}, {}).",
                     done[0].key,
-                    when(done[0].updated_at).text
+                    when_in(done[0].updated_at, tz).text
                 ),
                 (n, 0) if n > 1 => format!(
                     "{op}: done {n} times ({}): check for a double charge.",
@@ -983,12 +1140,12 @@ pub fn verdict(q: &str, found: &[Effect], now: f64) -> String {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                (0, 0) => format!("{op}: {}.", state_words(es[0], now)),
+                (0, 0) => format!("{op}: {}.", state_words(es[0], now, tz)),
                 (d, u) => format!(
                     "{op}: {u} unresolved ({}){}.",
                     es.iter()
                         .filter(|e| e.unresolved_kind.is_some())
-                        .map(|e| state_words(e, now))
+                        .map(|e| state_words(e, now, tz))
                         .collect::<Vec<_>>()
                         .join("; "),
                     if d > 0 {
@@ -1001,6 +1158,87 @@ pub fn verdict(q: &str, found: &[Effect], now: f64) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The provider object an effect's recorded response names (`{"id": "ch_..."}`), if any.
+fn response_id(e: &Effect) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(e.response_json.as_deref()?).ok()?;
+    v.get("id")?.as_str().map(str::to_owned)
+}
+
+/// Each effect's provider charges, and the charges no found effect names, in plain words:
+/// "charge:v1:ORD-7: charged once, ch_123, $20.00, 28 Nov 2026 14:02 UTC."
+pub fn charge_verdict(
+    found: &[Effect],
+    charges: &[reckon_ledger::StoredCharge],
+    providers: &HashMap<i64, String>,
+    tz: &TimeZone,
+) -> String {
+    let one = |c: &reckon_ledger::StoredCharge| {
+        let mut s = format!(
+            "{}, {}, {}",
+            c.charge_id,
+            money(c.amount, &c.currency),
+            when_in(c.created, tz).text
+        );
+        if c.status != "succeeded" {
+            s.push_str(&format!(" ({})", c.status));
+        }
+        if c.amount_refunded > 0 {
+            s.push_str(&format!(
+                ", refunded {}",
+                money(c.amount_refunded, &c.currency)
+            ));
+        }
+        s
+    };
+    let mut said: Vec<String> = Vec::new();
+    let mut named: Vec<&str> = Vec::new();
+    for e in found {
+        let rid = response_id(e);
+        let mine: Vec<&reckon_ledger::StoredCharge> = charges
+            .iter()
+            .filter(|c| {
+                c.idempotency_key.as_deref() == Some(e.key.as_str())
+                    || rid.as_deref() == Some(c.charge_id.as_str())
+            })
+            .collect();
+        named.extend(mine.iter().map(|c| c.charge_id.as_str()));
+        let paid: Vec<&&reckon_ledger::StoredCharge> =
+            mine.iter().filter(|c| c.status == "succeeded").collect();
+        match paid.len() {
+            0 if mine.is_empty() => {}
+            0 => said.push(format!(
+                "{}: not charged ({}).",
+                e.key,
+                mine.iter().map(|c| one(c)).collect::<Vec<_>>().join("; ")
+            )),
+            1 => said.push(format!("{}: charged once, {}.", e.key, one(paid[0]))),
+            n => said.push(format!(
+                "{}: charged {}: {}.",
+                e.key,
+                match n {
+                    2 => "twice".to_owned(),
+                    n => format!("{n} times"),
+                },
+                paid.iter().map(|c| one(c)).collect::<Vec<_>>().join("; ")
+            )),
+        }
+    }
+    for c in charges {
+        if !named.contains(&c.charge_id.as_str()) {
+            said.push(format!(
+                "{} at {}: {}, and no effect names it.",
+                c.charge_id,
+                providers
+                    .get(&c.provider_id)
+                    .map(String::as_str)
+                    .unwrap_or("a provider"),
+                one(c)
+            ));
+        }
+    }
+    said.join(" ")
 }
 
 pub async fn lookup(
@@ -1019,22 +1257,83 @@ pub async fn lookup(
         ));
     }
     let now = time::now();
-    let found = if text.is_empty() {
+    let tenant = s.tenant.id;
+    let mut found = if text.is_empty() {
         vec![]
     } else {
-        st.ledger
-            .lookup(s.tenant.id, &text, LOOKUP_LIMIT + 1)
-            .await?
+        st.ledger.lookup(tenant, &text, LOOKUP_LIMIT + 1).await?
     };
+    found.truncate(LOOKUP_LIMIT as usize + 1);
+    // The provider's side: charges imported by the audit, by the id searched for (a
+    // provider object id such as `ch_...`), by the ids the effects' responses name, and by
+    // the keys the effects were made with.
+    let mut charges = Vec::new();
+    if !text.is_empty() {
+        let mut ids = vec![text.clone()];
+        ids.extend(found.iter().filter_map(response_id));
+        let keys: Vec<String> = found.iter().map(|e| e.key.clone()).collect();
+        charges = st
+            .ledger
+            .charges_by_ids_or_keys(tenant, &ids, &keys, 200)
+            .await?;
+        // A charge found by its own id names its effect by the key it was made with.
+        if found.is_empty()
+            && let Some(key) = charges
+                .iter()
+                .find(|c| c.charge_id == text)
+                .and_then(|c| c.idempotency_key.clone())
+        {
+            found = st.ledger.lookup(tenant, &key, LOOKUP_LIMIT + 1).await?;
+            let keys: Vec<String> = found.iter().map(|e| e.key.clone()).collect();
+            let ids: Vec<String> = found.iter().filter_map(response_id).collect();
+            for c in st
+                .ledger
+                .charges_by_ids_or_keys(tenant, &ids, &keys, 200)
+                .await?
+            {
+                if !charges
+                    .iter()
+                    .any(|x| x.charge_id == c.charge_id && x.provider_id == c.provider_id)
+                {
+                    charges.push(c);
+                }
+            }
+        }
+    }
+    charges.sort_by(|a, b| {
+        a.created
+            .total_cmp(&b.created)
+            .then_with(|| a.charge_id.cmp(&b.charge_id))
+    });
     let truncated = found.len() as i64 > LOOKUP_LIMIT;
+    let tz = &tenant_zone(&st, tenant).await?;
     let found = &found[..found.len().min(LOOKUP_LIMIT as usize)];
-    let page = LookupPage {
-        searched: !text.is_empty(),
-        verdict: if text.is_empty() {
-            String::new()
+    let providers: HashMap<i64, String> = if charges.is_empty() {
+        HashMap::new()
+    } else {
+        st.ledger
+            .list_providers(tenant)
+            .await?
+            .into_iter()
+            .map(|p| (p.id, p.name))
+            .collect()
+    };
+    let verdict = if text.is_empty() {
+        String::new()
+    } else if found.is_empty() && !charges.is_empty() {
+        charge_verdict(found, &charges, &providers, tz)
+    } else {
+        let said = charge_verdict(found, &charges, &providers, tz);
+        let v = verdict(&text, found, now, tz);
+        if said.is_empty() {
+            v
         } else {
-            verdict(&text, found, now)
-        },
+            format!("{v} {said}")
+        }
+    };
+    let mut page = LookupPage {
+        searched: !text.is_empty(),
+        verdict,
         found: found
             .iter()
             .map(|e| FoundView {
@@ -1043,8 +1342,24 @@ pub async fn lookup(
                 key: e.key.clone(),
                 operation: e.operation.clone().unwrap_or_default(),
                 state: e.state.as_str(),
-                words: state_words(e, now),
-                created: when(e.created_at),
+                words: state_words(e, now, tz),
+                created: when_in(e.created_at, tz),
+            })
+            .collect(),
+        charges: charges
+            .iter()
+            .map(|c| ChargeFound {
+                id: c.charge_id.clone(),
+                provider: providers.get(&c.provider_id).cloned().unwrap_or_default(),
+                amount: money(c.amount, &c.currency),
+                status: c.status.clone(),
+                refunded: if c.amount_refunded > 0 {
+                    money(c.amount_refunded, &c.currency)
+                } else {
+                    String::new()
+                },
+                key: c.idempotency_key.clone().unwrap_or_default(),
+                created: when_in(c.created, tz),
             })
             .collect(),
         truncated,
@@ -1054,6 +1369,7 @@ pub async fn lookup(
     if wants_fragment(&headers) {
         return Ok(html(StatusCode::OK, &page.as_result(), true));
     }
+    page.c.tenants = other_tenants(&st, &s).await?;
     Ok(html(StatusCode::OK, &page, true))
 }
 
@@ -1069,6 +1385,23 @@ pub struct SettingsPage {
     pub providers: Vec<ProviderView>,
     pub routes: Vec<(String, String, String)>,
     pub tokens: Vec<TokenView>,
+    pub actions: Vec<ActionView>,
+    /// (email, role, disabled)
+    pub people: Vec<(String, &'static str, bool)>,
+    pub flash: SettingsFlash,
+}
+
+/// What the last settings form did: a message, an error, or a new token (shown in this
+/// one answer and nowhere else, ever).
+#[derive(Default)]
+pub struct SettingsFlash {
+    pub message: Option<String>,
+    pub error: Option<String>,
+    pub new_token: Option<String>,
+    /// The provider form's fields back after an error (never its secret).
+    pub provider_name: String,
+    pub provider_kind: String,
+    pub provider_settings: String,
 }
 
 pub struct SettingsSource {
@@ -1078,6 +1411,14 @@ pub struct SettingsSource {
     pub table: String,
     pub interval: String,
     pub last_success: Option<When>,
+    pub last_error: String,
+    pub failures: i64,
+    /// `off`, `release` or `fail`.
+    pub writeback: &'static str,
+    pub quarantine_href: String,
+    pub writeback_href: String,
+    /// Push sources hold no DSN: nothing to write back to.
+    pub can_writeback: bool,
 }
 
 pub struct TokenView {
@@ -1090,16 +1431,43 @@ pub struct TokenView {
     pub revoked: Option<When>,
 }
 
+pub struct ActionView {
+    pub at: When,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub detail: String,
+}
+
 pub async fn settings(
     State(st): State<AppState>,
     Extension(s): Extension<WebSession>,
+) -> Result<Response, PageError> {
+    settings_response(&st, &s, StatusCode::OK, SettingsFlash::default()).await
+}
+
+/// The settings page with what the last form did.
+pub async fn settings_response(
+    st: &AppState,
+    s: &WebSession,
+    status: StatusCode,
+    flash: SettingsFlash,
 ) -> Result<Response, PageError> {
     let t = s.tenant.id;
     let sources = st.ledger.list_sources(t).await?;
     let providers = st.ledger.list_providers(t).await?;
     let routes = st.ledger.list_routes(t).await?;
     let tokens = st.ledger.list_tokens(t).await?;
-    let page = SettingsPage {
+    let actions = st.ledger.list_actions(t, None, 50).await?;
+    let people = st
+        .ledger
+        .members(t)
+        .await?
+        .into_iter()
+        .map(|(u, r)| (u.email, r.as_str(), u.disabled))
+        .collect();
+    let tz = &tenant_zone(st, t).await?;
+    let mut page = SettingsPage {
         sources: sources
             .iter()
             .map(|x| SettingsSource {
@@ -1109,7 +1477,21 @@ pub async fn settings(
                 dsn: x.dsn_display.clone().unwrap_or_default(),
                 table: x.table_name.clone(),
                 interval: age(x.scan_interval_secs as f64),
-                last_success: when_opt(x.last_success_at),
+                last_success: when_opt_in(x.last_success_at, tz),
+                last_error: x.last_error.clone().unwrap_or_default(),
+                failures: x.consecutive_failures,
+                writeback: x.writeback().map(|w| w.as_str()).unwrap_or("off"),
+                can_writeback: x.kind.as_str() != "push",
+                quarantine_href: format!(
+                    "/t/{}/settings/sources/{}/quarantine",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
+                writeback_href: format!(
+                    "/t/{}/settings/sources/{}/writeback",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
             })
             .collect(),
         providers: providers.iter().map(provider_view).collect(),
@@ -1130,12 +1512,25 @@ pub async fn settings(
                 label: k.label,
                 role: k.role.as_str(),
                 created_by: k.created_by.unwrap_or_else(|| "operator".into()),
-                created: when(k.created_at),
-                last_used: when_opt(k.last_used_at),
-                revoked: when_opt(k.revoked_at),
+                created: when_in(k.created_at, tz),
+                last_used: when_opt_in(k.last_used_at, tz),
+                revoked: when_opt_in(k.revoked_at, tz),
             })
             .collect(),
-        c: Chrome::new(&s, "settings"),
+        actions: actions
+            .into_iter()
+            .map(|a| ActionView {
+                at: when_in(a.at, tz),
+                actor: a.actor,
+                action: a.action,
+                target: a.target.unwrap_or_default(),
+                detail: a.detail.to_string(),
+            })
+            .collect(),
+        people,
+        flash,
+        c: Chrome::new(s, "settings"),
     };
-    Ok(html(StatusCode::OK, &page, false))
+    page.c.tenants = other_tenants(st, s).await?;
+    Ok(html(status, &page, false))
 }

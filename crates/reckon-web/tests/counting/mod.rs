@@ -415,6 +415,12 @@ impl Accounts for CountingLedger {
     async fn memberships(&self, user_id: i64) -> Result<Vec<(Tenant, Role)>> {
         self.inner.memberships(user_id).await
     }
+    async fn members(
+        &self,
+        tenant: reckon_ledger::TenantId,
+    ) -> reckon_ledger::Result<Vec<(reckon_ledger::User, reckon_ledger::Role)>> {
+        self.inner.members(tenant).await
+    }
     async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()> {
         self.inner.set_password(user_id, password_hash).await
     }
@@ -513,6 +519,17 @@ impl reckon_ledger::Audits for CountingLedger {
     ) -> reckon_ledger::Result<Vec<reckon_ledger::StoredCharge>> {
         self.inner
             .provider_charges(tenant, provider_id, from, to)
+            .await
+    }
+    async fn charges_by_ids_or_keys(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        ids: &[String],
+        keys: &[String],
+        limit: i64,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::StoredCharge>> {
+        self.inner
+            .charges_by_ids_or_keys(tenant, ids, keys, limit)
             .await
     }
     async fn effects_created_between(

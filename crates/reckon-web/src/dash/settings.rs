@@ -1,0 +1,609 @@
+//! The settings forms (admins): API tokens (made here, shown once, revoked), providers
+//! (added with a write-only secret, checked by the API's own `new_provider`: settings,
+//! secret and the egress policy), and routing. Every form carries the session's CSRF
+//! token; every change goes to the audit log as the API's do. Secrets are never rendered
+//! back: a provider shows only whether it has one.
+
+use super::fmt::{When, when_in};
+use super::pages::{Chrome, SettingsFlash, csrf_ok, other_tenants, settings_response, tenant_zone};
+use super::{PageError, error_page};
+use crate::AppState;
+use crate::api::providers::{ProviderInput, new_provider};
+use crate::web::WebSession;
+use askama::Template;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use reckon_ledger::{LedgerError, Role, TokenCreator, WritebackPolicy};
+use serde::Deserialize;
+use serde_json::json;
+
+fn refused() -> Response {
+    error_page(
+        StatusCode::FORBIDDEN,
+        "Missing or wrong CSRF token: reload the page and try again.",
+    )
+}
+
+fn back(s: &WebSession) -> Response {
+    Redirect::to(&format!("/t/{}/settings", super::fmt::seg(&s.tenant.slug))).into_response()
+}
+
+fn actor(s: &WebSession) -> String {
+    format!("user:{}", s.user.email)
+}
+
+async fn refuse(
+    st: &AppState,
+    s: &WebSession,
+    flash: SettingsFlash,
+) -> Result<Response, PageError> {
+    settings_response(st, s, StatusCode::UNPROCESSABLE_ENTITY, flash).await
+}
+
+#[derive(Deserialize)]
+pub struct TokenForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    label: String,
+}
+
+/// Make an API token on the person's behalf: its role never exceeds theirs, it dies with
+/// their generation, and its secret is in this one answer (200, not a redirect that would
+/// lose it) and nowhere else.
+pub async fn create_token(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<TokenForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let error = |m: String| SettingsFlash {
+        error: Some(m),
+        ..SettingsFlash::default()
+    };
+    let Some(role) = Role::parse(&f.role) else {
+        return refuse(
+            &st,
+            &s,
+            error("Choose a role: viewer, support, finance or admin.".into()),
+        )
+        .await;
+    };
+    if role > s.role {
+        return refuse(
+            &st,
+            &s,
+            error("A token cannot have a higher role than yours.".into()),
+        )
+        .await;
+    }
+    let label = f.label.trim();
+    if label.is_empty() || label.chars().count() > 100 || label.chars().any(char::is_control) {
+        return refuse(
+            &st,
+            &s,
+            error("The label must be 1-100 printable characters.".into()),
+        )
+        .await;
+    }
+    let (token, hash) = crate::auth::mint_token();
+    let id = st
+        .ledger
+        .create_token_by(
+            s.tenant.id,
+            role,
+            &hash,
+            label,
+            TokenCreator::User { id: s.user.id },
+        )
+        .await?;
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "token.create",
+        Some(format!("token:{id}")),
+        json!({ "role": role, "label": label, "via": "dashboard" }),
+    )
+    .await;
+    let flash = SettingsFlash {
+        message: Some(format!(
+            "Token {id} ({}, “{label}”) made. Copy it now: it is shown this once and never again.",
+            role.as_str()
+        )),
+        new_token: Some(token),
+        ..SettingsFlash::default()
+    };
+    settings_response(&st, &s, StatusCode::OK, flash).await
+}
+
+#[derive(Deserialize)]
+pub struct CsrfOnly {
+    #[serde(default)]
+    csrf: String,
+}
+
+#[derive(Deserialize)]
+pub struct TokenPath {
+    #[allow(dead_code)]
+    tenant: String,
+    id: String,
+}
+
+pub async fn revoke_token(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<TokenPath>,
+    form: Result<Form<CsrfOnly>, FormRejection>,
+) -> Result<Response, PageError> {
+    if !form.is_ok_and(|f| csrf_ok(&s, &f.csrf)) {
+        return Ok(refused());
+    }
+    let Ok(id) = p.id.parse::<i64>() else {
+        return Ok(super::not_found());
+    };
+    if !st.ledger.revoke_token(s.tenant.id, id).await? {
+        // Another tenant's token and a token already revoked look the same.
+        return Ok(super::not_found());
+    }
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "token.revoke",
+        Some(format!("token:{id}")),
+        json!({ "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
+
+#[derive(Deserialize)]
+pub struct ProviderForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    secret: String,
+    #[serde(default)]
+    settings: String,
+}
+
+/// Add a provider: the API's `new_provider` checks it (kind, settings, secret, egress).
+pub async fn add_provider(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<ProviderForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    // The fields come back after an error, except the secret.
+    let error = |m: String| SettingsFlash {
+        error: Some(m),
+        provider_name: f.name.clone(),
+        provider_kind: f.kind.clone(),
+        provider_settings: f.settings.clone(),
+        ..SettingsFlash::default()
+    };
+    let name = f.name.trim().to_owned();
+    if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
+        return refuse(
+            &st,
+            &s,
+            error("The name must be 1-64 printable characters.".into()),
+        )
+        .await;
+    }
+    let settings = if f.settings.trim().is_empty() {
+        None
+    } else {
+        match serde_json::from_str(&f.settings) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                return refuse(&st, &s, error(format!("Settings are not JSON: {e}"))).await;
+            }
+        }
+    };
+    let input = ProviderInput {
+        name: name.clone(),
+        kind: f.kind.trim().to_owned(),
+        secret: Some(f.secret.clone()).filter(|x| !x.is_empty()),
+        settings,
+    };
+    let new = match new_provider(input, &st.egress).await {
+        Ok(n) => n,
+        Err(m) => return refuse(&st, &s, error(m)).await,
+    };
+    let provider = match st.ledger.add_provider(s.tenant.id, new).await {
+        Ok(p) => p,
+        Err(LedgerError::Conflict(_)) => {
+            return refuse(
+                &st,
+                &s,
+                error(format!("A provider named “{name}” already exists.")),
+            )
+            .await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "provider.add",
+        Some(provider.name.clone()),
+        json!({ "kind": provider.kind, "has_secret": provider.has_secret, "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
+
+#[derive(Deserialize)]
+pub struct RouteForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    operation: String,
+    /// Empty: no provider answers for this operation.
+    #[serde(default)]
+    provider: String,
+}
+
+pub async fn set_route(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<RouteForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let (source, operation) = (f.source.trim(), f.operation.trim());
+    if source.is_empty() || operation.is_empty() {
+        let flash = SettingsFlash {
+            error: Some("A route needs a source and an operation (or * for all).".into()),
+            ..SettingsFlash::default()
+        };
+        return refuse(&st, &s, flash).await;
+    }
+    let provider = Some(f.provider.trim()).filter(|p| !p.is_empty());
+    let route = match st
+        .ledger
+        .set_route(s.tenant.id, source, operation, provider)
+        .await
+    {
+        Ok(r) => r,
+        Err(LedgerError::NotFound(m)) => {
+            let flash = SettingsFlash {
+                error: Some(format!("Not found: {m}.")),
+                ..SettingsFlash::default()
+            };
+            return refuse(&st, &s, flash).await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "route.set",
+        Some(format!("{}/{}", route.source, route.operation)),
+        json!({ "provider": route.provider, "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
+
+#[derive(Deserialize)]
+pub struct SourcePath {
+    #[allow(dead_code)]
+    tenant: String,
+    name: String,
+}
+
+#[derive(Deserialize)]
+pub struct WritebackForm {
+    #[serde(default)]
+    csrf: String,
+    /// `off`, `release` or `fail`.
+    #[serde(default)]
+    not_applied: String,
+}
+
+/// Turn a source's write-back on (`release` or `fail` for a `not_applied` verdict) or off,
+/// as `PUT /api/v1/sources/{name}/writeback` does; the change goes to the audit log.
+pub async fn set_writeback(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+    form: Result<Form<WritebackForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let policy = match f.not_applied.as_str() {
+        "off" => None,
+        other => match WritebackPolicy::parse(other) {
+            Some(p) => Some(p),
+            None => {
+                let flash = SettingsFlash {
+                    error: Some("Write-back is off, release or fail.".into()),
+                    ..SettingsFlash::default()
+                };
+                return refuse(&st, &s, flash).await;
+            }
+        },
+    };
+    match st
+        .ledger
+        .set_source_writeback(s.tenant.id, &p.name, policy)
+        .await
+    {
+        Ok(_) => {}
+        Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => {
+            // A refusal the person can act on (a push source has nothing to write to) is
+            // said on the page; anything else is ours.
+            let e = crate::error::ApiError::from(e);
+            if !e.status().is_client_error() {
+                return Err(e.into());
+            }
+            let flash = SettingsFlash {
+                error: Some(e.to_string()),
+                ..SettingsFlash::default()
+            };
+            return refuse(&st, &s, flash).await;
+        }
+    }
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "source.writeback",
+        Some(p.name.clone()),
+        json!({ "not_applied": policy.map(|x| x.as_str()), "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
+
+#[derive(Template)]
+#[template(path = "quarantine.html")]
+pub struct QuarantinePage {
+    pub c: Chrome,
+    pub source: String,
+    pub rows: Vec<QuarantineRow>,
+}
+
+pub struct QuarantineRow {
+    pub reason: String,
+    pub detail: String,
+    pub key: String,
+    pub excerpt: String,
+    pub origin: String,
+    pub first_seen: When,
+}
+
+/// Rows of a source reckon refused, with the reason (newest 100; excerpts only).
+pub async fn quarantine(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+) -> Result<Response, PageError> {
+    let source = match st.ledger.source_by_name(s.tenant.id, &p.name).await {
+        Ok(x) => x,
+        Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let rows = st
+        .ledger
+        .list_quarantine(s.tenant.id, source.id, 100)
+        .await?;
+    let tz = tenant_zone(&st, s.tenant.id).await?;
+    let mut c = Chrome::new(&s, "settings");
+    c.tenants = other_tenants(&st, &s).await?;
+    let page = QuarantinePage {
+        c,
+        source: source.name,
+        rows: rows
+            .into_iter()
+            .map(|q| QuarantineRow {
+                reason: q.reason,
+                detail: q.detail,
+                key: q.key_excerpt,
+                excerpt: q.excerpt,
+                origin: q.origin,
+                first_seen: when_in(q.first_seen_at, &tz),
+            })
+            .collect(),
+    };
+    Ok(super::html(StatusCode::OK, &page, false))
+}
+
+#[derive(Deserialize)]
+pub struct SourceForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    dsn: String,
+    #[serde(default)]
+    table: String,
+    #[serde(default)]
+    scan_interval: String,
+    #[serde(default)]
+    abandoned_after: String,
+}
+
+/// Add a source through the engine's `new_source` (the one place CLI and API input becomes
+/// a source); its errors are scrubbed of the DSN as the API's are. The DSN is write-only.
+pub async fn add_source(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<SourceForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let opt = |v: &str| Some(v.trim().to_owned()).filter(|x| !x.is_empty());
+    let dsn = Some(f.dsn.clone()).filter(|x| !x.trim().is_empty());
+    let secrets = crate::api::sources::dsn_secrets(dsn.as_deref());
+    let input = reckon_engine::SourceInput {
+        name: f.name.trim().to_owned(),
+        kind: f.kind.trim().to_owned(),
+        dsn,
+        table: opt(&f.table),
+        scan_interval: opt(&f.scan_interval),
+        abandoned_after: opt(&f.abandoned_after),
+        overlap: None,
+        full_scan_every: None,
+    };
+    let name = input.name.clone();
+    let error = |m: String| SettingsFlash {
+        error: Some(crate::api::sources::scrub(m, &secrets)),
+        ..SettingsFlash::default()
+    };
+    let new = match reckon_engine::new_source(input) {
+        Ok(n) => n,
+        Err(why) => return refuse(&st, &s, error(why)).await,
+    };
+    let source = match st.ledger.add_source(s.tenant.id, new).await {
+        Ok(x) => x,
+        Err(LedgerError::Conflict(_)) => {
+            return refuse(
+                &st,
+                &s,
+                error(format!("A source named “{name}” already exists.")),
+            )
+            .await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "source.add",
+        Some(source.name.clone()),
+        json!({ "kind": source.kind.as_str(), "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
+
+#[derive(Deserialize)]
+pub struct PersonForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    role: String,
+}
+
+/// Change the role of a member of this tenant. Adding people stays with `reckon user
+/// create --tenant` (the operator's): answering "no such account" here for an email outside
+/// the tenant would tell one tenant's admin who has an account elsewhere, so a non-member
+/// and a non-account get the same answer. An admin cannot change their own role here (no
+/// lock-out by a slip of the hand).
+pub async fn set_person(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<PersonForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Form(f)) = form else {
+        return Ok(error_page(
+            StatusCode::BAD_REQUEST,
+            "The form is malformed.",
+        ));
+    };
+    if !csrf_ok(&s, &f.csrf) {
+        return Ok(refused());
+    }
+    let error = |m: &str| SettingsFlash {
+        error: Some(m.to_owned()),
+        ..SettingsFlash::default()
+    };
+    let Some(role) = Role::parse(&f.role) else {
+        return refuse(
+            &st,
+            &s,
+            error("Choose a role: viewer, support, finance or admin."),
+        )
+        .await;
+    };
+    let email = f.email.trim().to_lowercase();
+    let members = st.ledger.members(s.tenant.id).await?;
+    let Some((person, _)) = members.into_iter().find(|(u, _)| u.email == email) else {
+        return refuse(
+            &st,
+            &s,
+            error(
+                "No member of this tenant has this email: people are added with \
+                 `reckon user create --tenant`.",
+            ),
+        )
+        .await;
+    };
+    if person.id == s.user.id {
+        return refuse(&st, &s, error("You cannot change your own role.")).await;
+    }
+    st.ledger
+        .set_membership(s.tenant.id, person.id, role)
+        .await?;
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "member.set",
+        Some(format!("user:{email}")),
+        json!({ "role": role, "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&s))
+}
