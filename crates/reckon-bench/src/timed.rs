@@ -129,6 +129,22 @@ impl Ledger for TimedLedger {
     async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
         self.inner.source_by_name(tenant, name).await
     }
+    async fn update_source(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: reckon_ledger::SourceChange,
+    ) -> Result<Source> {
+        self.inner.update_source(tenant, name, change).await
+    }
+    async fn update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: reckon_ledger::ProviderChange,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.update_provider(tenant, name, change).await
+    }
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
         self.inner.all_scanned_sources().await
     }
