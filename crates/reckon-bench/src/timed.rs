@@ -651,6 +651,9 @@ impl reckon_ledger::Accounts for TimedLedger {
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> reckon_ledger::Result<()> {
         self.inner.set_user_disabled(user_id, disabled).await
     }
+    async fn use_totp_step(&self, user_id: i64, step: i64) -> reckon_ledger::Result<bool> {
+        self.inner.use_totp_step(user_id, step).await
+    }
     async fn set_totp_secret(
         &self,
         user_id: i64,

@@ -437,6 +437,9 @@ impl Accounts for CountingLedger {
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> Result<()> {
         self.inner.set_user_disabled(user_id, disabled).await
     }
+    async fn use_totp_step(&self, user_id: i64, step: i64) -> reckon_ledger::Result<bool> {
+        self.inner.use_totp_step(user_id, step).await
+    }
     async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()> {
         self.inner.set_totp_secret(user_id, secret).await
     }
