@@ -161,8 +161,10 @@ async fn scan_inner(
     let dsn = ledger.source_dsn(tenant.id, source).await?;
     let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
         .map_err(|e| ScanError::Invalid(e.to_string()))?;
-    opts.egress
-        .check(&dsn)
+    // Resolved once and checked; the connection goes to the checked address (T09).
+    let dsn = opts
+        .egress
+        .pin(&dsn)
         .await
         .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;
     let mut conn = SourceConn::open(&dsn, &source.table_name).await?;

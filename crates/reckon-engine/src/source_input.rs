@@ -92,3 +92,268 @@ pub fn new_source(input: SourceInput) -> Result<NewSource, String> {
         full_scan_every_secs: full_every.as_secs().max(1) as i64,
     })
 }
+
+/// An edit of a source as the API takes it: every field optional, `None` keeps the stored
+/// value. The name and the kind cannot change.
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceEdit {
+    /// A new DSN. For PostgreSQL / MySQL, a DSN without a password keeps the stored
+    /// password (so the redacted DSN reckon shows can be sent back with a new host);
+    /// a DSN with a password replaces it.
+    #[serde(default)]
+    pub dsn: Option<String>,
+    /// A new password alone (PostgreSQL / MySQL), kept with the stored (or the given) DSN.
+    #[serde(default)]
+    pub password: Option<String>,
+    #[serde(default)]
+    pub table: Option<String>,
+    #[serde(default)]
+    pub scan_interval: Option<String>,
+    #[serde(default)]
+    pub abandoned_after: Option<String>,
+    #[serde(default)]
+    pub overlap: Option<String>,
+    #[serde(default)]
+    pub full_scan_every: Option<String>,
+}
+
+impl std::fmt::Debug for SourceEdit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceEdit")
+            .field("dsn", &self.dsn.as_ref().map(|_| "<redacted>"))
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("table", &self.table)
+            .field("scan_interval", &self.scan_interval)
+            .field("abandoned_after", &self.abandoned_after)
+            .field("overlap", &self.overlap)
+            .field("full_scan_every", &self.full_scan_every)
+            .finish()
+    }
+}
+
+impl SourceEdit {
+    /// The names of the fields this edit sets (for the audit log; never their values).
+    pub fn fields(&self) -> Vec<&'static str> {
+        [
+            ("dsn", self.dsn.is_some()),
+            ("password", self.password.is_some()),
+            ("table", self.table.is_some()),
+            ("scan_interval", self.scan_interval.is_some()),
+            ("abandoned_after", self.abandoned_after.is_some()),
+            ("overlap", self.overlap.is_some()),
+            ("full_scan_every", self.full_scan_every.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(n, set)| set.then_some(n))
+        .collect()
+    }
+
+    /// Every secret this edit carries, raw and percent-decoded, for scrubbing messages.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(d) = &self.dsn {
+            out.push(d.clone());
+            if let Some(p) = url::Url::parse(d)
+                .ok()
+                .and_then(|u| u.password().map(str::to_owned))
+            {
+                out.push(decode_lossy(&p));
+                out.push(p);
+            }
+        }
+        if let Some(p) = &self.password {
+            out.push(p.clone());
+        }
+        out.retain(|s| !s.is_empty());
+        out
+    }
+}
+
+fn decode_lossy(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
+/// Validate an edit of a source of `kind` whose stored DSN is `stored` (decrypted; `None`
+/// for a push source) and turn it into the ledger's change. The same checks as
+/// [`new_source`] apply to every field given. Errors never quote a DSN or a password.
+pub fn source_change(
+    kind: SourceKind,
+    stored: Option<&SecretString>,
+    edit: SourceEdit,
+) -> Result<reckon_ledger::SourceChange, String> {
+    use secrecy::ExposeSecret;
+    let mut change = reckon_ledger::SourceChange::default();
+    if edit.dsn.is_some() || edit.password.is_some() {
+        let Some(dialect) = Dialect::parse(kind.as_str()) else {
+            return Err("a push source takes no DSN".into());
+        };
+        if let Some(p) = &edit.password
+            && p.is_empty()
+        {
+            return Err("password is empty".into());
+        }
+        let dsn = match (dialect, edit.dsn, edit.password) {
+            (Dialect::Sqlite, _, Some(_)) => {
+                return Err("a SQLite source has no password".into());
+            }
+            (Dialect::Sqlite, Some(d), None) => d,
+            (Dialect::Sqlite, None, None) => return Err("nothing to change".into()),
+            (_, base, password) => {
+                let given = base.is_some();
+                let base = match base {
+                    Some(d) => d,
+                    None => stored
+                        .map(|s| s.expose_secret().to_owned())
+                        .ok_or("the source has no stored DSN to change the password of")?,
+                };
+                let mut url =
+                    url::Url::parse(&base).map_err(|e| format!("invalid DSN: not a URL ({e})"))?;
+                match password {
+                    Some(_) if given && url.password().is_some() => {
+                        return Err(
+                            "give the password either in the DSN or as password, not both".into(),
+                        );
+                    }
+                    Some(p) => {
+                        let encoded: String =
+                            url::form_urlencoded::byte_serialize(p.as_bytes()).collect();
+                        url.set_password(Some(&encoded.replace('+', "%20")))
+                            .map_err(|()| "invalid DSN: it cannot carry a password")?;
+                    }
+                    None if url.password().is_none() => {
+                        // The stored password stays (T16: an edit never drops a secret it
+                        // was not given).
+                        let kept = stored.and_then(|s| {
+                            url::Url::parse(s.expose_secret())
+                                .ok()
+                                .and_then(|u| u.password().map(str::to_owned))
+                        });
+                        if let Some(kept) = kept {
+                            url.set_password(Some(&kept))
+                                .map_err(|()| "invalid DSN: it cannot carry a password")?;
+                        }
+                    }
+                    None => {}
+                }
+                url.to_string()
+            }
+        };
+        let parsed = SourceDsn::parse(dialect, &dsn).map_err(|e| e.to_string())?;
+        change.dsn_display = Some(parsed.redacted());
+        change.dsn = Some(SecretString::from(dsn));
+    }
+    if let Some(table) = edit.table {
+        validate_table_name(&table).map_err(|e| e.to_string())?;
+        change.table_name = Some(table);
+    }
+    let parse = |what: &str, v: &Option<String>| -> Result<Option<Duration>, String> {
+        match v {
+            None => Ok(None),
+            Some(_) => duration(what, v, Duration::ZERO).map(Some),
+        }
+    };
+    if let Some(d) = parse("scan_interval", &edit.scan_interval)? {
+        if d < Duration::from_secs(1) {
+            return Err("scan_interval must be at least 1s".into());
+        }
+        change.scan_interval_secs = Some(d.as_secs() as i64);
+    }
+    change.abandoned_after_secs =
+        parse("abandoned_after", &edit.abandoned_after)?.map(|d| d.as_secs_f64());
+    change.overlap_secs = parse("overlap", &edit.overlap)?.map(|d| d.as_secs_f64());
+    change.full_scan_every_secs =
+        parse("full_scan_every", &edit.full_scan_every)?.map(|d| d.as_secs().max(1) as i64);
+    Ok(change)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    fn stored() -> SecretString {
+        SecretString::from("postgres://app:s3cr%40t@db.example.com:5432/shop".to_owned())
+    }
+
+    #[test]
+    fn an_edit_without_a_password_keeps_the_stored_one() {
+        let edit = SourceEdit {
+            dsn: Some("postgres://app@db2.example.com:5432/shop".into()),
+            ..Default::default()
+        };
+        let c = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap();
+        assert_eq!(
+            c.dsn.unwrap().expose_secret(),
+            "postgres://app:s3cr%40t@db2.example.com:5432/shop"
+        );
+        assert!(!c.dsn_display.unwrap().contains("s3cr"));
+    }
+
+    #[test]
+    fn a_password_alone_replaces_only_the_password() {
+        let edit = SourceEdit {
+            password: Some("n3w p@ss".into()),
+            ..Default::default()
+        };
+        let c = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap();
+        let dsn = c.dsn.unwrap();
+        let url = url::Url::parse(dsn.expose_secret()).unwrap();
+        assert_eq!(url.host_str(), Some("db.example.com"));
+        assert_eq!(decode_lossy(url.password().unwrap()), "n3w p@ss");
+        let parsed = SourceDsn::parse(Dialect::Postgres, dsn.expose_secret()).unwrap();
+        match parsed {
+            SourceDsn::Network { password, .. } => {
+                assert_eq!(password.unwrap().expose_secret(), "n3w p@ss")
+            }
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn other_fields_leave_the_dsn_alone_and_bad_values_are_refused() {
+        let edit = SourceEdit {
+            scan_interval: Some("2m".into()),
+            ..Default::default()
+        };
+        let c = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap();
+        assert!(c.dsn.is_none() && c.dsn_display.is_none());
+        assert_eq!(c.scan_interval_secs, Some(120));
+        assert!(!c.moves_the_source());
+        for bad in [
+            SourceEdit {
+                dsn: Some("postgres://u:canary@h/db?passfile=x".into()),
+                ..Default::default()
+            },
+            SourceEdit {
+                dsn: Some("postgres://u:canary@h/db".into()),
+                password: Some("canary".into()),
+                ..Default::default()
+            },
+            SourceEdit {
+                scan_interval: Some("0s".into()),
+                ..Default::default()
+            },
+            SourceEdit {
+                table: Some("x; drop".into()),
+                ..Default::default()
+            },
+        ] {
+            let e = source_change(SourceKind::Postgres, Some(&stored()), bad).unwrap_err();
+            assert!(!e.contains("canary"), "{e}");
+        }
+        let e = source_change(
+            SourceKind::Push,
+            None,
+            SourceEdit {
+                dsn: Some("postgres://u:p@h/db".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(e.contains("push"), "{e}");
+    }
+}

@@ -143,6 +143,10 @@ pub trait Accounts: Send + Sync {
     /// Turn the second factor on (`Some`) or off.
     async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()>;
 
+    /// Take TOTP time step `step` for the person: true only when it is later than the last
+    /// step taken (one conditional UPDATE, so two replicas cannot both accept one code).
+    async fn use_totp_step(&self, user_id: i64, step: i64) -> Result<bool>;
+
     async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<()>;
     /// The live session with this id hash: not expired, its user enabled and of the same
     /// generation, still a member. Moves `last_seen_at` and the inactivity deadline.
@@ -394,6 +398,21 @@ macro_rules! impl_accounts {
                     .await?;
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn use_totp_step(&self, user_id: i64, step: i64) -> $crate::Result<bool> {
+                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
+                let n = sqlx::query(
+                    "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
+                     AND (totp_last_step IS NULL OR totp_last_step < $2)",
+                )
+                .bind(user_id)
+                .bind(step)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.commit().await?;
+                Ok(n == 1)
             }
 
             async fn create_session(

@@ -127,6 +127,15 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source>;
     async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>>;
     async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source>;
+    /// Change a source's settings (`None` keeps a field). A new DSN is sealed like one
+    /// added; without one the stored ciphertext is not touched. A new DSN or table drops
+    /// the scan cursor. `NotFound` for a name the tenant has no source of.
+    async fn update_source(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: SourceChange,
+    ) -> Result<Source>;
     /// Every scanned source of every tenant, for the scheduler (operator scope).
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>>;
     /// The source's DSN, decrypted.
@@ -203,6 +212,14 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider>;
     async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>>;
     async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider>;
+    /// Change a provider's settings and/or secret (`None` keeps it; the stored secret is
+    /// replaced only by a new one). `NotFound` for a name the tenant has no provider of.
+    async fn update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: ProviderChange,
+    ) -> Result<Provider>;
     async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider>;
     /// The provider's secret, decrypted (`None` when it has none).
     async fn provider_secret(

@@ -116,6 +116,29 @@ pub struct NewSource {
     pub full_scan_every_secs: i64,
 }
 
+/// An edit of a source's settings: `None` keeps the stored value. The name and the kind
+/// never change (the name is part of the DSN ciphertext's binding; the kind is the dialect).
+#[derive(Debug, Default)]
+pub struct SourceChange {
+    /// A new DSN, sealed again; `None` keeps the stored (sealed) one untouched.
+    pub dsn: Option<secrecy::SecretString>,
+    /// The new DSN's redacted form; set together with `dsn`.
+    pub dsn_display: Option<String>,
+    pub table_name: Option<String>,
+    pub scan_interval_secs: Option<i64>,
+    pub abandoned_after_secs: Option<f64>,
+    pub overlap_secs: Option<f64>,
+    pub full_scan_every_secs: Option<i64>,
+}
+
+impl SourceChange {
+    /// A new DSN or table is another place: the scan cursor (a position in the old one)
+    /// is dropped, so the next scan reads everything and compares key sets.
+    pub fn moves_the_source(&self) -> bool {
+        self.dsn.is_some() || self.table_name.is_some()
+    }
+}
+
 /// Where a scan stands: the (updated_at, key) of the last row stored or quarantined.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cursor {

@@ -408,6 +408,35 @@ impl Ledger for PgLedger {
         rows::source::<Postgres>(&row)
     }
 
+    async fn update_source(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: SourceChange,
+    ) -> Result<Source> {
+        let sealed = change.dsn.as_ref().map(|d| {
+            self.keyring
+                .seal(&dsn_aad(tenant.0, name), d.expose_secret().as_bytes())
+        });
+        let mut tx = self.begin_for(tenant).await?;
+        let row = sqlx::query(AssertSqlSafe(rows::update_source_sql()))
+            .bind(tenant.0)
+            .bind(name)
+            .bind(sealed)
+            .bind(&change.dsn_display)
+            .bind(&change.table_name)
+            .bind(change.scan_interval_secs)
+            .bind(change.abandoned_after_secs)
+            .bind(change.overlap_secs)
+            .bind(change.full_scan_every_secs)
+            .bind(change.moves_the_source())
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
+        tx.commit().await?;
+        rows::source::<Postgres>(&row)
+    }
+
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
         let tenants = self.list_tenants().await?;
         let mut out = Vec::new();
@@ -911,6 +940,14 @@ impl Ledger for PgLedger {
         self.rc_provider_by(tenant, Some(name), None).await
     }
 
+    async fn update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: ProviderChange,
+    ) -> Result<Provider> {
+        self.rc_update_provider(tenant, name, change).await
+    }
     async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider> {
         self.rc_provider_by(tenant, None, Some(id)).await
     }

@@ -30,6 +30,14 @@ pub struct NewProvider {
     pub settings: serde_json::Value,
 }
 
+/// An edit of a provider: `None` keeps the stored value. The secret is replaced only
+/// when a new one is given; the name and the kind never change.
+#[derive(Debug, Default)]
+pub struct ProviderChange {
+    pub secret: Option<secrecy::SecretString>,
+    pub settings: Option<serde_json::Value>,
+}
+
 /// Operation pattern of one source -> provider (or none).
 #[derive(Debug, Clone, Serialize)]
 pub struct Route {

@@ -88,6 +88,24 @@ pub(crate) const SOURCE_COLUMNS: &str = "id, name, kind, dsn_display, table_name
     cursor_updated_at, cursor_key, last_scan_at, last_success_at, last_full_scan_at, \
     last_error, last_error_at, consecutive_failures, created_at, writeback";
 
+/// `Ledger::update_source` for both backends: $1 tenant, $2 name, $3 sealed DSN, $4 its
+/// display, $5 table, $6 scan interval, $7 abandoned after, $8 overlap, $9 full scan every
+/// (each NULL: keep), $10 drop the cursor.
+pub(crate) fn update_source_sql() -> String {
+    format!(
+        "UPDATE source SET dsn_ciphertext = COALESCE($3, dsn_ciphertext), \
+         dsn_display = COALESCE($4, dsn_display), table_name = COALESCE($5, table_name), \
+         scan_interval_secs = COALESCE($6, scan_interval_secs), \
+         abandoned_after_secs = COALESCE($7, abandoned_after_secs), \
+         overlap_secs = COALESCE($8, overlap_secs), \
+         full_scan_every_secs = COALESCE($9, full_scan_every_secs), \
+         cursor_updated_at = CASE WHEN $10 THEN NULL ELSE cursor_updated_at END, \
+         cursor_key = CASE WHEN $10 THEN NULL ELSE cursor_key END, \
+         last_full_scan_at = CASE WHEN $10 THEN NULL ELSE last_full_scan_at END \
+         WHERE tenant_id = $1 AND name = $2 RETURNING {SOURCE_COLUMNS}"
+    )
+}
+
 pub(crate) fn source<DB: Database>(row: &DB::Row) -> Result<Source>
 where
     for<'r> i64: Decode<'r, DB> + Type<DB>,

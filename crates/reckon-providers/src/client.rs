@@ -63,6 +63,10 @@ impl GetClient {
             .connect_timeout(Duration::from_secs(5).min(timeout))
             .timeout(timeout)
             .pool_idle_timeout(Duration::from_secs(60))
+            // T10: a redirect is never followed (reqwest follows up to 10 by default): a
+            // provider on an allowed host could otherwise send reckon to 127.0.0.1 or the
+            // metadata address. A 3xx is an answer like any other non-2xx: a fault.
+            .redirect(reqwest::redirect::Policy::none())
             .user_agent(concat!("reckon/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("a reqwest client with rustls and static settings builds");
@@ -242,4 +246,50 @@ pub(crate) fn status_fault(r: &GetResponse) -> Option<Fault> {
         _ => {}
     }
     Some(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// T10: a provider answering 302 to another address (here a second loopback server
+    /// standing in for 127.0.0.1's admin port or the metadata address) is not followed: the
+    /// 302 is the answer, a fault, and the target is never asked.
+    #[tokio::test]
+    async fn redirects_are_never_followed() {
+        let hits = Arc::new(AtomicUsize::new(0));
+        let h = hits.clone();
+        let target = axum::Router::new().fallback(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+            async { "internal secret" }
+        });
+        let tl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target_addr = tl.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(tl, target).await.ok() });
+        let redirector = axum::Router::new().fallback(move || async move {
+            (
+                axum::http::StatusCode::FOUND,
+                [(
+                    axum::http::header::LOCATION,
+                    format!("http://{target_addr}/latest/meta-data"),
+                )],
+            )
+        });
+        let rl = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = url::Url::parse(&format!(
+            "http://{}/effects/lookup",
+            rl.local_addr().unwrap()
+        ))
+        .unwrap();
+        tokio::spawn(async move { axum::serve(rl, redirector).await.ok() });
+
+        let r = GetClient::new(Duration::from_secs(5))
+            .get(&url, &[])
+            .await
+            .expect("an answer");
+        assert_eq!(r.status, 302);
+        assert!(status_fault(&r).is_some(), "a 3xx is not a success");
+        assert_eq!(hits.load(Ordering::SeqCst), 0, "the redirect was followed");
+    }
 }

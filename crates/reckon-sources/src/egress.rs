@@ -10,12 +10,30 @@
 //! - SQLite sources must be files inside the operator's source directory, after resolving
 //!   symlinks and `..` (canonicalised), so no path or link leads outside it.
 //!
-//! Check-then-connect leaves a window for DNS rebinding (the name could resolve elsewhere
-//! at connect time); connecting to the checked address is not done yet (see notes/auth.md).
+//! DNS rebinding (T09): a host name is resolved once, every address checked, and the
+//! connection goes to a checked address ([`EgressPolicy::pin`] returns the DSN with its
+//! host replaced by that IP), so a name that answers a public address to the check and a
+//! private one a moment later is never connected to the second. Exception: a DSN whose TLS
+//! mode verifies the server's name (`verify-full`, `verify_identity`) keeps the name, since
+//! the certificate check needs it; a rebound address then fails the TLS handshake, before
+//! any credential is sent. The resolver is injectable ([`Resolver`]) so tests can rebind.
 
 use crate::dsn::SourceDsn;
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// Resolves host names for the egress policy. The default is the system resolver
+/// (`tokio::net::lookup_host`); tests inject their own to play a rebinding DNS server.
+pub trait Resolver: Send + Sync + std::fmt::Debug {
+    fn lookup<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send + 'a>>;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -161,6 +179,8 @@ pub struct EgressPolicy {
     allow: Vec<Network>,
     sqlite_root: Option<PathBuf>,
     own: Vec<OwnDatabase>,
+    /// `None`: the system resolver.
+    resolver: Option<Arc<dyn Resolver>>,
 }
 
 impl EgressPolicy {
@@ -178,7 +198,14 @@ impl EgressPolicy {
                 .collect::<Result<_, _>>()?,
             sqlite_root,
             own: Vec::new(),
+            resolver: None,
         })
+    }
+
+    /// Resolve host names with `resolver` instead of the system's.
+    pub fn with_resolver(mut self, resolver: Arc<dyn Resolver>) -> EgressPolicy {
+        self.resolver = Some(resolver);
+        self
     }
 
     pub fn with_own_database(mut self, own: OwnDatabase) -> EgressPolicy {
@@ -190,19 +217,62 @@ impl EgressPolicy {
         self.allow.iter().any(|n| n.contains(ip))
     }
 
-    async fn resolve(host: &str, port: u16) -> Result<Vec<IpAddr>, EgressError> {
+    async fn resolve(&self, host: &str, port: u16) -> Result<Vec<IpAddr>, EgressError> {
         if let Ok(ip) = host.parse::<IpAddr>() {
             return Ok(vec![ip]);
         }
-        let addrs: Vec<IpAddr> = tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|_| EgressError(format!("host {host:?} could not be resolved")))?
-            .map(|a| a.ip())
-            .collect();
+        let unresolved = |_| EgressError(format!("host {host:?} could not be resolved"));
+        let addrs: Vec<IpAddr> = match &self.resolver {
+            Some(r) => r.lookup(host, port).await.map_err(unresolved)?,
+            None => tokio::net::lookup_host((host, port))
+                .await
+                .map_err(unresolved)?
+                .map(|a| a.ip())
+                .collect(),
+        };
         if addrs.is_empty() {
             return Err(EgressError(format!("host {host:?} has no address")));
         }
         Ok(addrs)
+    }
+
+    /// Check `dsn` like [`EgressPolicy::check`] and return the DSN to connect with: for a
+    /// network DSN, its host replaced by the checked address (the name is resolved once,
+    /// here), unless its TLS mode verifies the server's name (see the module's notes).
+    pub async fn pin(&self, dsn: &SourceDsn) -> Result<SourceDsn, EgressError> {
+        match dsn {
+            SourceDsn::Sqlite { path } => {
+                self.check_sqlite(path)?;
+                Ok(dsn.clone())
+            }
+            SourceDsn::Network {
+                dialect,
+                host,
+                port,
+                user,
+                password,
+                database,
+                ssl_mode,
+            } => {
+                let addrs = self.check_network(host, *port, database).await?;
+                let verifies_name = ssl_mode.as_deref().is_some_and(|m| {
+                    m.eq_ignore_ascii_case("verify-full")
+                        || m.eq_ignore_ascii_case("verify_identity")
+                });
+                if verifies_name {
+                    return Ok(dsn.clone());
+                }
+                Ok(SourceDsn::Network {
+                    dialect: *dialect,
+                    host: addrs[0].to_string(),
+                    port: *port,
+                    user: user.clone(),
+                    password: password.clone(),
+                    database: database.clone(),
+                    ssl_mode: ssl_mode.clone(),
+                })
+            }
+        }
     }
 
     /// May a source connect where `dsn` points? The answer names the reason, never the DSN's
@@ -215,50 +285,60 @@ impl EgressPolicy {
                 port,
                 database,
                 ..
-            } => {
-                if host.starts_with('/') || host.contains('%') || host.contains('\\') {
+            } => self.check_network(host, *port, database).await.map(|_| ()),
+        }
+    }
+
+    /// The checked addresses of a network DSN's host (every one allowed), or why not.
+    async fn check_network(
+        &self,
+        host: &str,
+        port: u16,
+        database: &str,
+    ) -> Result<Vec<IpAddr>, EgressError> {
+        if host.starts_with('/') || host.contains('%') || host.contains('\\') {
+            return Err(EgressError(
+                "unix sockets and encoded hosts are not allowed".into(),
+            ));
+        }
+        let addrs = self.resolve(host, port).await?;
+        let mut own_addrs = Vec::new();
+        for own in &self.own {
+            if let OwnDatabase::Network {
+                host: oh,
+                port: op,
+                database: od,
+            } = own
+                && *op == port
+                && od == database
+            {
+                own_addrs.extend(self.resolve(oh, *op).await.unwrap_or_default());
+                if oh.eq_ignore_ascii_case(host) {
                     return Err(EgressError(
-                        "unix sockets and encoded hosts are not allowed".into(),
+                        "the DSN points at reckon's own database".into(),
                     ));
                 }
-                let addrs = Self::resolve(host, *port).await?;
-                let mut own_addrs = Vec::new();
-                for own in &self.own {
-                    if let OwnDatabase::Network {
-                        host: oh,
-                        port: op,
-                        database: od,
-                    } = own
-                        && op == port
-                        && od == database
-                    {
-                        own_addrs.extend(Self::resolve(oh, *op).await.unwrap_or_default());
-                        if oh.eq_ignore_ascii_case(host) {
-                            return Err(EgressError(
-                                "the DSN points at reckon's own database".into(),
-                            ));
-                        }
-                    }
-                }
-                for ip in addrs {
-                    let ip = canonical(ip);
-                    if own_addrs.iter().any(|o| canonical(*o) == ip) {
-                        return Err(EgressError(
-                            "the DSN points at reckon's own database".into(),
-                        ));
-                    }
-                    if let Some(why) = forbidden_reason(ip)
-                        && !self.allowed(ip)
-                    {
-                        return Err(EgressError(format!(
-                            "host {host:?} resolves to {ip}, a {why} address; the operator's \
-                             egress policy (egress_allow) does not allow it"
-                        )));
-                    }
-                }
-                Ok(())
             }
         }
+        let mut checked = Vec::with_capacity(addrs.len());
+        for ip in addrs {
+            let ip = canonical(ip);
+            if own_addrs.iter().any(|o| canonical(*o) == ip) {
+                return Err(EgressError(
+                    "the DSN points at reckon's own database".into(),
+                ));
+            }
+            if let Some(why) = forbidden_reason(ip)
+                && !self.allowed(ip)
+            {
+                return Err(EgressError(format!(
+                    "host {host:?} resolves to {ip}, a {why} address; the operator's \
+                     egress policy (egress_allow) does not allow it"
+                )));
+            }
+            checked.push(ip);
+        }
+        Ok(checked)
     }
 
     /// May a provider lookup go to `url`? Tenants name their providers' base URLs, so a
@@ -276,7 +356,7 @@ impl EgressPolicy {
             None => return Err(EgressError("a provider URL needs a host".into())),
         };
         let port = url.port_or_known_default().unwrap_or(443);
-        for ip in Self::resolve(&host, port).await? {
+        for ip in self.resolve(&host, port).await? {
             let ip = canonical(ip);
             if let Some(why) = forbidden_reason(ip)
                 && !self.allowed(ip)
@@ -452,6 +532,82 @@ mod tests {
         }
         let none = EgressPolicy::default();
         assert!(none.check(&sq(&inside)).await.is_err());
+    }
+
+    /// A DNS server that answers each lookup with the next of its answers (the last one
+    /// again when they run out), and counts the lookups.
+    #[derive(Debug)]
+    struct Rebinding {
+        answers: Vec<IpAddr>,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Resolver for Rebinding {
+        fn lookup<'a>(
+            &'a self,
+            _host: &'a str,
+            _port: u16,
+        ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send + 'a>> {
+            let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let ip = self.answers[n.min(self.answers.len() - 1)];
+            Box::pin(async move { Ok(vec![ip]) })
+        }
+    }
+
+    fn rebinding(answers: &[&str]) -> Arc<Rebinding> {
+        Arc::new(Rebinding {
+            answers: answers.iter().map(|a| a.parse().unwrap()).collect(),
+            calls: Default::default(),
+        })
+    }
+
+    fn host_of(dsn: &SourceDsn) -> String {
+        match dsn {
+            SourceDsn::Network { host, .. } => host.clone(),
+            SourceDsn::Sqlite { .. } => panic!("not a network DSN"),
+        }
+    }
+
+    /// T09: the name answers a public address to the check, then 127.0.0.1. The DSN to
+    /// connect with carries the checked address, so the second answer is never used; asking
+    /// again (the next connection) gets the loopback answer, which is refused.
+    #[tokio::test]
+    async fn a_rebinding_name_is_connected_to_at_the_address_that_was_checked() {
+        let dns = rebinding(&["93.184.216.34", "127.0.0.1"]);
+        let p = EgressPolicy::default().with_resolver(dns.clone());
+        let dsn = pg("postgres://u:pw@rebind.example/db");
+        let pinned = p.pin(&dsn).await.unwrap();
+        assert_eq!(host_of(&pinned), "93.184.216.34");
+        assert_eq!(dns.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let e = p.pin(&dsn).await.unwrap_err();
+        assert!(e.0.contains("loopback"), "{e}");
+        assert!(p.check(&dsn).await.is_err());
+        // A name-verifying TLS mode keeps the name (the certificate is checked against it).
+        let p = EgressPolicy::default().with_resolver(rebinding(&["93.184.216.34"]));
+        let tls = pg("postgres://u:pw@rebind.example/db?sslmode=verify-full");
+        assert_eq!(host_of(&p.pin(&tls).await.unwrap()), "rebind.example");
+    }
+
+    /// The same against a real server: `rebind.invalid` exists only in the test's resolver,
+    /// which answers 127.0.0.1 (allowed here, MariaDB listens there) and then the metadata
+    /// address. The connection succeeds, so it went to the checked address: nothing
+    /// resolved the name a second time.
+    #[tokio::test]
+    async fn the_scan_connection_uses_the_pinned_address() {
+        let dns = rebinding(&["127.0.0.1", "169.254.169.254"]);
+        let p = EgressPolicy::new(&["127.0.0.0/8".into()], None)
+            .unwrap()
+            .with_resolver(dns.clone());
+        let dsn =
+            SourceDsn::parse(Dialect::Mysql, "mysql://root@rebind.invalid:3306/test").unwrap();
+        let pinned = p.pin(&dsn).await.unwrap();
+        let conn = crate::SourceConn::open(&pinned, "justonce_keys")
+            .await
+            .expect("MariaDB on 127.0.0.1:3306 (root, no password) is needed for this test");
+        conn.close().await;
+        assert_eq!(dns.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let e = p.pin(&dsn).await.unwrap_err();
+        assert!(e.0.contains("link-local"), "{e}");
     }
 
     #[test]

@@ -13,6 +13,6 @@ mod scan;
 pub mod write;
 
 pub use dsn::{Dialect, DsnError, SourceDsn, validate_table_name};
-pub use egress::{EgressError, EgressPolicy, OwnDatabase};
+pub use egress::{EgressError, EgressPolicy, OwnDatabase, Resolver};
 pub use scan::{ScanError, SourceConn};
 pub use write::{Change, RowNow, SourceWriter, WriteError};

@@ -106,8 +106,9 @@ impl SourceWriter {
         })?;
         let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
             .map_err(|e| WriteError::Invalid(e.to_string()))?;
-        egress
-            .check(&dsn)
+        // Resolved once and checked; the connection goes to the checked address (T09).
+        let dsn = egress
+            .pin(&dsn)
             .await
             .map_err(|e| WriteError::Egress(e.to_string()))?;
         validate_table_name(&source.table_name).map_err(|e| WriteError::Invalid(e.to_string()))?;

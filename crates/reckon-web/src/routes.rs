@@ -54,6 +54,7 @@ pub const ROUTES: &[RouteSpec] = &[
     // JSON API (bearer tokens)
     r("GET", "/api/v1/sources", Token(P::Read)),
     r("POST", "/api/v1/sources", Token(P::ManageSources)),
+    r("PATCH", "/api/v1/sources/{name}", Token(P::ManageSources)),
     r("GET", "/api/v1/sources/{name}/quarantine", Token(P::Read)),
     r("GET", "/api/v1/quarantine", Token(P::Read)),
     r("GET", "/api/v1/effects", Token(P::Read)),
@@ -63,6 +64,11 @@ pub const ROUTES: &[RouteSpec] = &[
     // ---- reconciliation (issue 4) ----
     r("GET", "/api/v1/providers", Token(P::Read)),
     r("POST", "/api/v1/providers", Token(P::ManageProviders)),
+    r(
+        "PATCH",
+        "/api/v1/providers/{name}",
+        Token(P::ManageProviders),
+    ),
     r("GET", "/api/v1/routes", Token(P::Read)),
     r("PUT", "/api/v1/routes", Token(P::ManageProviders)),
     // `.../{key}/reconcile` and `.../{key}/resolve` (the action is the last segment).

@@ -13,7 +13,8 @@
 //!   of the user's sessions and tokens (their generation changes).
 //! - CSRF: these routes sit behind tower-http's `CsrfLayer` (Sec-Fetch-Site / Origin), and
 //!   state-changing requests of a signed-in session also carry the session's CSRF token.
-//! - Optional TOTP second factor per user (totp-rs, SHA-1, 6 digits, 30 s, ±1 step).
+//! - Optional TOTP second factor per user (totp-rs, SHA-1, 6 digits, 30 s, ±1 step); a
+//!   code is accepted once (the last step used is kept per user in the ledger).
 
 use crate::AppState;
 use crate::error::ApiError;
@@ -182,14 +183,19 @@ fn client_address(conn: Option<&ConnectInfo<SocketAddr>>) -> String {
     conn.map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string())
 }
 
-fn totp_ok(secret: &[u8], code: Option<&str>) -> bool {
-    let Some(code) = code.map(str::trim).filter(|c| !c.is_empty()) else {
-        return false;
-    };
-    match totp_rs::TOTP::new(totp_rs::Algorithm::SHA1, 6, 1, 30, secret.to_vec()) {
-        Ok(t) => t.check_current(code).unwrap_or(false),
-        Err(_) => false,
+/// The time step (30 s) whose code `code` is, within ±1 step of `now`, or `None`.
+fn totp_step(secret: &[u8], code: Option<&str>, now: f64) -> Option<i64> {
+    let code = code.map(str::trim).filter(|c| !c.is_empty())?;
+    let t = totp_rs::TOTP::new(totp_rs::Algorithm::SHA1, 6, 0, 30, secret.to_vec()).ok()?;
+    let current = (now / 30.0).floor() as i64;
+    // Every candidate is compared (constant time each), so timing says nothing of which.
+    let mut found = None;
+    for step in [current - 1, current, current + 1] {
+        if step >= 0 && t.check(code, (step * 30) as u64) && found.is_none() {
+            found = Some(step);
+        }
     }
+    found
 }
 
 async fn signin(
@@ -265,7 +271,12 @@ async fn signin_inner(
     let ok = match &creds {
         Some(c) if password_ok && !c.user.disabled => match &c.totp_secret {
             None => true,
-            Some(secret) => totp_ok(secret.expose_secret(), form.totp.as_deref()),
+            // A code signs in once: its step is taken in the ledger by a conditional
+            // update, so a replayed (or older) code fails on every replica.
+            Some(secret) => match totp_step(secret.expose_secret(), form.totp.as_deref(), now) {
+                Some(step) => ledger.use_totp_step(c.user.id, step).await?,
+                None => false,
+            },
         },
         _ => false,
     };

@@ -164,6 +164,18 @@ fn request_for(
             json,
             json!({"name": "b-own-source", "kind": "push"}).to_string(),
         ),
+        // B edits A's source: point it elsewhere, with B's password.
+        ("PATCH", "/api/v1/sources/{name}") => (
+            format!("/api/v1/sources/{A_SOURCE}"),
+            json,
+            json!({"scan_interval": "1s", "table": "b_table"}).to_string(),
+        ),
+        // B edits A's provider: B's key and B's base URL.
+        ("PATCH", "/api/v1/providers/{name}") => (
+            format!("/api/v1/providers/{A_PROVIDER}"),
+            json,
+            json!({"secret": "rk_live_b", "settings": {"account": "acct_b"}}).to_string(),
+        ),
         ("GET", "/api/v1/sources/{name}/quarantine") => (
             format!("/api/v1/sources/{A_SOURCE}/quarantine"),
             None,
@@ -501,6 +513,22 @@ async fn sweep(backend: Backend) {
         sources[0].writeback(),
         None,
         "B changed A's write-back setting"
+    );
+    // B could not edit A's source or provider (PATCH routes).
+    assert_eq!(
+        sources[0].table_name, "justonce_keys",
+        "B edited A's source"
+    );
+    let provider = w.ledger.provider_by_name(w.a.id, A_PROVIDER).await.unwrap();
+    assert_eq!(
+        provider.settings["account"], "acct_zqleak",
+        "B edited A's provider"
+    );
+    let secret = w.ledger.provider_secret(w.a.id, &provider).await.unwrap();
+    assert_eq!(
+        secret.map(|s| secrecy::ExposeSecret::expose_secret(&s).to_owned()),
+        Some("rk_live_zqleak".to_owned()),
+        "B replaced A's provider key"
     );
     let tokens = w.ledger.list_tokens(w.a.id).await.unwrap();
     let made = tokens.iter().find(|t| t.id == fx.a_token_id).unwrap();

@@ -282,6 +282,74 @@ async fn a_user_with_totp_needs_the_current_code() {
     w.finish().await;
 }
 
+/// A TOTP code signs in once: the same code again (a replay, e.g. read over a shoulder or
+/// from a phished form) is refused, also through a second app on the same ledger (another
+/// replica), and so is the previous step's code once a later one was used.
+async fn totp_replay(backend: Backend) {
+    let w = World::new(backend).await;
+    let secret = b"0123456789abcdefghij".to_vec();
+    w.ledger
+        .set_totp_secret(w.alice, Some(&secret))
+        .await
+        .unwrap();
+    let totp = totp_rs::TOTP::new(totp_rs::Algorithm::SHA1, 6, 0, 30, secret).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Stay clear of a step boundary so "the current step" is one step for the whole test.
+    if now % 30 > 25 {
+        tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let previous = totp.generate(now - 30);
+    let current = totp.generate(now);
+    let r = sign_in(&w.app, "alice@acme.test", PASSWORD, &[("totp", &current)]).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let r = sign_in(&w.app, "alice@acme.test", PASSWORD, &[("totp", &current)]).await;
+    assert_eq!(
+        r.status,
+        StatusCode::UNAUTHORIZED,
+        "a replayed code: {}",
+        r.text
+    );
+    let replica = reckon_web::app(reckon_web::AppState::new(w.ledger.clone()));
+    let r = sign_in(&replica, "alice@acme.test", PASSWORD, &[("totp", &current)]).await;
+    assert_eq!(
+        r.status,
+        StatusCode::UNAUTHORIZED,
+        "replayed on another replica"
+    );
+    let r = sign_in(&w.app, "alice@acme.test", PASSWORD, &[("totp", &previous)]).await;
+    assert_eq!(
+        r.status,
+        StatusCode::UNAUTHORIZED,
+        "an older step after a newer one"
+    );
+    let next = totp.generate(now + 30);
+    let r = sign_in(&replica, "alice@acme.test", PASSWORD, &[("totp", &next)]).await;
+    assert_eq!(
+        r.status,
+        StatusCode::SEE_OTHER,
+        "the next step's code, once: {}",
+        r.text
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_totp_code_is_accepted_once() {
+    totp_replay(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn a_totp_code_is_accepted_once_on_postgres() {
+    totp_replay(Backend::Postgres).await;
+}
+
 #[tokio::test]
 async fn every_response_carries_the_security_headers_and_pages_escape_input() {
     let w = World::new(Backend::Sqlite).await;

@@ -58,6 +58,35 @@ impl PgLedger {
         provider_row::<Postgres>(&row)
     }
 
+    pub(super) async fn rc_update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: ProviderChange,
+    ) -> Result<Provider> {
+        let sealed = change.secret.as_ref().map(|s| {
+            self.keyring.seal(
+                &provider_secret_aad(tenant.0, name),
+                s.expose_secret().as_bytes(),
+            )
+        });
+        let mut tx = self.begin_for(tenant).await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE provider SET secret_ciphertext = COALESCE($3, secret_ciphertext), \
+             settings = COALESCE($4, settings) WHERE tenant_id = $1 AND name = $2 \
+             RETURNING {PROVIDER_COLUMNS}"
+        )))
+        .bind(tenant.0)
+        .bind(name)
+        .bind(sealed)
+        .bind(change.settings.as_ref().map(|v| v.to_string()))
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?;
+        tx.commit().await?;
+        provider_row::<Postgres>(&row)
+    }
+
     pub(super) async fn rc_list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
         let mut tx = self.begin_for(tenant).await?;
         let rows = sqlx::query(AssertSqlSafe(format!(

@@ -49,6 +49,33 @@ impl SqliteLedger {
         provider_row::<Sqlite>(&row)
     }
 
+    pub(super) async fn rc_update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: ProviderChange,
+    ) -> Result<Provider> {
+        let sealed = change.secret.as_ref().map(|s| {
+            self.keyring.seal(
+                &provider_secret_aad(tenant.0, name),
+                s.expose_secret().as_bytes(),
+            )
+        });
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE provider SET secret_ciphertext = COALESCE($3, secret_ciphertext), \
+             settings = COALESCE($4, settings) WHERE tenant_id = $1 AND name = $2 \
+             RETURNING {PROVIDER_COLUMNS}"
+        )))
+        .bind(tenant.0)
+        .bind(name)
+        .bind(sealed)
+        .bind(change.settings.as_ref().map(|v| v.to_string()))
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?;
+        provider_row::<Sqlite>(&row)
+    }
+
     pub(super) async fn rc_list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
         sqlx::query(AssertSqlSafe(format!(
             "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 ORDER BY name"

@@ -17,7 +17,7 @@ pub use effects::EffectJson;
 use crate::AppState;
 use crate::error::ApiError;
 use axum::Router;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, patch, post};
 
 /// At most this many records per push request.
 pub const MAX_PUSH_ITEMS: usize = 10_000;
@@ -25,6 +25,7 @@ pub const MAX_PUSH_ITEMS: usize = 10_000;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/sources", get(sources::list).post(sources::create))
+        .route("/sources/{name}", patch(sources::edit))
         .route("/sources/{name}/quarantine", get(quarantine::entries))
         .route("/quarantine", get(quarantine::counts))
         .route("/effects", get(effects::list).post(push::push))
@@ -36,6 +37,7 @@ pub fn router() -> Router<AppState> {
         .route("/lookup", get(effects::lookup))
         // ---- reconciliation (issue 4) ----
         .route("/providers", get(providers::list).post(providers::create))
+        .route("/providers/{name}", patch(providers::edit))
         .route("/routes", get(providers::routes).put(providers::set_route))
         .route("/reconcile/requeue", post(reconcile::requeue))
         .route("/audit-log", get(crate::actions::list))

@@ -4,11 +4,11 @@
 use crate::AppState;
 use crate::auth::Auth;
 use crate::error::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, ApiPath};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use reckon_ledger::{LedgerError, NewProvider, Provider, Route};
+use reckon_ledger::{LedgerError, NewProvider, Provider, ProviderChange, Route};
 use secrecy::SecretString;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -47,16 +47,41 @@ pub async fn new_provider(
     egress: &reckon_sources::EgressPolicy,
 ) -> Result<NewProvider, String> {
     let settings = input.settings.unwrap_or(Value::Object(Default::default()));
+    check_provider(
+        &input.kind,
+        &settings,
+        input.secret.as_deref(),
+        input.secret.is_some(),
+        egress,
+    )
+    .await?;
+    Ok(NewProvider {
+        name: input.name,
+        kind: input.kind,
+        secret: input.secret.map(SecretString::from),
+        settings,
+    })
+}
+
+/// The checks a provider passes when added and again when edited: settings an object the
+/// kind understands, a non-empty secret where given, one where needed (`has_secret`: given
+/// now or already stored), a base URL the egress policy allows. Never quotes the secret.
+async fn check_provider(
+    kind: &str,
+    settings: &Value,
+    new_secret: Option<&str>,
+    has_secret: bool,
+    egress: &reckon_sources::EgressPolicy,
+) -> Result<(), String> {
     if !settings.is_object() {
         return Err("settings must be a JSON object".into());
     }
-    if let Some(secret) = &input.secret
+    if let Some(secret) = new_secret
         && secret.trim().is_empty()
     {
         return Err("secret is empty".into());
     }
-    reckon_providers::settings::validate(&input.kind, &settings, input.secret.is_some())
-        .map_err(|e| e.to_string())?;
+    reckon_providers::settings::validate(kind, settings, has_secret).map_err(|e| e.to_string())?;
     if let Some(base) = settings.get("base_url").and_then(|u| u.as_str()) {
         let url = url::Url::parse(base).map_err(|e| format!("base_url: {e}"))?;
         egress
@@ -64,12 +89,78 @@ pub async fn new_provider(
             .await
             .map_err(|e| format!("base_url is refused by the egress policy: {e}"))?;
     }
-    Ok(NewProvider {
-        name: input.name,
-        kind: input.kind,
-        secret: input.secret.map(SecretString::from),
+    Ok(())
+}
+
+/// An edit of a provider: left-out fields keep their stored value. `settings` replaces the
+/// settings whole; `secret` replaces the stored secret, which is otherwise kept.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderEdit {
+    #[serde(default)]
+    pub secret: Option<String>,
+    #[serde(default)]
+    pub settings: Option<Value>,
+}
+
+impl std::fmt::Debug for ProviderEdit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderEdit")
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// `PATCH /api/v1/providers/{name}`.
+pub async fn edit(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(edit): ApiJson<ProviderEdit>,
+) -> Result<Json<Provider>, ApiError> {
+    let tenant = auth.tenant.id;
+    let provider = state.ledger.provider_by_name(tenant, &name).await?;
+    if edit.secret.is_none() && edit.settings.is_none() {
+        return Err(ApiError::Unprocessable(
+            "nothing to change: give secret and/or settings".into(),
+        ));
+    }
+    let settings = edit.settings.as_ref().unwrap_or(&provider.settings);
+    let has_secret = edit.secret.is_some() || provider.has_secret;
+    check_provider(
+        &provider.kind,
         settings,
-    })
+        edit.secret.as_deref(),
+        has_secret,
+        &state.egress,
+    )
+    .await
+    .map_err(|why| match &edit.secret {
+        Some(s) if !s.is_empty() => ApiError::Unprocessable(why.replace(s.as_str(), "<redacted>")),
+        _ => ApiError::Unprocessable(why),
+    })?;
+    let mut fields = Vec::new();
+    if edit.secret.is_some() {
+        fields.push("secret");
+    }
+    if edit.settings.is_some() {
+        fields.push("settings");
+    }
+    let change = ProviderChange {
+        secret: edit.secret.map(SecretString::from),
+        settings: edit.settings,
+    };
+    let provider = state.ledger.update_provider(tenant, &name, change).await?;
+    crate::actions::by_token(
+        &state,
+        &auth,
+        "provider.edit",
+        &provider.name,
+        json!({ "fields": fields, "has_secret": provider.has_secret }),
+    )
+    .await;
+    Ok(Json(provider))
 }
 
 pub async fn list(State(state): State<AppState>, auth: Auth) -> Result<Json<Value>, ApiError> {

@@ -2,10 +2,11 @@ use crate::AppState;
 use crate::auth::{Admin, Auth};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
+use crate::extract::ApiPath;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use reckon_engine::{SourceInput, new_source};
+use reckon_engine::{SourceEdit, SourceInput, new_source, source_change};
 use reckon_ledger::{LedgerError, Source};
 use serde_json::{Value, json};
 
@@ -41,6 +42,52 @@ pub async fn create(
     )
     .await;
     Ok((StatusCode::CREATED, Json(source)))
+}
+
+/// `PATCH /api/v1/sources/{name}`: change a source's settings. Fields left out keep their
+/// stored value; the DSN's secret is replaced only when a new one is given (a DSN without a
+/// password keeps the stored password). The same checks as adding apply; a new DSN is
+/// checked against the egress policy before every connection, like one added.
+pub async fn edit(
+    State(state): State<AppState>,
+    Admin(auth): Admin,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(edit): ApiJson<SourceEdit>,
+) -> Result<Json<Source>, ApiError> {
+    let tenant = auth.tenant.id;
+    // 404 for a name the tenant has no source of, before the body is looked at.
+    let source = state.ledger.source_by_name(tenant, &name).await?;
+    let fields = edit.fields();
+    if fields.is_empty() {
+        return Err(ApiError::Unprocessable(
+            "nothing to change: give at least one of dsn, password, table, scan_interval, \
+             abandoned_after, overlap, full_scan_every"
+                .into(),
+        ));
+    }
+    let mut secrets = edit.secrets();
+    let stored = if source.kind.is_scanned() && (edit.dsn.is_some() || edit.password.is_some()) {
+        let dsn = state.ledger.source_dsn(tenant, &source).await?;
+        secrets.extend(dsn_secrets(Some(secrecy::ExposeSecret::expose_secret(
+            &dsn,
+        ))));
+        Some(dsn)
+    } else {
+        None
+    };
+    let change = source_change(source.kind, stored.as_ref(), edit)
+        .map_err(|why| ApiError::Unprocessable(scrub(why, &secrets)))?;
+    let dsn_changed = change.dsn.is_some();
+    let source = state.ledger.update_source(tenant, &name, change).await?;
+    crate::actions::by_token(
+        &state,
+        &auth,
+        "source.edit",
+        &source.name,
+        json!({ "fields": fields, "dsn_changed": dsn_changed }),
+    )
+    .await;
+    Ok(Json(source))
 }
 
 /// What of a DSN must never appear in an answer: the whole DSN and its password, raw and

@@ -127,6 +127,16 @@ impl World {
         }
     }
 
+    /// The directory of the SQLite ledger (`reckon.db`).
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+
+    /// (admin URL, database name) of the PostgreSQL ledger.
+    pub fn pg_database(&self) -> Option<(&str, &str)> {
+        self.pg.as_ref().map(|(a, d)| (a.as_str(), d.as_str()))
+    }
+
     /// Drop the PostgreSQL database (a failing test leaves it behind to look at).
     pub async fn finish(self) {
         let World { ledger, pg, .. } = self;

@@ -71,6 +71,22 @@ impl Ledger for CountingLedger {
     async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
         self.inner.source_by_name(tenant, name).await
     }
+    async fn update_source(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: reckon_ledger::SourceChange,
+    ) -> Result<Source> {
+        self.inner.update_source(tenant, name, change).await
+    }
+    async fn update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: reckon_ledger::ProviderChange,
+    ) -> Result<reckon_ledger::Provider> {
+        self.inner.update_provider(tenant, name, change).await
+    }
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
         self.inner.all_scanned_sources().await
     }
@@ -426,6 +442,9 @@ impl Accounts for CountingLedger {
     }
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> Result<()> {
         self.inner.set_user_disabled(user_id, disabled).await
+    }
+    async fn use_totp_step(&self, user_id: i64, step: i64) -> reckon_ledger::Result<bool> {
+        self.inner.use_totp_step(user_id, step).await
     }
     async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()> {
         self.inner.set_totp_secret(user_id, secret).await
