@@ -188,19 +188,25 @@ pub async fn reconcile_all(
 /// effects already claimed (at most one batch) are looked up and recorded, nothing new is
 /// claimed, so a stopping replica leaves no lease behind.
 ///
-/// A hand-written loop over `FuturesUnordered` rather than a stream of claims: rustc cannot
-/// prove the stream's closure futures `Send` for every lifetime (rust-lang/rust#102211), and
-/// `reckon serve` spawns this.
+/// A hand-written loop rather than a stream of claims through `buffer_unordered`: rustc
+/// cannot prove that stream's closure futures `Send` for every lifetime
+/// (rust-lang/rust#102211), and `reckon serve` spawns this. The claim runs *beside* the
+/// lookups in flight (`select`), never instead of them: a lookup suspended mid-record holds
+/// a pooled connection, so a claim awaited alone could wait for a connection that only the
+/// suspended lookups can give back (seen: 28 s pool stalls at concurrency 32 on
+/// PostgreSQL).
 pub async fn reconcile_until<F: Fn() -> bool>(
     ctx: &ReconcileCtx,
     tenant: &Tenant,
     stop: F,
 ) -> Result<Vec<EffectOutcome>, ReconcileError> {
+    use futures::future::{Either, select};
     let o = &ctx.options;
     let routing = Routing::load(ctx, tenant).await?;
     let concurrency = o.concurrency.max(1);
-    let mut claimed = std::collections::VecDeque::new();
+    let mut claimed: std::collections::VecDeque<Claim> = std::collections::VecDeque::new();
     let mut in_flight = futures::stream::FuturesUnordered::new();
+    let mut claiming = None;
     let mut more = true;
     let mut outcomes = Vec::new();
     // The first error ends the claiming, not the lookups in flight: their answers are
@@ -209,32 +215,6 @@ pub async fn reconcile_until<F: Fn() -> bool>(
     let mut failed: Option<ReconcileError> = None;
     loop {
         while in_flight.len() < concurrency {
-            if claimed.is_empty() && more {
-                if stop() || failed.is_some() {
-                    more = false;
-                } else {
-                    match ctx
-                        .ledger
-                        .claim_due(
-                            tenant.id,
-                            &o.owner,
-                            reckon_domain::time::now(),
-                            o.lease_secs,
-                            o.batch,
-                        )
-                        .await
-                    {
-                        Ok(batch) => {
-                            more = !batch.is_empty();
-                            claimed.extend(batch);
-                        }
-                        Err(e) => {
-                            more = false;
-                            failed = Some(e.into());
-                        }
-                    }
-                }
-            }
             let Some(c) = claimed.pop_front() else { break };
             // A claim that waited in line (a slow ledger, a starved process) may be close
             // to its lease's end: another replica can take it then and ask the provider a
@@ -248,18 +228,66 @@ pub async fn reconcile_until<F: Fn() -> bool>(
             }
             in_flight.push(process(ctx, tenant, &routing, c));
         }
-        match in_flight.next().await {
-            Some(Ok(r)) => outcomes.push(r),
-            Some(Err(e)) => {
-                failed.get_or_insert(e);
+        if claimed.is_empty() && more && claiming.is_none() && in_flight.len() < concurrency {
+            if stop() || failed.is_some() {
+                more = false;
+            } else {
+                claiming = Some(ctx.ledger.claim_due(
+                    tenant.id,
+                    &o.owner,
+                    reckon_domain::time::now(),
+                    o.lease_secs,
+                    o.batch,
+                ));
             }
-            None => {
+        }
+        let claim = match (claiming.as_mut(), in_flight.is_empty()) {
+            (None, true) => {
                 return match failed {
                     Some(e) => Err(e),
                     None => Ok(outcomes),
                 };
             }
+            (None, false) => {
+                let done = in_flight.next().await;
+                take(done, &mut outcomes, &mut failed);
+                continue;
+            }
+            (Some(c), true) => c.await,
+            (Some(c), false) => match select(c, in_flight.next()).await {
+                Either::Left((claim, _)) => claim,
+                Either::Right((done, _)) => {
+                    take(done, &mut outcomes, &mut failed);
+                    continue;
+                }
+            },
+        };
+        claiming = None;
+        match claim {
+            Ok(batch) => {
+                more = !batch.is_empty();
+                claimed.extend(batch);
+            }
+            Err(e) => {
+                more = false;
+                failed.get_or_insert(e.into());
+            }
         }
+    }
+}
+
+/// One finished lookup into the run's outcomes, or its first error.
+fn take(
+    done: Option<Result<EffectOutcome, ReconcileError>>,
+    outcomes: &mut Vec<EffectOutcome>,
+    failed: &mut Option<ReconcileError>,
+) {
+    match done {
+        Some(Ok(r)) => outcomes.push(r),
+        Some(Err(e)) => {
+            failed.get_or_insert(e);
+        }
+        None => {}
     }
 }
 
