@@ -229,6 +229,18 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
     );
     let lookup = page("/t/demo/lookup?q=ORD-1017").await;
     assert!(lookup.contains("charge:v1:ORD-1017"), "{lookup}");
+    // Yesterday's audit, the page finance opens in the morning: the duplicate and the orphan.
+    let audit = page("/t/demo/audit").await;
+    assert!(audit.contains("(yesterday)"), "{audit}");
+    let group = |kind: &str| {
+        audit
+            .split(&format!("data-kind=\"{kind}\""))
+            .nth(1)
+            .map(|g| g.split("</section>").next().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("no {kind} findings on the audit page: {audit}"))
+    };
+    assert!(group("duplicate").contains("ORD-1101"), "{audit}");
+    assert!(group("orphan").contains("49.00"), "{audit}");
 
     assert!(
         ready_after < Duration::from_secs(30),
