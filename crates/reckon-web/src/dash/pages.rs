@@ -533,15 +533,10 @@ pub async fn requeue(
     Extension(s): Extension<WebSession>,
     form: Result<Form<RequeueForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(form)) = form else {
-        return Ok(bad_request("The form is malformed or too large."));
+    let form = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &form.csrf) {
-        return Ok(error_page(
-            StatusCode::FORBIDDEN,
-            "Missing or wrong CSRF token: reload the page and try again.",
-        ));
-    }
     let name = form.provider.trim();
     if name.is_empty() {
         return Ok(bad_request(
@@ -897,6 +892,47 @@ pub(crate) fn csrf_ok(s: &WebSession, token: &str) -> bool {
     crate::web::same_token(token, &s.csrf_token)
 }
 
+/// A dashboard form that carries the session's CSRF token.
+pub(crate) trait HasCsrf {
+    fn csrf(&self) -> &str;
+}
+
+/// Implements [`HasCsrf`] for forms whose token is the field `csrf`.
+macro_rules! csrf_form {
+    ($($t:ty),* $(,)?) => {
+        $(impl $crate::dash::pages::HasCsrf for $t {
+            fn csrf(&self) -> &str {
+                &self.csrf
+            }
+        })*
+    };
+}
+pub(crate) use csrf_form;
+
+/// Every state-changing form's first step, in one place: the form, or the page refusing
+/// it (400 when it does not parse or is too large, 403 when its CSRF token is not the
+/// session's). Nothing else is read or written before this passes.
+// The refusal is a whole response, returned at once, once per request: boxing it buys
+// nothing.
+#[allow(clippy::result_large_err)]
+pub(crate) fn accept<F: HasCsrf>(
+    s: &WebSession,
+    form: Result<Form<F>, FormRejection>,
+) -> Result<F, Response> {
+    let Ok(Form(f)) = form else {
+        return Err(bad_request("The form is malformed or too large."));
+    };
+    if !csrf_ok(s, f.csrf()) {
+        return Err(error_page(
+            StatusCode::FORBIDDEN,
+            "Missing or wrong CSRF token: reload the page and try again.",
+        ));
+    }
+    Ok(f)
+}
+
+csrf_form!(RequeueForm, ResolveForm, CsrfOnly);
+
 pub async fn resolve(
     State(st): State<AppState>,
     Extension(s): Extension<WebSession>,
@@ -904,15 +940,10 @@ pub async fn resolve(
     Path(path): Path<EffectPath>,
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(form)) = form else {
-        return Ok(bad_request("The form is malformed or too large."));
+    let form = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &form.csrf) {
-        return Ok(error_page(
-            StatusCode::FORBIDDEN,
-            "Missing or wrong CSRF token: reload the page and try again.",
-        ));
-    }
     let fragment = wants_fragment(&headers);
     let note = form.note.trim().to_owned();
     let refuse = |error: &str| Flash {
@@ -1009,8 +1040,9 @@ pub async fn resolve(
     effect_response(&st, &s, &path, fragment, StatusCode::OK, flash).await
 }
 
+/// A form with nothing but its CSRF token (a button).
 #[derive(Deserialize)]
-pub struct CsrfForm {
+pub struct CsrfOnly {
     #[serde(default)]
     csrf: String,
 }
@@ -1020,14 +1052,10 @@ pub async fn reconcile_now(
     Extension(s): Extension<WebSession>,
     headers: HeaderMap,
     Path(path): Path<EffectPath>,
-    form: Result<Form<CsrfForm>, FormRejection>,
+    form: Result<Form<CsrfOnly>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let token = form.map(|f| f.0.csrf).unwrap_or_default();
-    if !csrf_ok(&s, &token) {
-        return Ok(error_page(
-            StatusCode::FORBIDDEN,
-            "Missing or wrong CSRF token: reload the page and try again.",
-        ));
+    if let Err(refusal) = accept(&s, form) {
+        return Ok(refusal);
     }
     let fragment = wants_fragment(&headers);
     let tenant: TenantId = s.tenant.id;

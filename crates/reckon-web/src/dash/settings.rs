@@ -4,9 +4,12 @@
 //! token; every change goes to the audit log as the API's do. Secrets are never rendered
 //! back: a provider shows only whether it has one.
 
+use super::PageError;
 use super::fmt::{When, when_in};
-use super::pages::{Chrome, SettingsFlash, csrf_ok, other_tenants, settings_response, tenant_zone};
-use super::{PageError, error_page};
+use super::pages::{
+    Chrome, CsrfOnly, SettingsFlash, accept, csrf_form, other_tenants, settings_response,
+    tenant_zone,
+};
 use crate::AppState;
 use crate::api::providers::{ProviderInput, new_provider};
 use crate::web::WebSession;
@@ -20,12 +23,14 @@ use reckon_ledger::{LedgerError, Role, TokenCreator, WritebackPolicy};
 use serde::Deserialize;
 use serde_json::json;
 
-fn refused() -> Response {
-    error_page(
-        StatusCode::FORBIDDEN,
-        "Missing or wrong CSRF token: reload the page and try again.",
-    )
-}
+csrf_form!(
+    TokenForm,
+    ProviderForm,
+    RouteForm,
+    WritebackForm,
+    SourceForm,
+    PersonForm
+);
 
 fn back(s: &WebSession) -> Response {
     Redirect::to(&format!("/t/{}/settings", super::fmt::seg(&s.tenant.slug))).into_response()
@@ -61,15 +66,10 @@ pub async fn create_token(
     Extension(s): Extension<WebSession>,
     form: Result<Form<TokenForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(f)) = form else {
-        return Ok(error_page(
-            StatusCode::BAD_REQUEST,
-            "The form is malformed.",
-        ));
+    let f = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return Ok(refused());
-    }
     let error = |m: String| SettingsFlash {
         error: Some(m),
         ..SettingsFlash::default()
@@ -131,12 +131,6 @@ pub async fn create_token(
 }
 
 #[derive(Deserialize)]
-pub struct CsrfOnly {
-    #[serde(default)]
-    csrf: String,
-}
-
-#[derive(Deserialize)]
 pub struct TokenPath {
     #[allow(dead_code)]
     tenant: String,
@@ -149,8 +143,8 @@ pub async fn revoke_token(
     Path(p): Path<TokenPath>,
     form: Result<Form<CsrfOnly>, FormRejection>,
 ) -> Result<Response, PageError> {
-    if !form.is_ok_and(|f| csrf_ok(&s, &f.csrf)) {
-        return Ok(refused());
+    if let Err(refusal) = accept(&s, form) {
+        return Ok(refusal);
     }
     let Ok(id) = p.id.parse::<i64>() else {
         return Ok(super::not_found());
@@ -191,15 +185,10 @@ pub async fn add_provider(
     Extension(s): Extension<WebSession>,
     form: Result<Form<ProviderForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(f)) = form else {
-        return Ok(error_page(
-            StatusCode::BAD_REQUEST,
-            "The form is malformed.",
-        ));
+    let f = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return Ok(refused());
-    }
     // The fields come back after an error, except the secret.
     let error = |m: String| SettingsFlash {
         error: Some(m),
@@ -279,15 +268,10 @@ pub async fn set_route(
     Extension(s): Extension<WebSession>,
     form: Result<Form<RouteForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(f)) = form else {
-        return Ok(error_page(
-            StatusCode::BAD_REQUEST,
-            "The form is malformed.",
-        ));
+    let f = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return Ok(refused());
-    }
     let (source, operation) = (f.source.trim(), f.operation.trim());
     if source.is_empty() || operation.is_empty() {
         let flash = SettingsFlash {
@@ -348,15 +332,10 @@ pub async fn set_writeback(
     Path(p): Path<SourcePath>,
     form: Result<Form<WritebackForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(f)) = form else {
-        return Ok(error_page(
-            StatusCode::BAD_REQUEST,
-            "The form is malformed.",
-        ));
+    let f = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return Ok(refused());
-    }
     let policy = match f.not_applied.as_str() {
         "off" => None,
         other => match WritebackPolicy::parse(other) {
@@ -481,15 +460,10 @@ pub async fn add_source(
     Extension(s): Extension<WebSession>,
     form: Result<Form<SourceForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(f)) = form else {
-        return Ok(error_page(
-            StatusCode::BAD_REQUEST,
-            "The form is malformed.",
-        ));
+    let f = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return Ok(refused());
-    }
     let opt = |v: &str| Some(v.trim().to_owned()).filter(|x| !x.is_empty());
     let dsn = Some(f.dsn.clone()).filter(|x| !x.trim().is_empty());
     let secrets = crate::api::sources::dsn_secrets(dsn.as_deref());
@@ -556,15 +530,10 @@ pub async fn set_person(
     Extension(s): Extension<WebSession>,
     form: Result<Form<PersonForm>, FormRejection>,
 ) -> Result<Response, PageError> {
-    let Ok(Form(f)) = form else {
-        return Ok(error_page(
-            StatusCode::BAD_REQUEST,
-            "The form is malformed.",
-        ));
+    let f = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
     };
-    if !csrf_ok(&s, &f.csrf) {
-        return Ok(refused());
-    }
     let error = |m: &str| SettingsFlash {
         error: Some(m.to_owned()),
         ..SettingsFlash::default()
