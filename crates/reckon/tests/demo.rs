@@ -210,27 +210,27 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
     // read the pages.
     let password = after(&banner, "(admin@demo.invalid / ").trim_end_matches(')');
     let cookie = sign_in(&base, "admin@demo.invalid", password).await;
-    let page = |path: &'static str| {
+    let read = |path: &'static str| {
         let (base, cookie) = (base.clone(), cookie.clone());
         async move { page(&base, &cookie, path).await }
     };
-    let overview = page("/t/demo").await;
+    let overview = read("/t/demo").await;
     assert!(
         overview.contains("Unresolved now") && overview.contains("class=\"card\" data-kind="),
         "no unresolved effects on the overview: {overview}"
     );
-    let queue = page("/t/demo/queue").await;
+    let queue = read("/t/demo/queue").await;
     // The refunds routed to the provider that is down stay unresolved, with their ages.
     assert!(queue.contains("refund:v1:"), "{queue}");
-    let effect = page("/t/demo/effects/shop/charge:v1:ORD-1101").await;
+    let effect = read("/t/demo/effects/shop/charge:v1:ORD-1101").await;
     assert!(
         effect.contains("duplicate") && effect.contains("demo_ch_"),
         "the duplicate's verdict and evidence are not on its page: {effect}"
     );
-    let lookup = page("/t/demo/lookup?q=ORD-1017").await;
+    let lookup = read("/t/demo/lookup?q=ORD-1017").await;
     assert!(lookup.contains("charge:v1:ORD-1017"), "{lookup}");
     // Yesterday's audit, the page finance opens in the morning: the duplicate and the orphan.
-    let audit = page("/t/demo/audit").await;
+    let audit = read("/t/demo/audit").await;
     assert!(audit.contains("(yesterday)"), "{audit}");
     let group = |kind: &str| {
         audit
