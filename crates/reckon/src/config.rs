@@ -130,6 +130,17 @@ impl Settings {
             .merge(Env::prefixed("RECKON_"))
             .merge(Serialized::defaults(overrides))
             .extract()?;
+        // Durations in seconds: a typo such as `inf` or `nan` is refused by name here
+        // rather than panicking where it becomes a `Duration`.
+        for (name, v) in [
+            ("reconcile_lease_secs", s.reconcile_lease_secs),
+            ("shutdown_drain_secs", s.shutdown_drain_secs),
+            ("audit_check_secs", s.audit_check_secs),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                anyhow::bail!("{name} must be a number of seconds, not {v}");
+            }
+        }
         Ok(s)
     }
 }
@@ -152,5 +163,25 @@ impl Settings {
             });
         }
         Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_that_is_not_a_number_of_seconds_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("reckon.toml");
+        std::fs::write(&file, "audit_check_secs = inf\n").unwrap();
+        let e = Settings::load(&file, Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("audit_check_secs"), "{e}");
+        std::fs::write(&file, "shutdown_drain_secs = -1.0\n").unwrap();
+        let e = Settings::load(&file, Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("shutdown_drain_secs"), "{e}");
+        std::fs::write(&file, "audit_check_secs = 0.5\n").unwrap();
+        let s = Settings::load(&file, Overrides::default()).unwrap();
+        assert_eq!(s.audit_check_secs, 0.5);
     }
 }

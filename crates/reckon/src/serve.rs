@@ -70,7 +70,7 @@ pub async fn run_with(
         owner.clone(),
         metrics.instance.clone(),
         egress.clone(),
-        Duration::from_secs_f64(settings.audit_check_secs.max(0.1)),
+        Duration::from_secs_f64(settings.audit_check_secs.clamp(0.1, 3600.0)),
     )
     .await?;
     // ---- reconciliation (issue 4) ----
