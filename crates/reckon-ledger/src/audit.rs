@@ -194,6 +194,35 @@ pub struct AuditMetric {
     pub findings: Vec<(String, i64)>,
 }
 
+/// The newest run of one day at a glance (the overview): no findings, no evidence.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditGlance {
+    pub id: i64,
+    pub day: String,
+    pub provider: String,
+    /// `complete` or `failed`.
+    pub status: String,
+    pub reason: Option<String>,
+    pub finished_at: f64,
+    /// Finding kind -> count, from the run's `counts`.
+    pub findings: Vec<(String, i64)>,
+}
+
+/// Finding kind -> count from a run's `counts` (used by the backends' shared
+/// implementation, the macro below).
+#[doc(hidden)]
+pub fn finding_counts_of(counts: &Value) -> Vec<(String, i64)> {
+    counts
+        .get("findings")
+        .and_then(|f| f.as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_i64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[async_trait]
 pub trait Audits: Send + Sync {
     async fn audit_settings(&self, tenant: TenantId) -> Result<AuditSettings>;
@@ -263,6 +292,8 @@ pub trait Audits: Send + Sync {
     ) -> Result<bool>;
     /// The newest complete run's figures, for metrics (`None`: no run yet).
     async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>>;
+    /// The newest run of `day` (complete or failed), without its findings or evidence.
+    async fn audit_glance(&self, tenant: TenantId, day: &str) -> Result<Option<AuditGlance>>;
 }
 
 pub(crate) const RUN_COLUMNS: &str = "id, seq, day, time_zone, window_start, window_end, \
@@ -737,18 +768,42 @@ macro_rules! impl_audits {
                 let Some(row) = row else { return Ok(None) };
                 let counts =
                     $crate::audit::parse_json("counts", &row.try_get::<String, _>(1)?)?;
-                let findings = counts
-                    .get("findings")
-                    .and_then(|f| f.as_object())
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| (k.clone(), v.as_i64().unwrap_or(0)))
-                            .collect()
-                    })
-                    .unwrap_or_default();
                 Ok(Some($crate::audit::AuditMetric {
                     finished_at: row.try_get(0)?,
-                    findings,
+                    findings: $crate::audit::finding_counts_of(&counts),
+                }))
+            }
+
+            async fn audit_glance(
+                &self,
+                tenant: $crate::model::TenantId,
+                day: &str,
+            ) -> $crate::Result<Option<$crate::audit::AuditGlance>> {
+                use sqlx::Row;
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
+                    .await?;
+                // The `audit_run_day` index; a day holds a handful of runs.
+                let row = sqlx::query(
+                    "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
+                     WHERE tenant_id = $1 AND day = $2 ORDER BY seq DESC LIMIT 1",
+                )
+                .bind(tenant.0)
+                .bind(day)
+                .fetch_optional(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                let Some(row) = row else { return Ok(None) };
+                let counts =
+                    $crate::audit::parse_json("counts", &row.try_get::<String, _>("counts")?)?;
+                Ok(Some($crate::audit::AuditGlance {
+                    id: row.try_get("id")?,
+                    day: row.try_get("day")?,
+                    provider: row.try_get("provider")?,
+                    status: row.try_get("status")?,
+                    reason: row.try_get("reason")?,
+                    finished_at: row.try_get("finished_at")?,
+                    findings: $crate::audit::finding_counts_of(&counts),
                 }))
             }
         }

@@ -70,6 +70,43 @@ pub struct Snapshot {
     pub needs_attention: i64,
 }
 
+/// One provider's recent health (the overview): how often its lookups could not tell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProviderHealth {
+    pub provider: String,
+    /// Lookups finished in the window.
+    pub lookups: i64,
+    /// Of those, the ones that ended `indeterminate` (errors included).
+    pub indeterminate: i64,
+    /// The newest lookup error, of any age.
+    pub last_error: Option<String>,
+    pub last_error_at: Option<f64>,
+}
+
+/// `$1` tenant, `$2` window start. Per provider, a range of `reconcile_attempt_recent`
+/// and the last entry of `reconcile_attempt_failed` (migration 0015): the cost is the
+/// window's lookups, never the tenant's history.
+pub(crate) const PROVIDER_HEALTH_SQL: &str = "\
+SELECT p.name, \
+  (SELECT COUNT(*) FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id AND a.finished_at >= $2) AS lookups, \
+  (SELECT COUNT(*) FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id AND a.finished_at >= $2 AND a.outcome = 'indeterminate') AS indeterminate, \
+  (SELECT a.error FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id AND a.error IS NOT NULL ORDER BY a.finished_at DESC LIMIT 1) AS last_error, \
+  (SELECT a.finished_at FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id AND a.error IS NOT NULL ORDER BY a.finished_at DESC LIMIT 1) AS last_error_at \
+FROM provider p WHERE p.tenant_id = $1 ORDER BY p.name";
+
+/// `$1` tenant, `$2` name, `$3` when. Push sources have nothing to scan.
+pub(crate) fn request_scan_sql() -> String {
+    format!(
+        "UPDATE source SET scan_requested_at = $3 WHERE tenant_id = $1 AND name = $2 \
+         AND kind <> 'push' RETURNING {}",
+        crate::rows::SOURCE_COLUMNS
+    )
+}
+
 /// Effects still present and unresolved, not yet resolved by anyone. `$1` tenant, `$2` now.
 const UNRESOLVED_WHERE: &str = "\
 e.tenant_id = $1 \
@@ -200,6 +237,22 @@ where
         oldest_since: row.try_get("oldest")?,
         needs_attention: row.try_get::<Option<i64>, _>("attention")?.unwrap_or(0),
         replay_closing: row.try_get::<Option<i64>, _>("replay")?.unwrap_or(0),
+    })
+}
+
+pub(crate) fn provider_health_row<DB: Database>(row: &DB::Row) -> crate::Result<ProviderHealth>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(ProviderHealth {
+        provider: row.try_get("name")?,
+        lookups: row.try_get("lookups")?,
+        indeterminate: row.try_get("indeterminate")?,
+        last_error: row.try_get("last_error")?,
+        last_error_at: row.try_get("last_error_at")?,
     })
 }
 

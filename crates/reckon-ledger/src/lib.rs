@@ -27,8 +27,8 @@ pub use accounts::{
 pub use actions::{Action, NewAction};
 // ---- audit (issue 6) ----
 pub use audit::{
-    ALL_PROVIDERS, AuditMetric, AuditRun, AuditSettings, Audits, ChainBreak, NewAuditRun,
-    SCHEDULE_AUTHOR, StoredCharge, canonical_json, run_digest, verify_chain,
+    ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, Audits, ChainBreak,
+    NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, run_digest, verify_chain,
 };
 pub use crypto::{Keyring, KeyringError};
 pub use keys::RotateReport;
@@ -38,7 +38,9 @@ pub use metrics::{
 };
 pub use model::*;
 // Dashboard (issue 7, branch dash)
-pub use dashboard::{KindSummary, QueueQuery, QueueRow, Snapshot, hour_of, snapshot_of};
+pub use dashboard::{
+    KindSummary, ProviderHealth, QueueQuery, QueueRow, Snapshot, hour_of, snapshot_of,
+};
 pub use plan::ingest_plan;
 pub use reconcile::*;
 pub use writeback::{
@@ -399,6 +401,12 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot>;
     /// The hourly snapshots from `since` on, oldest first.
     async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>>;
+    /// Each of the tenant's providers with its lookups and indeterminate outcomes finished
+    /// since `since`, and its newest error (of any age), by name.
+    async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>>;
+    /// "Scan now": the scheduler of any replica scans a scanned source whose request is
+    /// newer than its last scan's start. `NotFound` for a push source or another tenant's.
+    async fn request_scan(&self, tenant: TenantId, name: &str, at: f64) -> Result<Source>;
 }
 
 /// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is

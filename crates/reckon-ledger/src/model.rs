@@ -167,6 +167,8 @@ pub struct Source {
     pub last_error_at: Option<f64>,
     pub consecutive_failures: i64,
     pub created_at: f64,
+    /// When a person last asked for a scan now ("scan now"; see [`Source::scan_due`]).
+    pub scan_requested_at: Option<f64>,
     // ---- write-back (issue 4 item 7) ----
     /// Off (`None`, the default) or on with this not_applied policy. Not `pub`: only the
     /// ledger's stored setting can turn write-back on, so a `Source` value cannot be made to
@@ -176,6 +178,24 @@ pub struct Source {
 }
 
 impl Source {
+    /// Whether the scheduler should scan it at `now`: never scanned, its interval passed,
+    /// or a person asked after the last scan started.
+    pub fn scan_due(&self, now: f64) -> bool {
+        match self.last_scan_at {
+            None => true,
+            Some(t) => {
+                now - t >= self.scan_interval_secs as f64
+                    || self.scan_requested_at.is_some_and(|r| r > t)
+            }
+        }
+    }
+
+    /// A request for a scan that no scan has answered yet.
+    pub fn scan_pending(&self) -> bool {
+        self.scan_requested_at
+            .is_some_and(|r| self.last_scan_at.is_none_or(|t| r > t))
+    }
+
     /// The source's write-back setting: `None` means reckon never writes to it.
     pub fn writeback(&self) -> Option<crate::WritebackPolicy> {
         self.writeback

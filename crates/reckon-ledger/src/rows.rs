@@ -86,7 +86,7 @@ where
 pub(crate) const SOURCE_COLUMNS: &str = "id, name, kind, dsn_display, table_name, \
     scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, \
     cursor_updated_at, cursor_key, last_scan_at, last_success_at, last_full_scan_at, \
-    last_error, last_error_at, consecutive_failures, created_at, writeback";
+    last_error, last_error_at, consecutive_failures, created_at, writeback, scan_requested_at";
 
 /// `Ledger::update_source` for both backends: $1 tenant, $2 name, $3 sealed DSN, $4 its
 /// display, $5 table, $6 scan interval, $7 abandoned after, $8 overlap, $9 full scan every
@@ -139,6 +139,7 @@ where
         last_error_at: row.try_get("last_error_at")?,
         consecutive_failures: row.try_get("consecutive_failures")?,
         created_at: row.try_get("created_at")?,
+        scan_requested_at: row.try_get("scan_requested_at")?,
         writeback: match row.try_get::<Option<String>, _>("writeback")? {
             None => None,
             Some(w) => {

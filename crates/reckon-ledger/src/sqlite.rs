@@ -918,6 +918,16 @@ impl Ledger for SqliteLedger {
     async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<crate::Snapshot>> {
         self.dash_snapshots(tenant, since).await
     }
+    async fn provider_health(
+        &self,
+        tenant: TenantId,
+        since: f64,
+    ) -> Result<Vec<crate::ProviderHealth>> {
+        self.dash_provider_health(tenant, since).await
+    }
+    async fn request_scan(&self, tenant: TenantId, name: &str, at: f64) -> Result<Source> {
+        self.dash_request_scan(tenant, name, at).await
+    }
 }
 
 pub(crate) fn outcome(plan: &IngestPlan, rejected: usize) -> IngestOutcome {

@@ -85,6 +85,9 @@ conformance! {
     snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
     a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
     a_tenants_members_are_listed_with_their_role_there_and_no_one_else => story_dash_members;
+    provider_health_counts_the_window_and_keeps_the_newest_error_per_tenant => story_dash_provider_health;
+    a_scan_request_makes_a_scanned_source_due_until_a_scan_starts_after_it => story_dash_scan_request;
+    the_audit_glance_is_the_newest_run_of_the_day_without_its_findings => story_dash_audit_glance;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -3017,5 +3020,224 @@ async fn story_dash_members(ledger: Arc<dyn Ledger>) {
             ("bo@both.test".to_owned(), Role::Viewer),
             ("cy@globex.test".to_owned(), Role::Finance),
         ]
+    );
+}
+
+/// The overview's provider health: lookups and indeterminate outcomes finished in the
+/// window, the newest error of any age, zeros for a provider never asked, nothing of
+/// another tenant's.
+async fn story_dash_provider_health(ledger: Arc<dyn Ledger>) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let now = time::now();
+    let keys: Vec<String> = (0..4).map(|i| format!("charge:v1:h{i}")).collect();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(
+                keys.iter()
+                    .map(|k| rec(k, State::Unknown, now - 1000.0))
+                    .collect(),
+            ),
+        )
+        .await
+        .unwrap();
+    let add = |tenant: reckon_ledger::TenantId, name: &'static str| {
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .add_provider(
+                    tenant,
+                    reckon_ledger::NewProvider {
+                        name: name.into(),
+                        kind: "demo".into(),
+                        secret: None,
+                        settings: serde_json::json!({"base_url": "https://pay.example/"}),
+                    },
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let pay = add(t.id, "pay").await;
+    add(t.id, "idle").await;
+    // (key, finished, outcome, error): an old error, then three lookups in the window.
+    let plan = [
+        (0, now - 90_000.0, "indeterminate", Some("old: timed out")),
+        (
+            1,
+            now - 600.0,
+            "indeterminate",
+            Some("new: 503 from the provider"),
+        ),
+        (2, now - 500.0, "indeterminate", None),
+        (3, now - 400.0, "applied", None),
+    ];
+    for (i, at, outcome, error) in plan {
+        let e = ledger
+            .get_effect(t.id, "shop", &keys[i])
+            .await
+            .unwrap()
+            .unwrap()
+            .effect;
+        ledger
+            .claim_effect(t.id, e.id, "w", at, 30.0)
+            .await
+            .unwrap()
+            .expect("claimed");
+        let mut a = attempt(outcome, at, at + 900.0, outcome == "applied");
+        a.provider_id = Some(pay.id);
+        a.error = error.map(str::to_owned);
+        ledger.record_attempt(t.id, e.id, "w", a).await.unwrap();
+    }
+    let health = ledger.provider_health(t.id, now - 86_400.0).await.unwrap();
+    assert_eq!(
+        health,
+        [
+            reckon_ledger::ProviderHealth {
+                provider: "idle".into(),
+                lookups: 0,
+                indeterminate: 0,
+                last_error: None,
+                last_error_at: None,
+            },
+            reckon_ledger::ProviderHealth {
+                provider: "pay".into(),
+                lookups: 3,
+                indeterminate: 2,
+                last_error: Some("new: 503 from the provider".into()),
+                last_error_at: Some(now - 600.0),
+            },
+        ]
+    );
+    // A wider window counts the old lookup too.
+    let all = ledger.provider_health(t.id, 0.0).await.unwrap();
+    assert_eq!((all[1].lookups, all[1].indeterminate), (4, 3));
+    // The other tenant has none of it.
+    add(other.id, "pay").await;
+    let theirs = ledger.provider_health(other.id, 0.0).await.unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!((theirs[0].lookups, theirs[0].last_error.clone()), (0, None));
+}
+
+/// "Scan now": a scanned source is due from the request until a scan that started after
+/// it; a push source, a name the tenant does not have and another tenant's source are
+/// `NotFound`.
+async fn story_dash_scan_request(ledger: Arc<dyn Ledger>) {
+    let (t, _push) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let mut new = new_source("orders");
+    new.kind = SourceKind::Postgres;
+    new.dsn = Some(secrecy::SecretString::from(
+        "postgres://reader@db.example/orders".to_owned(),
+    ));
+    new.dsn_display = Some("postgres://reader@db.example/orders".into());
+    let orders = ledger.add_source(t.id, new).await.unwrap();
+    assert_eq!(orders.scan_requested_at, None);
+    let now = time::now();
+    ledger
+        .record_scan_success(t.id, orders.id, now - 10.0, false, None)
+        .await
+        .unwrap();
+    let scanned = ledger.source_by_name(t.id, "orders").await.unwrap();
+    assert!(!scanned.scan_due(now), "scanned 10 s ago, every 60 s");
+    assert!(!scanned.scan_pending());
+    let asked = ledger.request_scan(t.id, "orders", now).await.unwrap();
+    assert_eq!(asked.scan_requested_at, Some(now));
+    assert!(asked.scan_pending() && asked.scan_due(now));
+    // A scan that started before the request does not answer it; one after does.
+    ledger
+        .record_scan_success(t.id, orders.id, now - 1.0, false, None)
+        .await
+        .unwrap();
+    let s = ledger.source_by_name(t.id, "orders").await.unwrap();
+    assert!(s.scan_pending() && s.scan_due(now));
+    ledger
+        .record_scan_success(t.id, orders.id, now + 1.0, false, None)
+        .await
+        .unwrap();
+    let s = ledger.source_by_name(t.id, "orders").await.unwrap();
+    assert!(!s.scan_pending() && !s.scan_due(now + 2.0));
+    for (tenant, name) in [(t.id, "shop"), (t.id, "nope"), (other.id, "orders")] {
+        assert!(
+            matches!(
+                ledger.request_scan(tenant, name, now).await,
+                Err(LedgerError::NotFound(_))
+            ),
+            "{name}"
+        );
+    }
+}
+
+/// The overview's glance at a day's audit: the newest run of that day (failed or not),
+/// its finding counts, nothing of another day or tenant.
+async fn story_dash_audit_glance(ledger: Arc<dyn Ledger>) {
+    let (t, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    assert_eq!(ledger.audit_glance(t.id, "2026-11-28").await.unwrap(), None);
+    let run = |status: &str, finished: f64, counts: serde_json::Value| reckon_ledger::NewAuditRun {
+        day: "2026-11-28".into(),
+        time_zone: "UTC".into(),
+        window_start: 1_764_288_000.0,
+        window_end: 1_764_374_400.0,
+        provider: "*".into(),
+        triggered_by: "operator".into(),
+        status: status.into(),
+        reason: (status == "failed").then(|| "provider pay page 3: server error".into()),
+        started_at: finished - 1.0,
+        finished_at: finished,
+        counts,
+        findings: serde_json::json!([]),
+        totals: serde_json::json!([]),
+        evidence: serde_json::json!({"pages": []}),
+    };
+    ledger
+        .record_audit_run(
+            t.id,
+            run(
+                "complete",
+                1_764_400_000.0,
+                serde_json::json!({"findings": {"duplicate": 2, "orphan": 0}}),
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    let glance = ledger
+        .audit_glance(t.id, "2026-11-28")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(glance.status, "complete");
+    let mut findings = glance.findings.clone();
+    findings.sort();
+    assert_eq!(
+        findings,
+        [("duplicate".to_owned(), 2), ("orphan".to_owned(), 0)]
+    );
+    let failed = ledger
+        .record_audit_run(
+            t.id,
+            run("failed", 1_764_401_000.0, serde_json::json!({})),
+            None,
+        )
+        .await
+        .unwrap();
+    let glance = ledger
+        .audit_glance(t.id, "2026-11-28")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(glance.id, failed.id, "the newest run");
+    assert_eq!(
+        (glance.status.as_str(), glance.reason.as_deref()),
+        ("failed", Some("provider pay page 3: server error"))
+    );
+    assert!(glance.findings.is_empty());
+    assert_eq!(ledger.audit_glance(t.id, "2026-11-27").await.unwrap(), None);
+    assert_eq!(
+        ledger.audit_glance(other.id, "2026-11-28").await.unwrap(),
+        None
     );
 }

@@ -3,8 +3,9 @@
 use super::SqliteLedger;
 use crate::Result;
 use crate::dashboard::{
-    KindSummary, QueueQuery, QueueRow, SNAPSHOT_UPSERT, SNAPSHOTS_SQL, Snapshot, hour_of, kind_row,
-    queue_row, queue_sql, snapshot_of, snapshot_row, state_of_kind, summary_sql,
+    KindSummary, PROVIDER_HEALTH_SQL, ProviderHealth, QueueQuery, QueueRow, SNAPSHOT_UPSERT,
+    SNAPSHOTS_SQL, Snapshot, hour_of, kind_row, provider_health_row, queue_row, queue_sql,
+    request_scan_sql, snapshot_of, snapshot_row, state_of_kind, summary_sql,
 };
 use crate::model::TenantId;
 use sqlx::{AssertSqlSafe, Sqlite};
@@ -72,5 +73,35 @@ impl SqliteLedger {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(snapshot_row::<Sqlite>).collect()
+    }
+
+    pub(crate) async fn dash_provider_health(
+        &self,
+        tenant: TenantId,
+        since: f64,
+    ) -> Result<Vec<ProviderHealth>> {
+        let rows = sqlx::query(PROVIDER_HEALTH_SQL)
+            .bind(tenant.0)
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(provider_health_row::<Sqlite>).collect()
+    }
+
+    pub(crate) async fn dash_request_scan(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        at: f64,
+    ) -> Result<crate::model::Source> {
+        let row = sqlx::query(AssertSqlSafe(request_scan_sql()))
+            .bind(tenant.0)
+            .bind(name)
+            .bind(at)
+            .fetch_optional(&self.pool)
+            .await?;
+        let row =
+            row.ok_or_else(|| crate::LedgerError::NotFound(format!("scanned source {name:?}")))?;
+        crate::rows::source::<Sqlite>(&row)
     }
 }

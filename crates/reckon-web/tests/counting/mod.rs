@@ -415,6 +415,21 @@ impl Ledger for CountingLedger {
     ) -> Result<Vec<reckon_ledger::Snapshot>> {
         self.inner.snapshots(tenant, since).await
     }
+    async fn provider_health(
+        &self,
+        tenant: TenantId,
+        since: f64,
+    ) -> Result<Vec<reckon_ledger::ProviderHealth>> {
+        self.inner.provider_health(tenant, since).await
+    }
+    async fn request_scan(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        at: f64,
+    ) -> Result<reckon_ledger::Source> {
+        self.inner.request_scan(tenant, name, at).await
+    }
 }
 
 #[async_trait]
@@ -606,5 +621,12 @@ impl reckon_ledger::Audits for CountingLedger {
         tenant: reckon_ledger::TenantId,
     ) -> reckon_ledger::Result<Option<reckon_ledger::AuditMetric>> {
         self.inner.audit_metric(tenant).await
+    }
+    async fn audit_glance(
+        &self,
+        tenant: reckon_ledger::TenantId,
+        day: &str,
+    ) -> reckon_ledger::Result<Option<reckon_ledger::AuditGlance>> {
+        self.inner.audit_glance(tenant, day).await
     }
 }
