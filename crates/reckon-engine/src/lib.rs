@@ -3,6 +3,7 @@
 
 // audit (issue 6, branch `audit`)
 pub mod audit;
+pub mod probe;
 pub mod push;
 pub mod reconcile;
 pub mod scan;

@@ -131,6 +131,26 @@ pub async fn scan_source(
     }
 }
 
+/// Open a read-only connection to a scanned source the way every scan does: its sealed
+/// DSN, checked by the egress policy and pinned to the checked address (T09).
+pub async fn open_source(
+    ledger: &dyn Ledger,
+    tenant: &Tenant,
+    source: &Source,
+    egress: &EgressPolicy,
+) -> Result<SourceConn, ScanFailure> {
+    let dialect = Dialect::parse(source.kind.as_str())
+        .ok_or_else(|| ScanError::Invalid(format!("source {:?} is a push source", source.name)))?;
+    let dsn = ledger.source_dsn(tenant.id, source).await?;
+    let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
+        .map_err(|e| ScanError::Invalid(e.to_string()))?;
+    let dsn = egress
+        .pin(&dsn)
+        .await
+        .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;
+    Ok(SourceConn::open(&dsn, &source.table_name).await?)
+}
+
 fn cursor_of(raw: &RawRow) -> Option<Cursor> {
     let updated_at = match raw.updated_at {
         RawNum::Real(f) if f.is_finite() => f,
@@ -156,18 +176,7 @@ async fn scan_inner(
     opts: &ScanOptions,
     started: f64,
 ) -> Result<ScanReport, ScanFailure> {
-    let dialect = Dialect::parse(source.kind.as_str())
-        .ok_or_else(|| ScanError::Invalid(format!("source {:?} is a push source", source.name)))?;
-    let dsn = ledger.source_dsn(tenant.id, source).await?;
-    let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
-        .map_err(|e| ScanError::Invalid(e.to_string()))?;
-    // Resolved once and checked; the connection goes to the checked address (T09).
-    let dsn = opts
-        .egress
-        .pin(&dsn)
-        .await
-        .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;
-    let mut conn = SourceConn::open(&dsn, &source.table_name).await?;
+    let mut conn = open_source(ledger, tenant, source, &opts.egress).await?;
     let result = scan_with(ledger, tenant, source, opts, started, &mut conn).await;
     conn.close().await;
     result

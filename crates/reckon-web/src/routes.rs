@@ -55,6 +55,17 @@ pub const ROUTES: &[RouteSpec] = &[
     r("GET", "/api/v1/sources", Token(P::Read)),
     r("POST", "/api/v1/sources", Token(P::ManageSources)),
     r("PATCH", "/api/v1/sources/{name}", Token(P::ManageSources)),
+    // "Scan now" and "test connection" (api/probes.rs).
+    r(
+        "POST",
+        "/api/v1/sources/{name}/scan",
+        Token(P::ManageSources),
+    ),
+    r(
+        "POST",
+        "/api/v1/sources/{name}/test",
+        Token(P::ManageSources),
+    ),
     r("GET", "/api/v1/sources/{name}/quarantine", Token(P::Read)),
     r("GET", "/api/v1/quarantine", Token(P::Read)),
     r("GET", "/api/v1/effects", Token(P::Read)),
@@ -67,6 +78,11 @@ pub const ROUTES: &[RouteSpec] = &[
     r(
         "PATCH",
         "/api/v1/providers/{name}",
+        Token(P::ManageProviders),
+    ),
+    r(
+        "POST",
+        "/api/v1/providers/{name}/test",
         Token(P::ManageProviders),
     ),
     r("GET", "/api/v1/routes", Token(P::Read)),
@@ -165,6 +181,21 @@ pub const ROUTES: &[RouteSpec] = &[
         "GET",
         "/t/{tenant}/settings/sources/{name}/quarantine",
         Session(P::ManageSources),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/sources/{name}/scan",
+        Session(P::ManageSources),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/sources/{name}/test",
+        Session(P::ManageSources),
+    ),
+    r(
+        "POST",
+        "/t/{tenant}/settings/providers/{name}/test",
+        Session(P::ManageProviders),
     ),
     // The day's audit (finance and admin); its CSV is an export.
     r("GET", "/t/{tenant}/audit", Session(P::Audit)),

@@ -348,6 +348,18 @@ async fn scenario(backend: Backend) {
         let r = call(&w, &app, Method::POST, &format!("{effect}/reconcile"), None).await;
         seen.reply(&format!("reconcile ({status})"), &r);
         assert!(!r.status.is_server_error(), "{}", r.text);
+        // "Test" the provider: its listing sends the key and fails the same way.
+        let r = call(
+            &w,
+            &app,
+            Method::POST,
+            "/api/v1/providers/inhouse/test",
+            None,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(r.json["ok"], false, "{}", r.text);
+        seen.reply(&format!("test provider ({status})"), &r);
     }
     assert!(
         fake.seen_headers
@@ -364,10 +376,24 @@ async fn scenario(backend: Backend) {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     seen.reply("edit source (port)", &r);
     assert!(!scan(&w, &mut seen, "scan, closed port").await);
+    let probe = |what: &'static str| {
+        let (w, app) = (&w, &app);
+        async move {
+            let r = call(w, app, Method::POST, "/api/v1/sources/shop/test", None).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+            assert_eq!(r.json["ok"], false, "{what}: {}", r.text);
+            r
+        }
+    };
+    seen.reply("test connection, closed port", &probe("closed port").await);
     let r = patch(json!({"dsn": source_db.dsn(WRONG_PASSWORD, 3306)})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     seen.reply("edit source (password)", &r);
     assert!(!scan(&w, &mut seen, "scan, wrong password").await);
+    seen.reply(
+        "test connection, wrong password",
+        &probe("wrong password").await,
+    );
     // A refused edit quoting a password.
     let r =
         patch(json!({"dsn": format!("{}?passfile=/x", source_db.dsn(DSN_PASSWORD, 3306))})).await;

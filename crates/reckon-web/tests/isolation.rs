@@ -176,6 +176,15 @@ fn request_for(
             json,
             json!({"secret": "rk_live_b", "settings": {"account": "acct_b"}}).to_string(),
         ),
+        // B asks for a scan of, or probes, A's source and provider.
+        ("POST", "/api/v1/sources/{name}/scan" | "/api/v1/sources/{name}/test") => {
+            (spec.path.replace("{name}", A_SOURCE), None, String::new())
+        }
+        ("POST", "/api/v1/providers/{name}/test") => (
+            format!("/api/v1/providers/{A_PROVIDER}/test"),
+            None,
+            String::new(),
+        ),
         ("GET", "/api/v1/sources/{name}/quarantine") => (
             format!("/api/v1/sources/{A_SOURCE}/quarantine"),
             None,
@@ -317,6 +326,21 @@ fn request_for(
             format!("/t/acme/settings/sources/{A_SOURCE}/writeback"),
             form_ct,
             form(&[("csrf", csrf), ("not_applied", "release")]),
+        ),
+        (
+            "POST",
+            "/t/{tenant}/settings/sources/{name}/scan" | "/t/{tenant}/settings/sources/{name}/test",
+        ) => (
+            spec.path
+                .replace("{tenant}", "acme")
+                .replace("{name}", A_SOURCE),
+            form_ct,
+            form(&[("csrf", csrf)]),
+        ),
+        ("POST", "/t/{tenant}/settings/providers/{name}/test") => (
+            format!("/t/acme/settings/providers/{A_PROVIDER}/test"),
+            form_ct,
+            form(&[("csrf", csrf)]),
         ),
         ("GET", "/t/{tenant}/settings/sources/{name}/quarantine") => (
             format!("/t/acme/settings/sources/{A_SOURCE}/quarantine"),
@@ -513,6 +537,10 @@ async fn sweep(backend: Backend) {
         sources[0].writeback(),
         None,
         "B changed A's write-back setting"
+    );
+    assert_eq!(
+        sources[0].scan_requested_at, None,
+        "B asked for a scan of A's source"
     );
     // B could not edit A's source or provider (PATCH routes).
     assert_eq!(

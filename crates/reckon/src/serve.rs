@@ -269,9 +269,8 @@ async fn start_scheduler(
             };
             let now = time::now();
             for (tenant, source) in sources {
-                let due = source
-                    .last_scan_at
-                    .is_none_or(|t| now - t >= source.scan_interval_secs as f64);
+                // Its interval passed, or a person asked ("scan now").
+                let due = source.scan_due(now);
                 if !due || !running.lock().expect("lock").insert(source.id) {
                     continue;
                 }
@@ -439,9 +438,7 @@ async fn scan_claimed(
             return;
         }
     };
-    let still_due = fresh
-        .last_scan_at
-        .is_none_or(|t| time::now() - t >= fresh.scan_interval_secs as f64);
+    let still_due = fresh.scan_due(time::now());
     if !still_due {
         let _ = ledger.release_lease(&lease).await;
         return;

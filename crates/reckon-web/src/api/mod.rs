@@ -3,6 +3,7 @@
 // audit (issue 6, branch `audit`)
 mod audits;
 mod effects;
+pub(crate) mod probes;
 pub mod providers;
 mod push;
 mod quarantine;
@@ -26,6 +27,8 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/sources", get(sources::list).post(sources::create))
         .route("/sources/{name}", patch(sources::edit))
+        .route("/sources/{name}/scan", post(probes::scan))
+        .route("/sources/{name}/test", post(probes::test))
         .route("/sources/{name}/quarantine", get(quarantine::entries))
         .route("/quarantine", get(quarantine::counts))
         .route("/effects", get(effects::list).post(push::push))
@@ -38,6 +41,7 @@ pub fn router() -> Router<AppState> {
         // ---- reconciliation (issue 4) ----
         .route("/providers", get(providers::list).post(providers::create))
         .route("/providers/{name}", patch(providers::edit))
+        .route("/providers/{name}/test", post(probes::test_provider_route))
         .route("/routes", get(providers::routes).put(providers::set_route))
         .route("/reconcile/requeue", post(reconcile::requeue))
         .route("/audit-log", get(crate::actions::list))

@@ -32,7 +32,10 @@ csrf_form!(
     PersonForm
 );
 
-fn back(s: &WebSession) -> Response {
+/// Back to the settings page after a change; the overview reads the tenant again (its
+/// sources and providers may have changed).
+fn back(st: &AppState, s: &WebSession) -> Response {
+    st.dash.forget(s.tenant.id);
     Redirect::to(&format!("/t/{}/settings", super::fmt::seg(&s.tenant.slug))).into_response()
 }
 
@@ -162,7 +165,7 @@ pub async fn revoke_token(
         json!({ "via": "dashboard" }),
     )
     .await;
-    Ok(back(&s))
+    Ok(back(&st, &s))
 }
 
 #[derive(Deserialize)]
@@ -247,7 +250,7 @@ pub async fn add_provider(
         json!({ "kind": provider.kind, "has_secret": provider.has_secret, "via": "dashboard" }),
     )
     .await;
-    Ok(back(&s))
+    Ok(back(&st, &s))
 }
 
 #[derive(Deserialize)]
@@ -305,7 +308,7 @@ pub async fn set_route(
         json!({ "provider": route.provider, "via": "dashboard" }),
     )
     .await;
-    Ok(back(&s))
+    Ok(back(&st, &s))
 }
 
 #[derive(Deserialize)]
@@ -379,7 +382,108 @@ pub async fn set_writeback(
         json!({ "not_applied": policy.map(|x| x.as_str()), "via": "dashboard" }),
     )
     .await;
-    Ok(back(&s))
+    Ok(back(&st, &s))
+}
+
+/// "Scan now": recorded in the ledger, so whichever replica's scheduler looks next (every
+/// 2 s) scans it; the settings page shows the request until a scan answers it.
+pub async fn scan_now(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+    form: Result<Form<CsrfOnly>, FormRejection>,
+) -> Result<Response, PageError> {
+    if let Err(refusal) = accept(&s, form) {
+        return Ok(refusal);
+    }
+    let now = reckon_domain::time::now();
+    match st.ledger.request_scan(s.tenant.id, &p.name, now).await {
+        Ok(_) => {}
+        // Another tenant's source, a push source and no source look the same.
+        Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => return Err(e.into()),
+    }
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        actor(&s),
+        "source.scan_now",
+        Some(p.name.clone()),
+        json!({ "via": "dashboard" }),
+    )
+    .await;
+    Ok(back(&st, &s))
+}
+
+/// "Test connection": the answer is on the settings page it returns (200 with the
+/// message, 422 with the error), nothing is stored but the audit log's line.
+pub async fn test_source(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+    form: Result<Form<CsrfOnly>, FormRejection>,
+) -> Result<Response, PageError> {
+    if let Err(refusal) = accept(&s, form) {
+        return Ok(refusal);
+    }
+    let source = match st.ledger.source_by_name(s.tenant.id, &p.name).await {
+        Ok(x) if x.kind.is_scanned() => x,
+        Ok(_) | Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let report = crate::api::probes::probe_source(&st, &s.tenant, &source).await;
+    probed(&st, &s, "source.test", &source.name, report).await
+}
+
+/// "Test" a provider: list the last five minutes with its stored key.
+pub async fn test_provider(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+    form: Result<Form<CsrfOnly>, FormRejection>,
+) -> Result<Response, PageError> {
+    if let Err(refusal) = accept(&s, form) {
+        return Ok(refusal);
+    }
+    let provider = match st.ledger.provider_by_name(s.tenant.id, &p.name).await {
+        Ok(x) => x,
+        Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let report = crate::api::probes::probe_provider(&st, &s.tenant, &provider).await;
+    probed(&st, &s, "provider.test", &provider.name, report).await
+}
+
+async fn probed(
+    st: &AppState,
+    s: &WebSession,
+    action: &str,
+    target: &str,
+    report: reckon_engine::probe::ProbeReport,
+) -> Result<Response, PageError> {
+    crate::actions::record(
+        st,
+        s.tenant.id,
+        actor(s),
+        action,
+        Some(target.to_owned()),
+        json!({ "ok": report.ok, "via": "dashboard" }),
+    )
+    .await;
+    let text = format!("{target}: {} ({} ms)", report.message, report.millis);
+    if report.ok {
+        let flash = SettingsFlash {
+            message: Some(text),
+            ..SettingsFlash::default()
+        };
+        settings_response(st, s, StatusCode::OK, flash).await
+    } else {
+        let flash = SettingsFlash {
+            error: Some(text),
+            ..SettingsFlash::default()
+        };
+        refuse(st, s, flash).await
+    }
 }
 
 #[derive(Template)]
@@ -507,7 +611,7 @@ pub async fn add_source(
         json!({ "kind": source.kind.as_str(), "via": "dashboard" }),
     )
     .await;
-    Ok(back(&s))
+    Ok(back(&st, &s))
 }
 
 #[derive(Deserialize)]
@@ -574,5 +678,5 @@ pub async fn set_person(
         json!({ "role": role, "via": "dashboard" }),
     )
     .await;
-    Ok(back(&s))
+    Ok(back(&st, &s))
 }
