@@ -129,8 +129,15 @@ async fn resolution(w: &World, key: &str) -> Option<reckon_ledger::Resolution> {
         .resolution
 }
 
-/// No inline script, no inline style: what the CSP would refuse is never sent.
+/// No inline script, no inline style: what the CSP would refuse is never sent. And the
+/// page's `<title>` is text (a template block that swallowed markup shows up there).
 fn assert_csp_clean(html: &str) {
+    let title = html
+        .split("<title>")
+        .nth(1)
+        .and_then(|t| t.split("</title>").next())
+        .unwrap_or_default();
+    assert!(!title.contains('<'), "markup in the title: {title}");
     for chunk in html.split("<script").skip(1) {
         let tag = chunk.split('>').next().unwrap_or_default();
         assert!(tag.contains("src="), "an inline script: <script{tag}>");
@@ -152,6 +159,11 @@ async fn every_page_renders_with_real_effects_for_an_admin() {
     assert!(r.text.contains("oldest for"), "{}", r.text);
     assert!(r.text.contains("<svg"), "the chart is inline SVG");
     assert!(r.text.contains(">shop</td>"), "the source's health row");
+    assert!(
+        r.text.contains("id=\"no-audit\""),
+        "no audit of yesterday yet, said so: {}",
+        r.text
+    );
     assert_eq!(r.headers["vary"], "HX-Request");
     assert_eq!(r.headers["cache-control"], "no-store");
     assert!(r.headers.contains_key("content-security-policy"));
@@ -198,6 +210,7 @@ async fn every_page_renders_with_real_effects_for_an_admin() {
     let r = get(&w, &cookie, "/t/acme/settings").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert!(r.text.contains("API tokens"));
+    assert_csp_clean(&r.text);
 
     let r = get(&w, &cookie, "/app").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -1631,5 +1644,445 @@ async fn an_admin_changes_a_members_role_but_not_their_own_nor_reaches_outside_t
     }
     let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
     assert!(log.iter().any(|a| a.action == "member.set"));
+    w.finish().await;
+}
+
+// ---- settings: test connection, scan now, write-back, provider test; overview health ----
+
+/// A real justonce SQLite store with `keys` left `unknown` by the library itself.
+fn justonce_store(path: &std::path::Path, keys: &[&str]) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new(root.join("scripts/test-env.sh"))
+        .output()
+        .expect("scripts/test-env.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let python = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let mut cmd = std::process::Command::new(python);
+    cmd.arg(root.join("testdata/justonce_writer.py"))
+        .args(["--backend", "sqlite", "--dsn"])
+        .arg(path)
+        .arg("unknown");
+    for k in keys {
+        cmd.args(["--key", k]);
+    }
+    let out = cmd.output().expect("justonce_writer.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The app of `w`'s ledger with an egress policy that lets sources and providers on
+/// loopback and SQLite files under `sqlite_dir` be reached (the operator's configuration).
+fn app_reaching(w: &World, sqlite_dir: &std::path::Path) -> axum::Router {
+    let egress =
+        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], Some(sqlite_dir.into()))
+            .unwrap();
+    reckon_web::app(reckon_web::AppState {
+        egress: std::sync::Arc::new(egress),
+        ..reckon_web::AppState::new(w.ledger.clone())
+    })
+}
+
+async fn post_to(app: &axum::Router, cookie: &str, uri: &str, pairs: &[(&str, &str)]) -> Reply {
+    send(
+        app,
+        Method::POST,
+        uri,
+        Req {
+            cookie: Some(cookie),
+            headers: same_origin(),
+            content_type: Some("application/x-www-form-urlencoded"),
+            body: form(pairs),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+async fn get_from(app: &axum::Router, cookie: &str, uri: &str) -> Reply {
+    send(
+        app,
+        Method::GET,
+        uri,
+        Req {
+            cookie: Some(cookie),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_admin_tests_a_source_asks_for_a_scan_and_turns_write_back_on_and_off() {
+    let w = World::new(Backend::Sqlite).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    // The tenant's own subdirectory of the operator's SQLite directory.
+    let mine = dir.path().join("acme");
+    std::fs::create_dir_all(&mine).unwrap();
+    let store = mine.join("orders.db");
+    justonce_store(&store, &["charge:v1:ORD-9"]);
+    let empty = mine.join("empty.db");
+    use sqlx::Connection;
+    sqlx::SqliteConnection::connect_with(
+        &sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&empty)
+            .create_if_missing(true),
+    )
+    .await
+    .unwrap()
+    .close()
+    .await
+    .unwrap();
+    let app = app_reaching(&w, dir.path());
+    for (name, path) in [
+        ("orders", &store),
+        ("empty", &empty),
+        ("gone", &mine.join("gone.db")),
+    ] {
+        let r = send(
+            &app,
+            Method::POST,
+            "/api/v1/sources",
+            Req {
+                token: Some(&w.token_a),
+                content_type: Some("application/json"),
+                body: json!({"name": name, "kind": "sqlite", "dsn": path}).to_string(),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+    let (cookie, csrf) = session(&app, "alice@acme.test").await;
+    let page = get_from(&app, &cookie, "/t/acme/settings").await;
+    assert!(
+        page.text
+            .contains("action=\"/t/acme/settings/sources/orders/test\""),
+        "{}",
+        page.text
+    );
+    assert!(
+        page.text
+            .contains("action=\"/t/acme/settings/sources/orders/scan\"")
+    );
+
+    // Test connection: reached read-only, the table queried, the file unchanged.
+    let before = std::fs::read(&store).unwrap();
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/sources/orders/test",
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let message = r.text.split("id=\"settings-message\">").nth(1).unwrap();
+    assert!(
+        message.starts_with("orders: Connected read-only and queried table justonce_keys"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read(&store).unwrap(), before, "a probe wrote");
+    // A file without the table and a file that is not there: said, and not a failed scan.
+    for (name, expect) in [("empty", "justonce_keys"), ("gone", "does not exist")] {
+        let r = post_to(
+            &app,
+            &cookie,
+            &format!("/t/acme/settings/sources/{name}/test"),
+            &[("csrf", &csrf)],
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+        let error = r.text.split("id=\"settings-error\">").nth(1).unwrap();
+        let error = error.split("</p>").next().unwrap();
+        assert!(error.starts_with(&format!("{name}: ")), "{error}");
+        assert!(error.contains(expect), "{error}");
+        let s = w.ledger.source_by_name(w.a.id, name).await.unwrap();
+        assert_eq!(s.consecutive_failures, 0, "a probe is not a scan");
+        assert_eq!(s.last_scan_at, None, "a probe is not a scan");
+    }
+    // Without the CSRF token nothing is probed (the form is refused before anything).
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/sources/orders/test",
+        &[("csrf", "wrong")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+
+    // Scan now: recorded; the scheduler's due check says so until a scan starts after it.
+    let egress = reckon_sources::EgressPolicy::new(&[], Some(dir.path().into())).unwrap();
+    let opts = reckon_engine::ScanOptions {
+        egress: std::sync::Arc::new(egress),
+        ..Default::default()
+    };
+    let src = w.ledger.source_by_name(w.a.id, "orders").await.unwrap();
+    reckon_engine::scan_source(w.ledger.as_ref(), &w.a, &src, &opts)
+        .await
+        .unwrap();
+    let src = w.ledger.source_by_name(w.a.id, "orders").await.unwrap();
+    let now = reckon_domain::time::now();
+    assert!(
+        !src.scan_due(now),
+        "just scanned, its interval has not passed"
+    );
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/sources/orders/scan",
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let src = w.ledger.source_by_name(w.a.id, "orders").await.unwrap();
+    assert!(src.scan_pending() && src.scan_due(reckon_domain::time::now()));
+    let page = get_from(&app, &cookie, "/t/acme/settings").await;
+    assert!(
+        page.text.contains("id=\"scan-pending-orders\""),
+        "{}",
+        page.text
+    );
+    reckon_engine::scan_source(w.ledger.as_ref(), &w.a, &src, &opts)
+        .await
+        .unwrap();
+    let src = w.ledger.source_by_name(w.a.id, "orders").await.unwrap();
+    assert!(!src.scan_pending(), "the scan answered the request");
+    assert!(!src.scan_due(reckon_domain::time::now()));
+    let page = get_from(&app, &cookie, "/t/acme/settings").await;
+    assert!(!page.text.contains("id=\"scan-pending-orders\""));
+    // Another tenant's source and a push source cannot be asked for.
+    let (bob, bob_csrf) = session(&app, "bob@globex.test").await;
+    let r = post_to(
+        &app,
+        &bob,
+        "/t/globex/settings/sources/orders/scan",
+        &[("csrf", &bob_csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+
+    // Write-back on (release), then off, for the scanned source; each in the audit log.
+    let uri = "/t/acme/settings/sources/orders/writeback";
+    let r = post_to(
+        &app,
+        &cookie,
+        uri,
+        &[("csrf", &csrf), ("not_applied", "release")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let src = w.ledger.source_by_name(w.a.id, "orders").await.unwrap();
+    assert_eq!(
+        src.writeback(),
+        Some(reckon_ledger::WritebackPolicy::Release)
+    );
+    let page = get_from(&app, &cookie, "/t/acme/settings").await;
+    assert!(
+        page.text
+            .contains("<option value=\"release\" selected>release</option>"),
+        "{}",
+        page.text
+    );
+    let r = post_to(
+        &app,
+        &cookie,
+        uri,
+        &[("csrf", &csrf), ("not_applied", "off")],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let src = w.ledger.source_by_name(w.a.id, "orders").await.unwrap();
+    assert_eq!(src.writeback(), None);
+    let log = w.ledger.list_actions(w.a.id, None, 50).await.unwrap();
+    let did: Vec<(&str, Option<&str>)> = log
+        .iter()
+        .map(|a| (a.action.as_str(), a.detail["not_applied"].as_str()))
+        .filter(|(a, _)| a.starts_with("source."))
+        .collect();
+    assert_eq!(
+        did,
+        [
+            ("source.writeback", None),
+            ("source.writeback", Some("release")),
+            ("source.scan_now", None),
+            ("source.test", None),
+            ("source.test", None),
+            ("source.test", None),
+            ("source.add", None),
+            ("source.add", None),
+            ("source.add", None),
+        ],
+        "newest first"
+    );
+
+    // The same through the API, with a token.
+    let r = send(
+        &app,
+        Method::POST,
+        "/api/v1/sources/orders/test",
+        Req {
+            token: Some(&w.token_a),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["ok"], true, "{}", r.text);
+    let r = send(
+        &app,
+        Method::POST,
+        "/api/v1/sources/gone/test",
+        Req {
+            token: Some(&w.token_a),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["ok"], false, "{}", r.text);
+    let r = send(
+        &app,
+        Method::POST,
+        "/api/v1/sources/orders/scan",
+        Req {
+            token: Some(&w.token_a),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    assert!(r.json["scan_requested_at"].as_f64().is_some(), "{}", r.text);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn an_admin_tests_providers_and_the_overview_shows_their_health_and_yesterdays_audit() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let app = app_reaching(&w, dir.path());
+    let demo = reckon_providers::demo::DemoState::new();
+    demo.charge(
+        "charge:v1:ORD-2",
+        2000,
+        "usd",
+        reckon_domain::time::now() - 10.0,
+    );
+    let (demo_url, _demo) = reckon_providers::demo::serve_loopback(demo).await.unwrap();
+    // A provider whose every answer is a 500.
+    let broken =
+        axum::Router::new().fallback(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "boom") });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let broken_url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, broken).await.ok() });
+    for (name, url) in [("pay", &demo_url), ("broken", &broken_url)] {
+        w.ledger
+            .add_provider(
+                w.a.id,
+                reckon_ledger::NewProvider {
+                    name: name.into(),
+                    kind: "demo".into(),
+                    secret: None,
+                    settings: json!({"base_url": url}),
+                },
+            )
+            .await
+            .unwrap();
+    }
+    w.ledger
+        .set_route(w.a.id, SRC, "charge", Some("broken"))
+        .await
+        .unwrap();
+    record_run(&w, &yesterday()).await;
+    let (cookie, csrf) = session(&app, "alice@acme.test").await;
+
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/providers/pay/test",
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let message = r.text.split("id=\"settings-message\">").nth(1).unwrap();
+    assert!(
+        message.starts_with("pay: Answered with the key: 1 charge(s) in the last 5 minutes"),
+        "{message}"
+    );
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/providers/broken/test",
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    let error = r.text.split("id=\"settings-error\">").nth(1).unwrap();
+    assert!(
+        error.starts_with("broken: ") && error.contains("page 1: server error"),
+        "{error}"
+    );
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/providers/nope/test",
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+
+    // One lookup through the broken provider: indeterminate, with its error.
+    let r = post_to(
+        &app,
+        &cookie,
+        &format!("/t/acme/reconcile/{}", effect_path("charge:v1:ORD-1")),
+        &[("csrf", &csrf)],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let r = get_from(&app, &cookie, "/t/acme").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let row = |name: &str| -> String {
+        r.text
+            .split(&format!("<tr data-provider=\"{name}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no row for {name}: {}", r.text))
+            .split("</tr>")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let b = row("broken");
+    assert!(b.contains("<td class=\"num\">1</td>"), "{b}");
+    assert!(b.contains("100.0 %"), "{b}");
+    assert!(
+        b.contains("class=\"error\""),
+        "the last error is shown: {b}"
+    );
+    let p = row("pay");
+    assert!(
+        p.contains("<td class=\"num\">0</td>") && p.contains("–"),
+        "{p}"
+    );
+    assert!(p.contains(">none<"), "{p}");
+    // Yesterday's audit at a glance, linking to the day.
+    let audit = r.text.split("id=\"audit-summary\"").nth(1).unwrap();
+    assert!(
+        audit.contains(&format!("Yesterday's audit ({})", yesterday())),
+        "{audit}"
+    );
+    assert!(audit.contains("data-finding=\"duplicate\""), "{audit}");
+    assert!(audit.contains("data-finding=\"orphan\""), "{audit}");
+    assert!(!audit.contains("data-finding=\"missing\""), "{audit}");
+    assert!(
+        audit.contains(&format!("href=\"/t/acme/audit?day={}\"", yesterday())),
+        "{audit}"
+    );
     w.finish().await;
 }

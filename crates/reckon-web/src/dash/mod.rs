@@ -33,61 +33,83 @@ use axum::routing::{get, post};
 use percent_encoding::percent_decode_str;
 use tower_http::csrf::CsrfLayer;
 
-/// How long the overview's counts serve other requests of the same tenant: counting a
-/// large backlog is O(unresolved effects) (40 ms at 10,000), and an overview a second or
-/// two old says the same thing. A person's own resolution clears it.
+/// How long one reading of a tenant's overview serves other requests of the same tenant.
+/// Counting a large backlog is O(unresolved effects) (40 ms at 10,000), the provider
+/// health O(lookups of the last day), and an overview a second or two old says the same
+/// thing. A person's own action (a resolution, "scan now") clears it.
 pub const SUMMARY_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The dashboard's share of [`AppState`]: the overview's counts per tenant. One request
-/// at a time counts a tenant again; while it does, the others get the previous counts
-/// (at most a few seconds old) instead of waiting or counting too.
+/// The chart's longest range (30 days) and an hour of margin: the snapshots kept in the
+/// cache serve both ranges.
+const CHART_SECS: f64 = 31.0 * 86400.0;
+
+/// The provider health window (the overview's "last 24 h").
+pub const HEALTH_SECS: f64 = 86400.0;
+
+/// Everything the overview shows of one tenant, read together (the reads run at once,
+/// each in its own tenant-scoped transaction).
+pub struct OverviewData {
+    pub kinds: Vec<reckon_ledger::KindSummary>,
+    /// The last 31 days of hourly snapshots.
+    pub snapshots: Vec<reckon_ledger::Snapshot>,
+    pub sources: Vec<reckon_ledger::Source>,
+    pub quarantine: Vec<reckon_ledger::QuarantineCount>,
+    pub providers: Vec<reckon_ledger::Provider>,
+    pub health: Vec<reckon_ledger::ProviderHealth>,
+    pub time_zone: String,
+    /// Yesterday in the tenant's zone, and the newest audit run of it.
+    pub yesterday: String,
+    pub audit: Option<reckon_ledger::AuditGlance>,
+}
+
+/// The dashboard's share of [`AppState`]: the overview per tenant. One request at a time
+/// reads a tenant again; while it does, the others get the previous reading (at most a few
+/// seconds old) instead of waiting or reading too.
 #[derive(Clone, Default)]
 pub struct DashState {
-    summaries: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<i64, Cached>>>,
+    overviews: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<i64, Cached>>>,
 }
 
 struct Cached {
     at: std::time::Instant,
-    kinds: Vec<reckon_ledger::KindSummary>,
+    data: std::sync::Arc<OverviewData>,
     refreshing: bool,
 }
 
 impl DashState {
-    pub async fn summary(
+    pub async fn overview(
         &self,
         state: &AppState,
         tenant: reckon_ledger::TenantId,
         now: f64,
         replay_before: f64,
-    ) -> Result<Vec<reckon_ledger::KindSummary>, reckon_ledger::LedgerError> {
+    ) -> Result<std::sync::Arc<OverviewData>, ApiError> {
         {
-            let mut cache = self.summaries.lock().expect("summary cache");
+            let mut cache = self.overviews.lock().expect("overview cache");
             if let Some(c) = cache.get_mut(&tenant.get()) {
                 // A refresh whose request was dropped midway is not waited for past a few TTLs.
                 if c.at.elapsed() < SUMMARY_TTL
                     || (c.refreshing && c.at.elapsed() < 5 * SUMMARY_TTL)
                 {
-                    return Ok(c.kinds.clone());
+                    return Ok(c.data.clone());
                 }
                 c.refreshing = true;
             }
         }
-        let counted = state
-            .ledger
-            .unresolved_summary(tenant, now, replay_before)
-            .await;
-        let mut cache = self.summaries.lock().expect("summary cache");
-        match counted {
-            Ok(kinds) => {
+        let read = read_overview(state, tenant, now, replay_before).await;
+        let mut cache = self.overviews.lock().expect("overview cache");
+        match read {
+            Ok(data) => {
+                let data = std::sync::Arc::new(data);
                 cache.insert(
                     tenant.get(),
                     Cached {
                         at: std::time::Instant::now(),
-                        kinds: kinds.clone(),
+                        data: data.clone(),
                         refreshing: false,
                     },
                 );
-                Ok(kinds)
+                Ok(data)
             }
             Err(e) => {
                 // The next request tries again.
@@ -100,11 +122,44 @@ impl DashState {
     }
 
     pub fn forget(&self, tenant: reckon_ledger::TenantId) {
-        self.summaries
+        self.overviews
             .lock()
-            .expect("summary cache")
+            .expect("overview cache")
             .remove(&tenant.get());
     }
+}
+
+async fn read_overview(
+    st: &AppState,
+    tenant: reckon_ledger::TenantId,
+    now: f64,
+    replay_before: f64,
+) -> Result<OverviewData, ApiError> {
+    let l = &st.ledger;
+    let time_zone = l.audit_settings(tenant).await?.time_zone;
+    let yesterday = reckon_audit::DayWindow::yesterday(now, &time_zone)
+        .map_err(ApiError::internal)?
+        .date;
+    let (kinds, snapshots, sources, quarantine, providers, health, audit) = tokio::try_join!(
+        l.unresolved_summary(tenant, now, replay_before),
+        l.snapshots(tenant, now - CHART_SECS),
+        l.list_sources(tenant),
+        l.quarantine_counts(tenant),
+        l.list_providers(tenant),
+        l.provider_health(tenant, now - HEALTH_SECS),
+        l.audit_glance(tenant, &yesterday),
+    )?;
+    Ok(OverviewData {
+        kinds,
+        snapshots,
+        sources,
+        quarantine,
+        providers,
+        health,
+        time_zone,
+        yesterday,
+        audit,
+    })
 }
 
 /// Forms of the dashboard are small (a note is at most a few KB).
@@ -136,6 +191,18 @@ pub fn router() -> Router<AppState> {
         .route(
             "/t/{tenant}/settings/sources/{name}/quarantine",
             get(settings::quarantine),
+        )
+        .route(
+            "/t/{tenant}/settings/sources/{name}/scan",
+            post(settings::scan_now),
+        )
+        .route(
+            "/t/{tenant}/settings/sources/{name}/test",
+            post(settings::test_source),
+        )
+        .route(
+            "/t/{tenant}/settings/providers/{name}/test",
+            post(settings::test_provider),
         )
         .route("/t/{tenant}/audit", get(audit::audit_page))
         .route("/t/{tenant}/audit/{id}/csv", get(audit::audit_csv))

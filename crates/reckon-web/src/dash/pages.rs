@@ -150,7 +150,8 @@ pub struct OverviewPage {
     pub needs_attention: i64,
     pub replay_closing: i64,
     pub sources: Vec<SourceView>,
-    pub providers: Vec<ProviderView>,
+    pub providers: Vec<ProviderHealthView>,
+    pub audit: AuditSummaryView,
     pub chart: Chart,
     pub cleared: String,
 }
@@ -178,7 +179,46 @@ pub struct ProviderView {
     pub kind: String,
     pub has_secret: bool,
     pub settings: String,
+    /// Where its "test" form posts (settings page).
+    pub test_href: String,
 }
+
+/// A provider on the overview: how often its lookups could not tell, and its last error.
+pub struct ProviderHealthView {
+    pub name: String,
+    pub kind: String,
+    pub lookups: i64,
+    /// "12.5 %", or "–" without lookups in the window.
+    pub indeterminate_rate: String,
+    pub indeterminate: i64,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<When>,
+}
+
+/// Yesterday's audit on the overview.
+pub struct AuditSummaryView {
+    pub day: String,
+    pub href: String,
+    /// `None`: no run of the day yet.
+    pub run: Option<AuditRunGlance>,
+}
+
+pub struct AuditRunGlance {
+    pub failed: Option<String>,
+    pub finished: When,
+    /// (kind, count) of the kinds found, in the audit page's order; empty: nothing found.
+    pub findings: Vec<(String, i64)>,
+}
+
+/// The audit page's order of finding kinds (the most expensive first).
+const FINDING_ORDER: [&str; 6] = [
+    "duplicate",
+    "missing",
+    "orphan",
+    "unresolved",
+    "risky_reclaim",
+    "split_intent",
+];
 
 #[derive(Deserialize)]
 pub struct OverviewQuery {
@@ -201,84 +241,119 @@ pub async fn overview(
     };
     let now = time::now();
     let tenant = s.tenant.id;
-    let snapshots = st
-        .ledger
-        .snapshots(tenant, now - f64::from(days) * 86400.0 - 3600.0)
-        .await?;
-    let chart = chart::build(&snapshots, now, days);
-    let cleared = last_unresolved(&snapshots, now, days);
-    let mut c = Chrome::new(&s, "overview");
-    if wants_fragment(&headers) {
-        let page = OverviewPage {
-            c,
-            kinds: vec![],
-            total: 0,
-            needs_attention: 0,
-            replay_closing: 0,
-            sources: vec![],
-            providers: vec![],
-            chart,
-            cleared,
-        };
-        return Ok(html(StatusCode::OK, &page.as_chart(), true));
-    }
-    c.tenants = other_tenants(&st, &s).await?;
     let settings = &st.metrics.settings;
     let replay_before = now
         - settings
             .replay_window
             .saturating_sub(settings.replay_warning)
             .as_secs_f64();
-    let summary = st.dash.summary(&st, tenant, now, replay_before).await?;
-    let tz = &tenant_zone(&st, tenant).await?;
-    let sources = st.ledger.list_sources(tenant).await?;
-    let quarantine = st.ledger.quarantine_counts(tenant).await?;
-    let providers = st.ledger.list_providers(tenant).await?;
-    let mut quarantined: HashMap<&str, i64> = HashMap::new();
-    for qc in &quarantine {
-        *quarantined.entry(qc.source.as_str()).or_default() += qc.count;
-    }
-    let page = OverviewPage {
-        total: summary.iter().map(|k| k.count).sum(),
-        needs_attention: summary.iter().map(|k| k.needs_attention).sum(),
-        replay_closing: summary.iter().map(|k| k.replay_closing).sum(),
-        kinds: summary
-            .iter()
-            .map(|k| KindView {
-                kind: k.kind.clone(),
-                count: k.count,
-                oldest_age: age(now - k.oldest_since),
-                oldest: when_in(k.oldest_since, tz),
-                href: format!("{}/queue?kind={}", c.base, k.kind),
-            })
-            .collect(),
-        sources: sources
-            .iter()
-            .map(|src| SourceView {
-                name: src.name.clone(),
-                kind: src.kind.as_str(),
-                last_success: when_opt_in(src.last_success_at, tz),
-                last_error: src.last_error.clone(),
-                last_error_at: when_opt_in(src.last_error_at, tz),
-                failures: src.consecutive_failures,
-                quarantined: quarantined.get(src.name.as_str()).copied().unwrap_or(0),
-            })
-            .collect(),
-        providers: providers.iter().map(provider_view).collect(),
+    let data = st.dash.overview(&st, tenant, now, replay_before).await?;
+    let from = now - f64::from(days) * 86400.0 - 3600.0;
+    let snapshots: Vec<_> = data
+        .snapshots
+        .iter()
+        .filter(|x| x.hour >= from)
+        .cloned()
+        .collect();
+    let chart = chart::build(&snapshots, now, days);
+    let cleared = last_unresolved(&snapshots, now, days);
+    let mut c = Chrome::new(&s, "overview");
+    let tz = &zone(&data.time_zone);
+    let audit = AuditSummaryView {
+        href: format!("{}/audit?day={}", c.base, data.yesterday),
+        day: data.yesterday.clone(),
+        run: data.audit.as_ref().map(|a| AuditRunGlance {
+            failed: (a.status != "complete")
+                .then(|| a.reason.clone().unwrap_or_else(|| "failed".into())),
+            finished: when_in(a.finished_at, tz),
+            findings: FINDING_ORDER
+                .iter()
+                .filter_map(|k| {
+                    a.findings
+                        .iter()
+                        .find(|(kind, n)| kind == k && *n > 0)
+                        .map(|(kind, n)| (kind.replace('_', " "), *n))
+                })
+                .collect(),
+        }),
+    };
+    let providers = data
+        .providers
+        .iter()
+        .map(|p| {
+            let h = data.health.iter().find(|h| h.provider == p.name);
+            let (lookups, indeterminate) = h.map_or((0, 0), |h| (h.lookups, h.indeterminate));
+            ProviderHealthView {
+                name: p.name.clone(),
+                kind: p.kind.clone(),
+                lookups,
+                indeterminate,
+                indeterminate_rate: if lookups == 0 {
+                    "–".into()
+                } else {
+                    format!("{:.1} %", 100.0 * indeterminate as f64 / lookups as f64)
+                },
+                last_error: h.and_then(|h| h.last_error.clone()),
+                last_error_at: h.and_then(|h| h.last_error_at).map(|t| when_in(t, tz)),
+            }
+        })
+        .collect();
+    let mut page = OverviewPage {
+        total: data.kinds.iter().map(|k| k.count).sum(),
+        needs_attention: data.kinds.iter().map(|k| k.needs_attention).sum(),
+        replay_closing: data.kinds.iter().map(|k| k.replay_closing).sum(),
+        kinds: vec![],
+        sources: vec![],
+        providers,
+        audit,
         chart,
         cleared,
-        c,
+        c: Chrome::new(&s, "overview"),
     };
+    if wants_fragment(&headers) {
+        return Ok(html(StatusCode::OK, &page.as_chart(), true));
+    }
+    c.tenants = other_tenants(&st, &s).await?;
+    let mut quarantined: HashMap<&str, i64> = HashMap::new();
+    for qc in &data.quarantine {
+        *quarantined.entry(qc.source.as_str()).or_default() += qc.count;
+    }
+    page.kinds = data
+        .kinds
+        .iter()
+        .map(|k| KindView {
+            kind: k.kind.clone(),
+            count: k.count,
+            oldest_age: age(now - k.oldest_since),
+            oldest: when_in(k.oldest_since, tz),
+            href: format!("{}/queue?kind={}", c.base, k.kind),
+        })
+        .collect();
+    page.sources = data
+        .sources
+        .iter()
+        .map(|src| SourceView {
+            name: src.name.clone(),
+            kind: src.kind.as_str(),
+            last_success: when_opt_in(src.last_success_at, tz),
+            last_error: src.last_error.clone(),
+            last_error_at: when_opt_in(src.last_error_at, tz),
+            failures: src.consecutive_failures,
+            quarantined: quarantined.get(src.name.as_str()).copied().unwrap_or(0),
+        })
+        .collect();
+    page.c = c;
     Ok(html(StatusCode::OK, &page, true))
 }
 
-fn provider_view(p: &reckon_ledger::Provider) -> ProviderView {
+fn provider_view(p: &reckon_ledger::Provider, base: &str) -> ProviderView {
     ProviderView {
         name: p.name.clone(),
         kind: p.kind.clone(),
         has_secret: p.has_secret,
         // Settings hold no secret (the key is sealed apart and never read back here).
         settings: p.settings.to_string(),
+        test_href: format!("{base}/settings/providers/{}/test", seg(&p.name)),
     }
 }
 
@@ -1079,6 +1154,8 @@ pub async fn reconcile_now(
         }
         Err(e) => return Err(crate::error::ApiError::internal(e).into()),
     };
+    // The overview's counts and provider health changed: the person sees their own lookup.
+    st.dash.forget(tenant);
     if !fragment {
         let href = effect_href(&s.tenant.slug, &path.source, &path.key);
         return Ok(Redirect::to(&href).into_response());
@@ -1445,8 +1522,12 @@ pub struct SettingsSource {
     pub writeback: &'static str,
     pub quarantine_href: String,
     pub writeback_href: String,
-    /// Push sources hold no DSN: nothing to write back to.
+    /// Push sources hold no DSN: nothing to write back to, nothing to scan or test.
     pub can_writeback: bool,
+    /// `.../settings/sources/{name}`: its `/scan` and `/test` forms post there.
+    pub href: String,
+    /// A "scan now" no scan has answered yet, and when it was asked.
+    pub scan_pending: Option<When>,
 }
 
 pub struct TokenView {
@@ -1520,9 +1601,22 @@ pub async fn settings_response(
                     seg(&s.tenant.slug),
                     seg(&x.name)
                 ),
+                href: format!(
+                    "/t/{}/settings/sources/{}",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
+                scan_pending: x
+                    .scan_pending()
+                    .then_some(x.scan_requested_at)
+                    .flatten()
+                    .map(|at| when_in(at, tz)),
             })
             .collect(),
-        providers: providers.iter().map(provider_view).collect(),
+        providers: providers
+            .iter()
+            .map(|p| provider_view(p, &format!("/t/{}", seg(&s.tenant.slug))))
+            .collect(),
         routes: routes
             .into_iter()
             .map(|r| {
