@@ -13,4 +13,4 @@ pub mod source_input;
 pub mod writeback;
 
 pub use scan::{ScanFailure, ScanOptions, ScanReport, scan_source};
-pub use source_input::{SourceEdit, SourceInput, new_source, source_change};
+pub use source_input::{SourceEdit, SourceInput, check_dsn_at_save, new_source, source_change};
