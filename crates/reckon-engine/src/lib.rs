@@ -3,6 +3,7 @@
 
 // audit (issue 6, branch `audit`)
 pub mod audit;
+pub mod provider_client;
 pub mod push;
 pub mod reconcile;
 pub mod scan;
@@ -12,5 +13,6 @@ pub mod source_input;
 // write-back (issue 4 item 7)
 pub mod writeback;
 
+pub use provider_client::provider_client;
 pub use scan::{ScanFailure, ScanOptions, ScanReport, scan_source};
 pub use source_input::{SourceEdit, SourceInput, check_dsn_at_save, new_source, source_change};
