@@ -184,7 +184,9 @@ async fn import(
                 ));
             }
         }
-        let adapter = build_provider(&p.kind, &p.settings, secret, ctx.client.clone())
+        // T09: the client resolves every host through the egress policy when it connects.
+        let client = crate::provider_client(&ctx.client, &ctx.egress);
+        let adapter = build_provider(&p.kind, &p.settings, secret, client)
             .map_err(|e| (format!("provider {}: {e}", p.name), pages.clone(), None))?;
         match adapter.list_charges(from, to).await {
             Ok(listing) => {

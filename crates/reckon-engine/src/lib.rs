@@ -4,6 +4,7 @@
 // audit (issue 6, branch `audit`)
 pub mod audit;
 pub mod probe;
+pub mod provider_client;
 pub mod push;
 pub mod reconcile;
 pub mod scan;
@@ -13,5 +14,6 @@ pub mod source_input;
 // write-back (issue 4 item 7)
 pub mod writeback;
 
+pub use provider_client::provider_client;
 pub use scan::{ScanFailure, ScanOptions, ScanReport, scan_source};
-pub use source_input::{SourceEdit, SourceInput, new_source, source_change};
+pub use source_input::{SourceEdit, SourceInput, check_dsn_at_save, new_source, source_change};

@@ -304,11 +304,13 @@ impl Routing {
     async fn load(ctx: &ReconcileCtx, tenant: &Tenant) -> Result<Routing, ReconcileError> {
         let routes = ctx.ledger.list_routes(tenant.id).await?;
         let mut providers = HashMap::new();
+        // T09: the client resolves every host through the egress policy when it connects.
+        let confined = crate::provider_client(&ctx.client, &ctx.egress);
         for p in ctx.ledger.list_providers(tenant.id).await? {
             let secret = ctx.ledger.provider_secret(tenant.id, &p).await?;
             let client = match &ctx.metrics {
-                Some(m) => ctx.client.observed(m.clone(), &p.kind, &p.name),
-                None => ctx.client.clone(),
+                Some(m) => confined.observed(m.clone(), &p.kind, &p.name),
+                None => confined.clone(),
             };
             let mut built =
                 build_provider(&p.kind, &p.settings, secret, client).map_err(|e| e.to_string());

@@ -144,7 +144,10 @@ pub async fn open_source(
     let dsn = ledger.source_dsn(tenant.id, source).await?;
     let dsn = SourceDsn::parse(dialect, dsn.expose_secret())
         .map_err(|e| ScanError::Invalid(e.to_string()))?;
+    // Resolved once and checked; the connection goes to the checked address (T09). A
+    // SQLite file must be in this tenant's own directory (T12).
     let dsn = egress
+        .for_tenant(&tenant.slug)
         .pin(&dsn)
         .await
         .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;

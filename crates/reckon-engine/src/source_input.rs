@@ -2,7 +2,7 @@
 //! with the defaults and the validation both surfaces share.
 
 use reckon_ledger::{NewSource, SourceKind};
-use reckon_sources::{Dialect, SourceDsn, validate_table_name};
+use reckon_sources::{Dialect, EgressPolicy, SourceDsn, validate_table_name};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::time::Duration;
@@ -91,6 +91,30 @@ pub fn new_source(input: SourceInput) -> Result<NewSource, String> {
         overlap_secs: overlap.as_secs_f64(),
         full_scan_every_secs: full_every.as_secs().max(1) as i64,
     })
+}
+
+/// T08 / T12 at save: a new or changed DSN (`dsn`, of a source of `kind`) must pass the
+/// operator's egress policy for the tenant `tenant_slug`: no loopback, private or
+/// link-local address the operator has not allowed, not reckon's own database, a SQLite
+/// file only inside the tenant's own directory. The answer is a sentence for the person
+/// who typed the DSN; it names the host or path, never the password. Every connection is
+/// checked again (scan, write-back): this is the early, clear refusal.
+pub async fn check_dsn_at_save(
+    kind: SourceKind,
+    dsn: Option<&SecretString>,
+    egress: &EgressPolicy,
+    tenant_slug: &str,
+) -> Result<(), String> {
+    use secrecy::ExposeSecret;
+    let (Some(dsn), Some(dialect)) = (dsn, Dialect::parse(kind.as_str())) else {
+        return Ok(());
+    };
+    let parsed = SourceDsn::parse(dialect, dsn.expose_secret()).map_err(|e| e.to_string())?;
+    egress
+        .for_tenant(tenant_slug)
+        .check_at_save(&parsed)
+        .await
+        .map_err(|e| format!("the DSN is refused by the egress policy: {e}"))
 }
 
 /// An edit of a source as the API takes it: every field optional, `None` keeps the stored

@@ -426,7 +426,18 @@ async fn open_writer(
         .source_dsn(tenant, source)
         .await
         .map_err(|e| e.to_string())?;
-    SourceWriter::open(source, &dsn, &ctx.egress)
+    // A SQLite source must be in its tenant's own directory (T12): the policy is told
+    // whose source this is.
+    let slug = ctx
+        .ledger
+        .list_tenants()
+        .await
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|t| t.id == tenant)
+        .map(|t| t.slug)
+        .ok_or_else(|| "the source's tenant is gone".to_owned())?;
+    SourceWriter::open(source, &dsn, &ctx.egress.for_tenant(&slug))
         .await
         .map_err(|e| e.to_string())
 }

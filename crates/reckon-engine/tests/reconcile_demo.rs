@@ -227,3 +227,203 @@ fn loopback_allowed() -> std::sync::Arc<reckon_sources::EgressPolicy> {
         reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy"),
     )
 }
+
+// ---- T09: provider hosts are resolved through the egress policy at every connection ----
+
+/// A DNS server of the test's own: each lookup gets the next answer (the last one again
+/// when they run out). The system resolver knows none of its names (`.invalid`).
+#[derive(Debug)]
+struct Dns {
+    answers: Vec<std::net::IpAddr>,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Dns {
+    fn new(answers: &[&str]) -> std::sync::Arc<Dns> {
+        std::sync::Arc::new(Dns {
+            answers: answers.iter().map(|a| a.parse().unwrap()).collect(),
+            calls: Default::default(),
+        })
+    }
+
+    fn next(&self) -> std::net::IpAddr {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.answers[n.min(self.answers.len() - 1)]
+    }
+}
+
+impl reckon_sources::Resolver for Dns {
+    fn lookup<'a>(
+        &'a self,
+        _host: &'a str,
+        _port: u16,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = std::io::Result<Vec<std::net::IpAddr>>> + Send + 'a>,
+    > {
+        let ip = self.next();
+        Box::pin(async move { Ok(vec![ip]) })
+    }
+}
+
+/// The same answers with no policy in between: what a client that resolves on its own
+/// would connect to.
+struct Unchecked(std::sync::Arc<Dns>);
+
+impl reckon_providers::AddressPolicy for Unchecked {
+    fn addresses(
+        &self,
+        _host: String,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Vec<std::net::IpAddr>, String>> + Send>,
+    > {
+        let ip = self.0.next();
+        Box::pin(async move { Ok(vec![ip]) })
+    }
+}
+
+/// A ledger with one old unknown charge routed to a demo provider at `base_url`.
+async fn one_unknown_charge(
+    base_url: &str,
+) -> (
+    tempfile::TempDir,
+    std::sync::Arc<dyn reckon_ledger::Ledger>,
+    reckon_ledger::Tenant,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
+    let ledger = reckon_ledger::connect(None, dir.path(), keyring)
+        .await
+        .unwrap();
+    let t = ledger.create_tenant("acme").await.unwrap();
+    let source = ledger
+        .add_source(
+            t.id,
+            NewSource {
+                name: "shop".into(),
+                kind: SourceKind::Push,
+                dsn: None,
+                dsn_display: None,
+                table_name: "justonce_keys".into(),
+                scan_interval_secs: 60,
+                abandoned_after_secs: 300.0,
+                overlap_secs: 5.0,
+                full_scan_every_secs: 3600,
+            },
+        )
+        .await
+        .unwrap();
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            source.id,
+            IngestBatch {
+                origin: Origin::Push,
+                observed_at: now,
+                records: vec![unknown("charge:v1:o1", now - 3600.0)],
+                rejected: vec![],
+                abandoned_after_secs: 300.0,
+                cursor: None,
+                lease: None,
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: serde_json::json!({ "base_url": base_url, "visibility_lag_secs": 30 }),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("pay"))
+        .await
+        .unwrap();
+    (dir, ledger, t)
+}
+
+/// T09 for providers: the base URL names `rebind.invalid`, a host only the test's resolver
+/// knows. The operator allows 127.0.0.1 only; a server standing in for a forbidden target
+/// (an admin port, the metadata service) listens on 127.0.0.2 at the same port.
+///
+/// 1. The name answers 127.0.0.1 every time: the lookup reaches the demo provider, so the
+///    HTTP client resolved the name through the policy's resolver (the system's has no
+///    answer for it).
+/// 2. The name answers 127.0.0.1 to the check before the step and 127.0.0.2 when the
+///    client connects: the connection is refused by the policy, the effect stays
+///    undecided with the reason, and the forbidden server is never connected to.
+/// 3. The test can fail: a client resolving the same answers without the policy connects
+///    to the forbidden server.
+#[tokio::test]
+async fn a_provider_host_that_rebinds_is_never_connected_at_the_forbidden_address() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let demo = DemoState::new();
+    demo.charge("charge:v1:o1", 1999, "eur", time::now() - 3600.0);
+    let (base, _server) = serve_loopback(demo).await.unwrap();
+    let port = url::Url::parse(&base).unwrap().port().unwrap();
+    let forbidden = tokio::net::TcpListener::bind(("127.0.0.2", port))
+        .await
+        .expect("127.0.0.2 is loopback on Linux");
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = forbidden.accept().await {
+            h.fetch_add(1, Ordering::SeqCst);
+            drop(conn);
+        }
+    });
+    let url = format!("http://rebind.invalid:{port}/");
+    let policy = |dns: Arc<Dns>| {
+        Arc::new(
+            reckon_sources::EgressPolicy::new(&["127.0.0.1/32".to_owned()], None)
+                .unwrap()
+                .with_resolver(dns),
+        )
+    };
+
+    // 1. Always 127.0.0.1.
+    let (_dir, ledger, t) = one_unknown_charge(&url).await;
+    let dns = Dns::new(&["127.0.0.1"]);
+    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(policy(dns.clone()));
+    let out = reconcile_all(&ctx, &t).await.unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].outcome, "applied", "{out:#?}");
+    assert!(
+        dns.calls.load(Ordering::SeqCst) >= 2,
+        "the check before the step, and the connection"
+    );
+
+    // 2. 127.0.0.1 to the check, 127.0.0.2 to the connection.
+    let (_dir2, ledger, t) = one_unknown_charge(&url).await;
+    let dns = Dns::new(&["127.0.0.1", "127.0.0.2"]);
+    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(policy(dns.clone()));
+    let out = reconcile_all(&ctx, &t).await.unwrap();
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].outcome, "indeterminate", "{out:#?}");
+    assert!(!out[0].resolved);
+    assert!(out[0].reason.contains("egress policy"), "{out:#?}");
+    assert!(out[0].reason.contains("127.0.0.2"), "{out:#?}");
+    assert_eq!(
+        dns.calls.load(Ordering::SeqCst),
+        2,
+        "one check, one connection"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the forbidden address was connected to"
+    );
+
+    // 3. Without the policy in between, the same answers reach the forbidden server.
+    let unchecked = reckon_providers::GetClient::new(std::time::Duration::from_secs(5))
+        .confined(Arc::new(Unchecked(Dns::new(&["127.0.0.2"]))));
+    let _ = unchecked.get(&url::Url::parse(&url).unwrap(), &[]).await;
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}

@@ -131,3 +131,131 @@ async fn hostile_dsns_are_refused_before_connecting() {
         .expect_err("no such database");
     assert!(!err.to_string().contains("egress policy"), "{err}");
 }
+
+/// Every file of `dir` (name and bytes), sorted.
+fn files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// T12, read-only: a SQLite source written by the real justonce library (WAL mode) is
+/// scanned twice, incrementally and with the key-set comparison; the database file's bytes
+/// are the same before and after, and no write-ahead log with content appears beside it.
+#[tokio::test]
+async fn a_scan_leaves_the_sqlite_file_byte_identical() {
+    let db = common::SourceDb::fresh(common::Kind::Sqlite).await;
+    db.writer(&["populate"]);
+    let path = std::path::PathBuf::from(&db.source_dsn);
+    let dir = path.parent().unwrap().to_path_buf();
+    let before = files(&dir);
+    assert!(
+        before
+            .iter()
+            .any(|(n, b)| n == "justonce.db" && !b.is_empty())
+    );
+    let l = TestLedger::new().await;
+    l.add_source("shop", "sqlite", &db.source_dsn).await;
+    let first = l.scan("shop", false).await;
+    assert!(first.created > 0, "the scan read nothing: {first:?}");
+    let second = l.scan("shop", true).await;
+    assert!(second.full, "{second:?}");
+    let after = files(&dir);
+    let main = |v: &[(String, Vec<u8>)]| {
+        v.iter()
+            .find(|(n, _)| n == "justonce.db")
+            .map(|(_, b)| b.clone())
+            .unwrap()
+    };
+    assert!(
+        main(&before) == main(&after),
+        "the scan changed the database file"
+    );
+    for (name, bytes) in &after {
+        if name.ends_with("-wal") {
+            assert!(bytes.is_empty(), "the scan wrote a WAL frame into {name}");
+        }
+    }
+    db.drop_db().await;
+}
+
+/// T12, per tenant, at connect: tenant `acme`'s source names tenant `beta`'s file (stored
+/// directly in the ledger, as a row saved before the check at save existed would be),
+/// through a link in acme's own directory, or through `..`: every scan is refused by the
+/// egress policy before the file is opened, and so is a write-back writer. The same file
+/// copied into acme's own directory scans, so the refusal is the confinement, nothing else.
+#[tokio::test]
+async fn another_tenants_sqlite_file_is_refused_at_every_connection() {
+    let db = common::SourceDb::fresh(common::Kind::Sqlite).await;
+    db.writer(&["populate"]);
+    let beta_dir = common::sqlite_root().join("beta");
+    std::fs::create_dir_all(&beta_dir).unwrap();
+    let beta = tempfile::tempdir_in(&beta_dir).unwrap();
+    let theirs = beta.path().join("justonce.db");
+    std::fs::copy(&db.source_dsn, &theirs).unwrap();
+    let mine = std::path::Path::new(&db.source_dsn).parent().unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(&theirs, mine.join("link.db")).unwrap();
+    let beta_name = beta
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let dotdot = mine.join(format!("../../beta/{beta_name}/justonce.db"));
+    assert!(dotdot.exists(), "{}", dotdot.display());
+
+    let l = TestLedger::new().await;
+    let opts = ScanOptions {
+        egress: test_egress(),
+        ..ScanOptions::default()
+    };
+    for (name, path, why) in [
+        ("theirs", theirs.clone(), "inside"),
+        ("link", mine.join("link.db"), "after following links"),
+        ("dotdot", dotdot, "'..'"),
+    ] {
+        l.add_source(name, "sqlite", path.to_str().unwrap()).await;
+        let s = l.source(name).await;
+        let err = scan_source(&*l.ledger, &l.tenant, &s, &opts)
+            .await
+            .expect_err(name);
+        let text = err.to_string();
+        assert!(text.contains("egress policy"), "{name}: {text}");
+        assert!(text.contains(why), "{name}: {text}");
+        // A write-back writer for it (write-back on) is refused the same way.
+        l.ledger
+            .set_source_writeback(
+                l.tenant.id,
+                name,
+                Some(reckon_ledger::WritebackPolicy::Release),
+            )
+            .await
+            .unwrap();
+        let s = l.source(name).await;
+        let dsn = l.ledger.source_dsn(l.tenant.id, &s).await.unwrap();
+        let policy = test_egress().for_tenant(&l.tenant.slug);
+        match reckon_sources::SourceWriter::open(&s, &dsn, &policy).await {
+            Err(reckon_sources::WriteError::Egress(e)) => assert!(e.contains(why), "{e}"),
+            Err(e) => panic!("{name}: wrong refusal: {e}"),
+            Ok(_) => panic!("{name}: a writer was opened on another tenant's file"),
+        }
+    }
+    // The control: acme's own copy of the same file scans.
+    l.add_source("mine", "sqlite", &db.source_dsn).await;
+    let s = l.source("mine").await;
+    let report = scan_source(&*l.ledger, &l.tenant, &s, &opts)
+        .await
+        .expect("acme's own file scans");
+    assert!(report.created > 0, "{report:?}");
+    db.drop_db().await;
+}

@@ -5,7 +5,9 @@
 //! - the application role is not a superuser, has no BYPASSRLS, owns no table;
 //! - a raw query as the application role that forgets to set the tenant sees nothing, one
 //!   that sets tenant B sees nothing of tenant A, and cannot write rows for tenant A;
-//! - a transaction abandoned mid-way never leaves its tenant on the pooled connection.
+//! - a transaction abandoned mid-way never leaves its tenant on the pooled connection;
+//! - (T07) weakening any seeded table's protection (RLS off, or a permissive policy) makes
+//!   the raw-query check see another tenant's rows, so that check catches the regression.
 //!
 //! Run: `cargo test -p reckon-ledger --test rls` (PostgreSQL at 127.0.0.1:5432, trust).
 
@@ -284,6 +286,142 @@ async fn a_raw_query_as_the_app_role_sees_and_writes_nothing_of_another_tenant()
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].key, "charge:v1:cus_tenant-a:ORD-1");
     assert_eq!(found[0].state, State::Unknown);
+    db.finish().await;
+}
+
+/// What the raw-query check above (T05) sees as tenant B through `conn` (the owner's
+/// connection, inside a transaction): (rows of another tenant with B named, rows with no
+/// tenant named), as the application role.
+async fn t05_sees(conn: &mut PgConnection, table: &str, b: i64) -> (i64, i64) {
+    sqlx::raw_sql("SET LOCAL ROLE reckon_app")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let none: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM \"{table}\"")))
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SELECT set_config('reckon.tenant', $1, true)")
+        .bind(b.to_string())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let theirs: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{table}\" WHERE tenant_id <> $1"
+    )))
+    .bind(b)
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    (theirs, none)
+}
+
+/// T07, the row-level-security half: each tenant table's protection is weakened in turn,
+/// inside a transaction rolled back afterwards (DDL is transactional in PostgreSQL), in two
+/// ways: RLS disabled, and every policy replaced by a permissive `USING (true)` one. For
+/// every table that holds tenant A's rows, the raw-query check of T05 (as the application
+/// role, tenant B named, and no tenant named) then sees A's rows, so a regression of that
+/// kind fails T05. The tables `two_tenants` leaves empty are listed: a mutation there is
+/// caught only by T04's catalog check (RLS disabled, not forced, no policy), not a
+/// permissive policy.
+#[tokio::test]
+async fn weakening_any_tenant_tables_row_level_security_is_caught_by_the_raw_query_check() {
+    let db = TestDb::postgres().await;
+    let (a, b) = two_tenants(&db).await;
+    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let tables = tenant_tables(&mut conn).await;
+    let mut unseeded = Vec::new();
+    let mut killed = 0;
+    for t in &tables {
+        // The test's connection is the owner (a superuser): it sees every row.
+        let of_a: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT count(*) FROM \"{t}\" WHERE tenant_id = $1"
+        )))
+        .bind(a)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if of_a == 0 {
+            unseeded.push(t.clone());
+            continue;
+        }
+        // Unmutated: T05 sees nothing of A.
+        let mut tx = conn.begin().await.unwrap();
+        assert_eq!(t05_sees(&mut tx, t, b).await, (0, 0), "{t}");
+        tx.rollback().await.unwrap();
+        // Mutation 1: RLS off.
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "ALTER TABLE \"{t}\" NO FORCE ROW LEVEL SECURITY; \
+             ALTER TABLE \"{t}\" DISABLE ROW LEVEL SECURITY"
+        )))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let (theirs, none) = t05_sees(&mut tx, t, b).await;
+        assert!(theirs > 0 && none > 0, "RLS off on {t} went unseen");
+        tx.rollback().await.unwrap();
+        // Mutation 2: the policies replaced by one that lets every row through.
+        let mut tx = conn.begin().await.unwrap();
+        let policies: Vec<String> = sqlx::query_scalar(
+            "SELECT policyname::text FROM pg_policies WHERE schemaname = 'public' AND tablename = $1",
+        )
+        .bind(t)
+        .fetch_all(&mut *tx)
+        .await
+        .unwrap();
+        assert!(!policies.is_empty(), "{t}");
+        for p in &policies {
+            sqlx::raw_sql(AssertSqlSafe(format!("DROP POLICY \"{p}\" ON \"{t}\"")))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+        }
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE POLICY mutant ON \"{t}\" USING (true) WITH CHECK (true)"
+        )))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let (theirs, none) = t05_sees(&mut tx, t, b).await;
+        assert!(
+            theirs > 0 && none > 0,
+            "a permissive policy on {t} went unseen"
+        );
+        tx.rollback().await.unwrap();
+        killed += 2;
+    }
+    // Rolled back: the protection is whole again.
+    for t in &tables {
+        let mut tx = conn.begin().await.unwrap();
+        assert_eq!(
+            t05_sees(&mut tx, t, b).await,
+            (0, 0),
+            "{t} after the mutations"
+        );
+        tx.rollback().await.unwrap();
+    }
+    assert!(killed >= 16, "{killed} mutations");
+    // Known: the tables two_tenants() does not fill (T05 lists them too).
+    for t in &unseeded {
+        assert!(
+            [
+                "effect_key_part",
+                "quarantine",
+                "provider",
+                "provider_route",
+                "reconcile_state",
+                "reconcile_attempt",
+                "resolution",
+                "provider_charge",
+                "audit_run",
+                "writeback",
+            ]
+            .contains(&t.as_str()),
+            "{t} holds no row of tenant A: seed it in two_tenants()"
+        );
+    }
+    conn.close().await.ok();
     db.finish().await;
 }
 

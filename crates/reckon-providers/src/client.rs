@@ -5,6 +5,9 @@
 use crate::{Fault, FaultKind};
 use governor::{DefaultDirectRateLimiter, Quota};
 use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -14,6 +17,47 @@ pub struct GetClient {
     /// Where each request's duration and status are counted, with the provider's labels
     /// (`provider_kind`, `provider`). Set per provider by [`GetClient::observed`].
     observer: Option<Observer>,
+    timeout: Duration,
+}
+
+/// Where provider lookups may connect (T09): the operator's egress policy, as the HTTP
+/// client sees it. Every host name the client connects to is resolved through
+/// [`AddressPolicy::addresses`], which answers only addresses that passed the policy (or
+/// why none did), so a name that answers a public address to the check before a step and
+/// a private one when the connection is made is never connected to the second.
+/// (An IP literal in a URL is not resolved: the check before each step judged it, and it
+/// cannot change.) `reckon_engine` implements it over `reckon_sources::EgressPolicy`.
+pub trait AddressPolicy: Send + Sync + 'static {
+    /// The checked addresses of `host`, or a sentence saying why it may not be reached.
+    fn addresses(
+        &self,
+        host: String,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<IpAddr>, String>> + Send + 'static>>;
+}
+
+/// reqwest's DNS hook, answering through an [`AddressPolicy`].
+struct PolicyResolver(Arc<dyn AddressPolicy>);
+
+impl reqwest::dns::Resolve for PolicyResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let answer = self.0.addresses(name.as_str().to_owned());
+        Box::pin(async move {
+            type BoxError = Box<dyn std::error::Error + Send + Sync>;
+            let ips = match answer.await {
+                Ok(ips) if !ips.is_empty() => ips,
+                Ok(_) => return Err(BoxError::from("refused by the egress policy: no address")),
+                Err(why) => {
+                    return Err(BoxError::from(format!(
+                        "refused by the egress policy: {why}"
+                    )));
+                }
+            };
+            // Port 0: reqwest puts the URL's port (or the scheme's) in its place.
+            let addrs: reqwest::dns::Addrs =
+                Box::new(ips.into_iter().map(|ip| SocketAddr::new(ip, 0)));
+            Ok(addrs)
+        })
+    }
 }
 
 #[derive(Clone)]
@@ -56,24 +100,29 @@ impl GetClient {
     }
 
     pub fn new(timeout: Duration) -> GetClient {
-        // rustls is built without a bundled provider (see Cargo.toml); ring is the one the
-        // rest of the process (sqlx) already uses. A second install is a harmless no-op.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let inner = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5).min(timeout))
-            .timeout(timeout)
-            .pool_idle_timeout(Duration::from_secs(60))
-            // T10: a redirect is never followed (reqwest follows up to 10 by default): a
-            // provider on an allowed host could otherwise send reckon to 127.0.0.1 or the
-            // metadata address. A 3xx is an answer like any other non-2xx: a fault.
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("reckon/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("a reqwest client with rustls and static settings builds");
         GetClient {
-            inner,
+            inner: build(timeout, None),
             observer: None,
+            timeout,
         }
+    }
+
+    /// A client like this one (same timeouts, its own connection pool) whose every host
+    /// name is resolved through `policy` (T09): it connects only to addresses the policy
+    /// answered. Building one costs a TLS configuration: callers keep it (see
+    /// `reckon_engine::provider_client`), they do not make one per request. Counts
+    /// nothing: call [`GetClient::observed`] on the result.
+    pub fn confined(&self, policy: Arc<dyn AddressPolicy>) -> GetClient {
+        GetClient {
+            inner: build(self.timeout, Some(Arc::new(PolicyResolver(policy)))),
+            observer: None,
+            timeout: self.timeout,
+        }
+    }
+
+    /// The per-request timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// The same client (same pool), counting every request in `metrics` under this
@@ -86,6 +135,7 @@ impl GetClient {
                 kind: kind.to_owned(),
                 provider: provider.to_owned(),
             }),
+            timeout: self.timeout,
         }
     }
 
@@ -134,6 +184,31 @@ impl GetClient {
             body: body.to_vec(),
         })
     }
+}
+
+fn build(timeout: Duration, resolver: Option<Arc<PolicyResolver>>) -> reqwest::Client {
+    // rustls is built without a bundled provider (see Cargo.toml); ring is the one the
+    // rest of the process (sqlx) already uses. A second install is a harmless no-op.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5).min(timeout))
+        .timeout(timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        // T10: a redirect is never followed (reqwest follows up to 10 by default): a
+        // provider on an allowed host could otherwise send reckon to 127.0.0.1 or the
+        // metadata address. A 3xx is an answer like any other non-2xx: a fault.
+        .redirect(reqwest::redirect::Policy::none())
+        // T09: no proxy from the environment (HTTP_PROXY, ...): a proxy would resolve and
+        // connect to the provider's host itself, past the egress policy.
+        .no_proxy()
+        .user_agent(concat!("reckon/", env!("CARGO_PKG_VERSION")));
+    let builder = match resolver {
+        Some(r) => builder.dns_resolver(r),
+        None => builder,
+    };
+    builder
+        .build()
+        .expect("a reqwest client with rustls and static settings builds")
 }
 
 /// The bounded status label of one request (a 2xx whose body turns out malformed is

@@ -16,7 +16,7 @@ pub mod settings;
 pub mod stripe;
 
 pub use classify::{Certificate, Classification, classify};
-pub use client::GetClient;
+pub use client::{AddressPolicy, GetClient};
 pub use settings::{SettingsError, build_provider, provider_key};
 
 use serde::{Deserialize, Serialize};

@@ -6,6 +6,28 @@
 use secrecy::{ExposeSecret, SecretString};
 use std::path::PathBuf;
 
+/// libpq environment variables sqlx's `PgConnectOptions` reads from reckon's own process
+/// even for options built field by field, and that no call here can take back: the
+/// service's TLS client certificate and key (its credentials, presented to the tenant's
+/// server), its root certificate, and its session options. A tenant's PostgreSQL connection
+/// is refused while one is set, naming it (T11): the operator gives reckon's own database
+/// these in `database_url` instead.
+const SERVICE_PG_ENV: [&str; 4] = ["PGSSLCERT", "PGSSLKEY", "PGSSLROOTCERT", "PGOPTIONS"];
+
+/// `Err` naming the first of [`SERVICE_PG_ENV`] set in this process.
+pub(crate) fn refuse_service_pg_env() -> Result<(), String> {
+    for name in SERVICE_PG_ENV {
+        if std::env::var_os(name).is_some_and(|v| !v.is_empty()) {
+            return Err(format!(
+                "reckon's own environment sets {name}, which a tenant's PostgreSQL connection \
+                 would inherit; the operator must unset it (reckon's own database takes it \
+                 in database_url)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
     Sqlite,

@@ -7,8 +7,18 @@
 //!   broadcast and documentation ranges, and IPv4-mapped forms of all of these, are refused
 //!   unless the operator allow-lists the network in configuration.
 //! - reckon's own database (host and port, or file) is refused even when allow-listed.
-//! - SQLite sources must be files inside the operator's source directory, after resolving
-//!   symlinks and `..` (canonicalised), so no path or link leads outside it.
+//! - SQLite sources must be files inside their tenant's own directory,
+//!   `{sqlite_source_dir}/{tenant-slug}/`, after resolving symlinks and `..`
+//!   (canonicalised), so no path or link leads outside it, and no tenant reaches another's
+//!   file. The check needs the tenant ([`EgressPolicy::for_tenant`]): a policy without one
+//!   refuses every SQLite source (fail closed), so a caller that forgets cannot fall back
+//!   to the shared directory.
+//!
+//! Two moments: at save ([`EgressPolicy::check_at_save`], when a person adds or edits a
+//! source) and before every connection ([`EgressPolicy::pin`]). The second is the one that
+//! guards; the first tells the person at once. At save, a host name that does not resolve
+//! (yet) and a SQLite file that does not exist (yet) are accepted, since DNS and files
+//! change either way; everything that can be judged is.
 //!
 //! DNS rebinding (T09): a host name is resolved once, every address checked, and the
 //! connection goes to a checked address ([`EgressPolicy::pin`] returns the DSN with its
@@ -178,6 +188,9 @@ pub enum OwnDatabase {
 pub struct EgressPolicy {
     allow: Vec<Network>,
     sqlite_root: Option<PathBuf>,
+    /// The tenant whose sources are checked ([`EgressPolicy::for_tenant`]): its SQLite
+    /// files live in `{sqlite_root}/{tenant}/`. `None`: every SQLite source is refused.
+    tenant: Option<String>,
     own: Vec<OwnDatabase>,
     /// `None`: the system resolver.
     resolver: Option<Arc<dyn Resolver>>,
@@ -185,8 +198,9 @@ pub struct EgressPolicy {
 
 impl EgressPolicy {
     /// `allow`: networks sources may reach although not public (e.g. `10.0.0.0/8` for a
-    /// private deployment, `127.0.0.0/8` in tests). `sqlite_root`: the directory SQLite
-    /// sources must live in (`None`: SQLite sources are refused).
+    /// private deployment, `127.0.0.0/8` in tests). `sqlite_root`: the directory whose
+    /// per-tenant subdirectories (`{sqlite_root}/{tenant-slug}/`) SQLite sources must live
+    /// in (`None`: SQLite sources are refused).
     pub fn new(
         allow: &[String],
         sqlite_root: Option<PathBuf>,
@@ -197,9 +211,43 @@ impl EgressPolicy {
                 .map(|s| Network::parse(s))
                 .collect::<Result<_, _>>()?,
             sqlite_root,
+            tenant: None,
             own: Vec::new(),
             resolver: None,
         })
+    }
+
+    /// The same policy, checking the sources of the tenant `slug`: its SQLite sources must
+    /// be inside `{sqlite_source_dir}/{slug}/`. Network rules do not depend on the tenant.
+    pub fn for_tenant(&self, slug: &str) -> EgressPolicy {
+        EgressPolicy {
+            tenant: Some(slug.to_owned()),
+            ..self.clone()
+        }
+    }
+
+    /// The directory the current tenant's SQLite sources must be in, as configured (not
+    /// canonicalised), or why there is none.
+    pub fn sqlite_dir(&self) -> Result<PathBuf, EgressError> {
+        let Some(root) = &self.sqlite_root else {
+            return Err(EgressError(
+                "SQLite sources are not enabled: the operator sets sqlite_source_dir".into(),
+            ));
+        };
+        let Some(slug) = &self.tenant else {
+            // A caller that did not say whose source this is: never the shared directory.
+            return Err(EgressError(
+                "SQLite sources are checked per tenant, and no tenant was given".into(),
+            ));
+        };
+        let mut parts = Path::new(slug).components();
+        let plain = matches!(parts.next(), Some(Component::Normal(_))) && parts.next().is_none();
+        if !plain || slug.contains(['/', '\\']) {
+            return Err(EgressError(format!(
+                "tenant {slug:?} has no SQLite source directory (not a plain name)"
+            )));
+        }
+        Ok(root.join(slug))
     }
 
     /// Resolve host names with `resolver` instead of the system's.
@@ -289,6 +337,47 @@ impl EgressPolicy {
         }
     }
 
+    /// The check when a person adds or edits a source (T08, T12 at save): everything
+    /// [`EgressPolicy::check`] refuses is refused, except what may still change before the
+    /// first connection: a host name that does not resolve now, a SQLite file not there
+    /// yet (its path must still be inside the tenant's directory as written). Every
+    /// connection is checked again ([`EgressPolicy::pin`]).
+    pub async fn check_at_save(&self, dsn: &SourceDsn) -> Result<(), EgressError> {
+        match dsn {
+            SourceDsn::Sqlite { path } => {
+                let dir = self.sqlite_dir()?;
+                if path.components().any(|c| matches!(c, Component::ParentDir)) {
+                    return Err(EgressError(
+                        "a SQLite source path may not contain '..'".into(),
+                    ));
+                }
+                if path.symlink_metadata().is_ok() {
+                    return self.check_sqlite(path);
+                }
+                // Not there yet: inside the tenant's directory as written (or as the
+                // directory really is, when it exists).
+                let real_dir = dir.canonicalize().ok();
+                if path.starts_with(&dir) || real_dir.is_some_and(|d| path.starts_with(d)) {
+                    Ok(())
+                } else {
+                    Err(outside(&dir))
+                }
+            }
+            SourceDsn::Network {
+                host,
+                port,
+                database,
+                ..
+            } => {
+                if host.parse::<IpAddr>().is_err() && self.resolve(host, *port).await.is_err() {
+                    // Does not resolve (yet): judged at every connection.
+                    return Ok(());
+                }
+                self.check_network(host, *port, database).await.map(|_| ())
+            }
+        }
+    }
+
     /// The checked addresses of a network DSN's host (every one allowed), or why not.
     async fn check_network(
         &self,
@@ -328,14 +417,43 @@ impl EgressPolicy {
                     "the DSN points at reckon's own database".into(),
                 ));
             }
-            if let Some(why) = forbidden_reason(ip)
-                && !self.allowed(ip)
-            {
-                return Err(EgressError(format!(
-                    "host {host:?} resolves to {ip}, a {why} address; the operator's \
-                     egress policy (egress_allow) does not allow it"
-                )));
+            self.refuse_forbidden(host, ip)?;
+            checked.push(ip);
+        }
+        Ok(checked)
+    }
+
+    /// `Err` naming why when `ip` (an address of `host`) is not public and not allowed.
+    fn refuse_forbidden(&self, host: &str, ip: IpAddr) -> Result<(), EgressError> {
+        match forbidden_reason(ip) {
+            Some(why) if !self.allowed(ip) => {
+                let what = if host.parse::<IpAddr>().is_ok_and(|h| canonical(h) == ip) {
+                    format!("host {host} is a {why} address")
+                } else {
+                    format!("host {host:?} resolves to {ip}, a {why} address")
+                };
+                Err(EgressError(format!(
+                    "{what}, not allowed by the operator's egress policy (egress_allow)"
+                )))
             }
+            _ => Ok(()),
+        }
+    }
+
+    /// The addresses a provider's host may be connected at: resolved (with this policy's
+    /// resolver) and every one checked, or why not. The provider HTTP client resolves
+    /// through this at every connection (T09), so it only ever connects to an address
+    /// that passed the check.
+    pub async fn provider_addresses(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<IpAddr>, EgressError> {
+        let addrs = self.resolve(host, port).await?;
+        let mut checked = Vec::with_capacity(addrs.len());
+        for ip in addrs {
+            let ip = canonical(ip);
+            self.refuse_forbidden(host, ip)?;
             checked.push(ip);
         }
         Ok(checked)
@@ -356,43 +474,31 @@ impl EgressPolicy {
             None => return Err(EgressError("a provider URL needs a host".into())),
         };
         let port = url.port_or_known_default().unwrap_or(443);
-        for ip in self.resolve(&host, port).await? {
-            let ip = canonical(ip);
-            if let Some(why) = forbidden_reason(ip)
-                && !self.allowed(ip)
-            {
-                return Err(EgressError(format!(
-                    "host {host:?} resolves to {ip}, a {why} address; the operator's \
-                     egress policy (egress_allow) does not allow it"
-                )));
-            }
-        }
-        Ok(())
+        self.provider_addresses(&host, port).await.map(|_| ())
     }
 
+    /// The connection-time check of a SQLite source: an existing regular file inside the
+    /// tenant's directory after every link is followed, and not reckon's own database.
     fn check_sqlite(&self, path: &Path) -> Result<(), EgressError> {
-        let Some(root) = &self.sqlite_root else {
-            return Err(EgressError(
-                "SQLite sources are not enabled: the operator sets sqlite_source_dir".into(),
-            ));
-        };
+        let dir = self.sqlite_dir()?;
         if path.components().any(|c| matches!(c, Component::ParentDir)) {
             return Err(EgressError(
                 "a SQLite source path may not contain '..'".into(),
             ));
         }
-        let root = root
-            .canonicalize()
-            .map_err(|_| EgressError("the SQLite source directory does not exist".into()))?;
-        // Resolves every symlink: a link inside the directory pointing out of it is caught.
+        let real_dir = dir.canonicalize().map_err(|_| {
+            EgressError(format!(
+                "this tenant's SQLite source directory {} does not exist",
+                dir.display()
+            ))
+        })?;
+        // Resolves every symlink: a link inside the directory pointing out of it (to
+        // another tenant's directory, say) is caught.
         let real = path
             .canonicalize()
             .map_err(|_| EgressError("the SQLite source file does not exist".into()))?;
-        if !real.starts_with(&root) {
-            return Err(EgressError(format!(
-                "SQLite sources must be inside {} (after following links)",
-                root.display()
-            )));
+        if !real.starts_with(&real_dir) {
+            return Err(outside(&dir));
         }
         if !real.is_file() {
             return Err(EgressError("a SQLite source must be a regular file".into()));
@@ -408,6 +514,14 @@ impl EgressPolicy {
         }
         Ok(())
     }
+}
+
+fn outside(dir: &Path) -> EgressError {
+    EgressError(format!(
+        "this tenant's SQLite sources must be files inside {}/ (after following links); \
+         other directories, including other tenants', are not allowed",
+        dir.display()
+    ))
 }
 
 #[cfg(test)]
@@ -500,38 +614,124 @@ mod tests {
         );
     }
 
+    /// T12: each tenant's SQLite sources are confined to `{dir}/{slug}/`, at save and at
+    /// connect: another tenant's file (named directly, through `..`, or through a link in
+    /// the tenant's own directory), the shared directory itself, anything outside, reckon's
+    /// own file and a policy that was not told the tenant are all refused.
     #[tokio::test]
-    async fn sqlite_paths_stay_inside_the_operators_directory() {
+    async fn sqlite_paths_stay_inside_the_tenants_own_directory() {
         let base = tempfile::tempdir().unwrap();
         let root = base.path().join("sources");
-        std::fs::create_dir(&root).unwrap();
-        let inside = root.join("shop.db");
-        std::fs::write(&inside, b"x").unwrap();
+        let (a, b) = (root.join("acme"), root.join("beta"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let inside = a.join("shop.db");
+        let theirs = b.join("shop.db");
+        let shared = root.join("shared.db");
         let outside = base.path().join("secret.db");
-        std::fs::write(&outside, b"x").unwrap();
-        let own = root.join("reckon.db");
-        std::fs::write(&own, b"x").unwrap();
+        let own = a.join("reckon.db");
+        for f in [&inside, &theirs, &shared, &outside, &own] {
+            std::fs::write(f, b"x").unwrap();
+        }
         #[cfg(unix)]
-        std::os::unix::fs::symlink(&outside, root.join("link.db")).unwrap();
-        let p = EgressPolicy::new(&[], Some(root.clone()))
+        {
+            std::os::unix::fs::symlink(&outside, a.join("link.db")).unwrap();
+            std::os::unix::fs::symlink(&theirs, a.join("theirs.db")).unwrap();
+            std::os::unix::fs::symlink(&b, a.join("beta-dir")).unwrap();
+        }
+        let operator = EgressPolicy::new(&[], Some(root.clone()))
             .unwrap()
             .with_own_database(OwnDatabase::File(own.clone()));
+        let p = operator.for_tenant("acme");
         let sq = |p: &Path| SourceDsn::Sqlite {
             path: p.to_path_buf(),
         };
         assert!(p.check(&sq(&inside)).await.is_ok());
+        assert!(p.check_at_save(&sq(&inside)).await.is_ok());
+        // Not there yet: fine to save (inside the directory as written), refused to open.
+        assert!(p.check_at_save(&sq(&a.join("later.db"))).await.is_ok());
+        assert!(p.check(&sq(&a.join("later.db"))).await.is_err());
         for bad in [
+            theirs.clone(),
+            a.join("../beta/shop.db"),
+            a.join("theirs.db"),
+            a.join("beta-dir/shop.db"),
+            shared.clone(),
             outside.clone(),
             root.join("../secret.db"),
-            root.join("link.db"),
-            root.join("missing.db"),
-            root.clone(),
-            own,
+            a.join("link.db"),
+            a.clone(),
+            own.clone(),
+            b.join("later.db"),
         ] {
-            assert!(p.check(&sq(&bad)).await.is_err(), "{}", bad.display());
+            let at_save = p.check_at_save(&sq(&bad)).await;
+            let at_connect = p.check(&sq(&bad)).await;
+            assert!(at_save.is_err(), "saved: {}", bad.display());
+            assert!(at_connect.is_err(), "opened: {}", bad.display());
         }
-        let none = EgressPolicy::default();
-        assert!(none.check(&sq(&inside)).await.is_err());
+        let e = p.check_at_save(&sq(&theirs)).await.unwrap_err();
+        assert!(e.0.contains(&format!("{}/", a.display())), "{e}");
+        let e = p.check(&sq(&a.join("theirs.db"))).await.unwrap_err();
+        assert!(e.0.contains("other tenants'"), "{e}");
+        // The other tenant, with the same operator policy, has the mirror image.
+        let pb = operator.for_tenant("beta");
+        assert!(pb.check(&sq(&theirs)).await.is_ok());
+        assert!(pb.check(&sq(&inside)).await.is_err());
+        // No tenant given, an odd slug, or no directory configured: nothing is allowed.
+        let e = operator.check(&sq(&inside)).await.unwrap_err();
+        assert!(e.0.contains("per tenant"), "{e}");
+        assert!(operator.check_at_save(&sq(&inside)).await.is_err());
+        for slug in ["..", ".", "acme/..", ""] {
+            assert!(
+                operator.for_tenant(slug).check(&sq(&inside)).await.is_err(),
+                "{slug:?}"
+            );
+        }
+        let none = EgressPolicy::default().for_tenant("acme");
+        let e = none.check_at_save(&sq(&inside)).await.unwrap_err();
+        assert!(e.0.contains("not enabled"), "{e}");
+    }
+
+    /// T08 at save: what can be judged when a person saves a DSN is refused then, with the
+    /// reason; a name that does not resolve yet is left to the connection-time check.
+    #[tokio::test]
+    async fn network_dsns_are_judged_at_save_as_far_as_they_can_be() {
+        let strict = EgressPolicy::default().with_resolver(rebinding(&["10.9.8.7"]));
+        let e = strict
+            .check_at_save(&pg("postgres://u:pw@10.0.0.1/db"))
+            .await
+            .unwrap_err();
+        assert!(e.0.contains("host 10.0.0.1 is a private address"), "{e}");
+        assert!(e.0.contains("egress policy"), "{e}");
+        let e = strict
+            .check_at_save(&pg("postgres://u:pw@db.internal/db"))
+            .await
+            .unwrap_err();
+        assert!(e.0.contains("resolves to 10.9.8.7, a private"), "{e}");
+        assert!(!e.0.contains("pw"), "{e}");
+        #[derive(Debug)]
+        struct Nothing;
+        impl Resolver for Nothing {
+            fn lookup<'a>(
+                &'a self,
+                _host: &'a str,
+                _port: u16,
+            ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send + 'a>>
+            {
+                Box::pin(async { Err(std::io::Error::other("NXDOMAIN")) })
+            }
+        }
+        let unresolved = EgressPolicy::default().with_resolver(Arc::new(Nothing));
+        let later = pg("postgres://u:pw@not-yet.example/db");
+        assert!(unresolved.check_at_save(&later).await.is_ok());
+        assert!(unresolved.check(&later).await.is_err());
+        let public = EgressPolicy::default().with_resolver(rebinding(&["93.184.216.34"]));
+        assert!(
+            public
+                .check_at_save(&pg("postgres://u:pw@db.example/db"))
+                .await
+                .is_ok()
+        );
     }
 
     /// A DNS server that answers each lookup with the next of its answers (the last one

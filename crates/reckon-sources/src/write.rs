@@ -89,7 +89,8 @@ pub struct SourceWriter {
 impl SourceWriter {
     /// Open a writer for `source`, whose DSN (the source's own, from the ledger) is `dsn`.
     /// Refused before anything is opened when the source's write-back is off, or when the
-    /// egress policy does not allow the DSN.
+    /// egress policy does not allow the DSN. `egress` is the policy for the source's tenant
+    /// ([`EgressPolicy::for_tenant`]): without one, every SQLite source is refused.
     pub async fn open(
         source: &Source,
         dsn: &SecretString,
@@ -138,6 +139,7 @@ impl SourceWriter {
                 ssl_mode,
                 ..
             } => {
+                crate::dsn::refuse_service_pg_env().map_err(WriteError::Invalid)?;
                 let ssl = match ssl_mode.as_deref() {
                     None => PgSslMode::Prefer,
                     Some(m) => PgSslMode::from_str(m).map_err(connect_err)?,

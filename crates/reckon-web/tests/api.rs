@@ -18,6 +18,8 @@ mod counting;
 struct World {
     _dir: TempDir,
     app: Router,
+    /// The operator's SQLite source directory: tenant `acme`'s files go in `acme/`.
+    sqlite_dir: std::path::PathBuf,
     /// Admin token of tenant A.
     a: String,
     /// Admin token of tenant B.
@@ -50,13 +52,17 @@ async fn world_with(
     let b = token(ledger.as_ref(), &tenant_b, Role::Admin).await;
     let viewer_a = token(ledger.as_ref(), &tenant_a, Role::Viewer).await;
     let ledger = wrap(ledger);
+    let sqlite_dir = dir.path().join("sqlite-sources");
+    let egress = reckon_sources::EgressPolicy::new(&[], Some(sqlite_dir.clone())).unwrap();
     let app = app(AppState {
         max_body_bytes,
+        egress: Arc::new(egress),
         ..AppState::new(ledger)
     });
     World {
         _dir: dir,
         app,
+        sqlite_dir,
         a,
         b,
         viewer_a,
@@ -534,7 +540,7 @@ async fn a_push_envelope_that_is_wrong_is_refused_whole() {
         &w.app,
         "/api/v1/sources",
         &w.a,
-        &json!({"name": "scanned", "kind": "sqlite", "dsn": "/var/lib/app/app.db"}),
+        &json!({"name": "scanned", "kind": "sqlite", "dsn": w.sqlite_dir.join("acme/app.db")}),
     )
     .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
@@ -794,7 +800,7 @@ async fn writeback_is_off_until_an_admin_turns_it_on_and_bad_settings_are_refuse
         &w.app,
         "/api/v1/sources",
         &w.a,
-        &json!({"name": "shop", "kind": "sqlite", "dsn": "/data/shop.db"}),
+        &json!({"name": "shop", "kind": "sqlite", "dsn": w.sqlite_dir.join("acme/shop.db")}),
     )
     .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
@@ -833,4 +839,192 @@ async fn writeback_is_off_until_an_admin_turns_it_on_and_bad_settings_are_refuse
     let r = put_json(&w.app, uri, &w.a, &json!({"not_applied": null})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body["writeback"], Value::Null);
+}
+
+// ---- T08 / T12 at save: the egress policy judges a DSN when it is saved ----
+
+async fn patch_json(app: &Router, uri: &str, token: &str, body: &Value) -> Reply {
+    send(
+        app,
+        Method::PATCH,
+        uri,
+        Some(token),
+        Some("application/json"),
+        body.to_string(),
+    )
+    .await
+}
+
+async fn source_names(w: &World, token: &str) -> Vec<String> {
+    let r = get(&w.app, "/api/v1/sources", token).await;
+    let mut names: Vec<String> = r.body["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Adding or editing a source through the API, tenant `acme` (token `w.a`) names another
+/// tenant's SQLite file (directly, through `..`, through a link in its own directory), a
+/// file outside the SQLite directory, or a network DSN whose host is a private, loopback or
+/// link-local address: each is refused with a 422 that says why and never repeats the
+/// password, and nothing is stored or changed. Its own directory, and a host name that does
+/// not resolve yet, are accepted (both are checked again before every connection).
+#[tokio::test]
+async fn dsns_are_judged_by_the_egress_policy_when_they_are_saved() {
+    let w = world().await;
+    let (mine, theirs) = (w.sqlite_dir.join("acme"), w.sqlite_dir.join("globex"));
+    std::fs::create_dir_all(&mine).unwrap();
+    std::fs::create_dir_all(&theirs).unwrap();
+    std::fs::write(theirs.join("shop.db"), b"globex's data").unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(theirs.join("shop.db"), mine.join("link.db")).unwrap();
+    let add = |name: &str, kind: &str, dsn: String| json!({"name": name, "kind": kind, "dsn": dsn});
+    let p = |path: std::path::PathBuf| path.display().to_string();
+    let refused: Vec<(Value, &str)> = vec![
+        (
+            add("x", "sqlite", p(theirs.join("shop.db"))),
+            "SQLite sources must be files inside",
+        ),
+        (
+            add("x", "sqlite", p(mine.join("../globex/shop.db"))),
+            "may not contain '..'",
+        ),
+        (
+            add("x", "sqlite", p(mine.join("link.db"))),
+            "after following links",
+        ),
+        (
+            add("x", "sqlite", p(w.sqlite_dir.join("shared.db"))),
+            "inside",
+        ),
+        (add("x", "sqlite", "/etc/passwd".into()), "inside"),
+        (
+            add("x", "postgres", "postgres://u:canarypw@10.0.0.1/db".into()),
+            "host 10.0.0.1 is a private address",
+        ),
+        (
+            add(
+                "x",
+                "postgres",
+                "postgres://u:canarypw@127.0.0.1:5432/db".into(),
+            ),
+            "loopback",
+        ),
+        (
+            add("x", "postgres", "postgres://u:canarypw@localhost/db".into()),
+            "loopback",
+        ),
+        (
+            add("x", "mysql", "mysql://u:canarypw@169.254.169.254/db".into()),
+            "link-local",
+        ),
+        (
+            add(
+                "x",
+                "mysql",
+                "mysql://u:canarypw@[::ffff:192.168.1.1]/db".into(),
+            ),
+            "private",
+        ),
+        (
+            add(
+                "x",
+                "postgres",
+                "postgres://u:canarypw@100.64.0.1/db".into(),
+            ),
+            "CGNAT",
+        ),
+    ];
+    for (body, why) in &refused {
+        let r = post_json(&w.app, "/api/v1/sources", &w.a, body).await;
+        assert_error(&r, StatusCode::UNPROCESSABLE_ENTITY);
+        let said = r.body["error"].as_str().unwrap();
+        assert!(said.contains("egress policy"), "{body}: {said}");
+        assert!(said.contains(why), "{body}: {said}");
+        assert!(!r.text.contains("canarypw"), "{body}: {said}");
+    }
+    let e = post_json(&w.app, "/api/v1/sources", &w.a, &refused[0].0).await;
+    assert!(
+        e.text.contains(&format!("{}/", mine.display())),
+        "the answer names the tenant's own directory: {}",
+        e.text
+    );
+    assert!(source_names(&w, &w.a).await.is_empty());
+
+    // Its own directory (the file may come later) and a name that does not resolve yet.
+    for body in [
+        add("shop", "sqlite", p(mine.join("shop.db"))),
+        add(
+            "orders",
+            "postgres",
+            "postgres://u:canarypw@db.internal/orders".into(),
+        ),
+    ] {
+        let r = post_json(&w.app, "/api/v1/sources", &w.a, &body).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{body}: {}", r.text);
+    }
+    // The other tenant has the mirror image: its own file is fine for it.
+    let r = post_json(
+        &w.app,
+        "/api/v1/sources",
+        &w.b,
+        &add("shop", "sqlite", p(theirs.join("shop.db"))),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+
+    // Edits: the same checks; the stored source is unchanged after a refusal.
+    for (name, body, why) in [
+        (
+            "orders",
+            json!({"dsn": "postgres://u@127.0.0.1/orders"}),
+            "loopback",
+        ),
+        (
+            "orders",
+            json!({"dsn": "postgres://u:canarypw@192.168.0.10/orders"}),
+            "private",
+        ),
+        ("shop", json!({"dsn": p(theirs.join("shop.db"))}), "inside"),
+        ("shop", json!({"dsn": p(mine.join("link.db"))}), "links"),
+    ] {
+        let r = patch_json(&w.app, &format!("/api/v1/sources/{name}"), &w.a, &body).await;
+        assert_error(&r, StatusCode::UNPROCESSABLE_ENTITY);
+        let said = r.body["error"].as_str().unwrap();
+        assert!(said.contains(why), "{body}: {said}");
+        assert!(!r.text.contains("canarypw"), "{said}");
+    }
+    let r = get(&w.app, "/api/v1/sources", &w.a).await;
+    let displays: Vec<&str> = r.body["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["dsn_display"].as_str().unwrap())
+        .collect();
+    assert!(
+        displays
+            .iter()
+            .any(|d| d.contains("@db.internal:5432/orders")),
+        "{displays:?}"
+    );
+    assert!(
+        displays
+            .iter()
+            .any(|d| d.ends_with(&format!("{}", mine.join("shop.db").display()))),
+        "{displays:?}"
+    );
+    // A good edit still goes through.
+    let r = patch_json(
+        &w.app,
+        "/api/v1/sources/orders",
+        &w.a,
+        &json!({"dsn": "postgres://u@db2.internal/orders"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(source_names(&w, &w.a).await, ["orders", "shop"]);
 }

@@ -1532,6 +1532,34 @@ async fn an_admin_adds_a_source_and_its_dsn_is_never_shown_even_in_an_error() {
         !r.text.contains("hunter2secret"),
         "the DSN's password came back"
     );
+    // T08 at save: a private address (or the metadata one) is refused with the reason, the
+    // password never repeated; nothing is stored.
+    for (host, why) in [
+        ("10.0.0.1", "host 10.0.0.1 is a private address"),
+        ("169.254.169.254", "link-local"),
+    ] {
+        let r = post(
+            &w,
+            &cookie,
+            "/t/acme/settings/sources",
+            &[
+                ("csrf", &csrf),
+                ("name", "billing"),
+                ("kind", "postgres"),
+                (
+                    "dsn",
+                    &format!("postgres://reader:hunter2secret@{host}:5432/shop"),
+                ),
+            ],
+            false,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+        assert!(r.text.contains(why), "{}", r.text);
+        assert!(r.text.contains("egress policy"), "{}", r.text);
+        assert!(!r.text.contains("hunter2secret"), "{}", r.text);
+    }
+    assert!(w.ledger.list_sources(w.a.id).await.unwrap().is_empty());
     let r = post(
         &w,
         &cookie,

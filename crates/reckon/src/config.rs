@@ -26,8 +26,10 @@ pub struct Settings {
     /// (loopback, private, link-local), e.g. `["10.0.0.0/8"]`. Empty: public addresses only.
     #[serde(default)]
     pub egress_allow: Vec<String>,
-    /// The directory SQLite sources must be in (after following links). Unset: SQLite
-    /// sources are refused.
+    /// The directory whose per-tenant subdirectories hold SQLite sources: a tenant's
+    /// SQLite source must be a file in `{sqlite_source_dir}/{tenant-slug}/` (after
+    /// following links), so no tenant can name another's file. Unset: SQLite sources are
+    /// refused.
     #[serde(default)]
     pub sqlite_source_dir: Option<PathBuf>,
     // ---- reconciliation (issue 4) ----

@@ -254,6 +254,8 @@ struct Planted {
     orphan: Vec<String>,
 }
 
+const DEMO_TENANT: &str = "demo";
+
 pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("reckon-demo-{}", std::process::id()));
     if dir.exists() {
@@ -266,7 +268,10 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
     settings.sqlite_source_dir = Some(dir.clone());
     let ledger = crate::open_ledger(&settings).await?;
 
-    let store = dir.join("shop-justonce.db");
+    // The SQLite source directory is `dir`; each tenant's files are in its own
+    // subdirectory, `dir/demo/` for the demo tenant (T12).
+    let store = dir.join(DEMO_TENANT).join("shop-justonce.db");
+    std::fs::create_dir_all(dir.join(DEMO_TENANT))?;
     let rows = write_store(&store, seed)
         .await
         .context("writing the demo justonce store")?;
@@ -286,7 +291,7 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
     };
     settings.metrics_token = Some(metrics_token.clone());
-    let tenant = ledger.create_tenant("demo").await?;
+    let tenant = ledger.create_tenant(DEMO_TENANT).await?;
     let (token, hash) = reckon_web::mint_token();
     ledger
         .create_token(tenant.id, Role::Admin, &hash, "demo")
@@ -307,7 +312,7 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?,
         )
         .await?;
-    // The demo's store sits in its own directory, which is the SQLite source directory.
+    // The demo's store sits in the demo tenant's directory of the SQLite source directory.
     let opts = ScanOptions {
         egress: std::sync::Arc::new(settings.egress_policy()?),
         ..ScanOptions::default()

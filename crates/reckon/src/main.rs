@@ -398,6 +398,9 @@ async fn source_cmd(
                 full_scan_every,
             })
             .map_err(anyhow::Error::msg)?;
+            reckon_engine::check_dsn_at_save(new.kind, new.dsn.as_ref(), &egress, &t.slug)
+                .await
+                .map_err(anyhow::Error::msg)?;
             let s = ledger.add_source(t.id, new).await?;
             eprintln!("source {} added ({})", s.name, s.kind.as_str());
         }

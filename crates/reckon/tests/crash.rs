@@ -10,8 +10,8 @@ const ROWS: usize = 60_000;
 fn reckon(data: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reckon"));
     c.arg("--data-dir").arg(data).env("RECKON_LOG", "warn");
-    // The store is a SQLite file next to the data directory: the operator allows that
-    // directory for SQLite sources.
+    // The data directory's parent is the operator's SQLite source directory; the store is
+    // in its `acme/` subdirectory (each tenant has its own).
     c.env(
         "RECKON_SQLITE_SOURCE_DIR",
         data.parent().expect("the data directory has a parent"),
@@ -55,7 +55,10 @@ async fn count(db: &Path, sql: &'static str) -> i64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_scan_killed_mid_way_and_restarted_loses_nothing_and_doubles_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("shop.db");
+    // acme's SQLite source sits in acme's own directory of the SQLite source
+    // directory (T12: `{sqlite_source_dir}/{tenant-slug}/`).
+    let store = dir.path().join("acme").join("shop.db");
+    std::fs::create_dir_all(store.parent().unwrap()).unwrap();
     let data = dir.path().join("data");
     let writer = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/justonce_writer.py");
     let out = Command::new(python())

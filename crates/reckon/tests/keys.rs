@@ -33,7 +33,9 @@ fn err(out: Output) -> String {
 
 /// A justonce store (an empty table is enough for a scan to open it), a source with its
 /// DSN sealed, and a provider with its secret sealed.
+/// The store is in tenant acme's own directory of the SQLite source directory (T12).
 fn seed(run: &dyn Fn(&[&str]) -> Output, store: &Path) {
+    std::fs::create_dir_all(store.parent().unwrap()).unwrap();
     let conn = Command::new("python3")
         .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('CREATE TABLE justonce_keys (key TEXT PRIMARY KEY, state TEXT NOT NULL, request_hash TEXT NOT NULL, response TEXT, attempts INTEGER NOT NULL DEFAULT 1, created_at REAL NOT NULL, updated_at REAL NOT NULL, expires_at REAL)'); c.commit()"])
         .arg(store)
@@ -78,7 +80,7 @@ fn a_lost_key_file_is_refused_and_rotation_keeps_every_secret_readable() {
             .output()
             .unwrap()
     };
-    seed(&run, &dir.path().join("shop.db"));
+    seed(&run, &dir.path().join("acme").join("shop.db"));
     let key_file = data.join("master.key");
     let before = std::fs::read_to_string(&key_file).unwrap();
 
@@ -145,7 +147,7 @@ fn on_postgresql_rotation_moves_to_the_new_environment_key() {
             .unwrap()
     };
     let run = |args: &[&str]| run_with(old, args);
-    seed(&run, &dir.path().join("shop.db"));
+    seed(&run, &dir.path().join("acme").join("shop.db"));
 
     let said = err(run(&["keys", "rotate"]));
     assert!(said.contains("--new-key-env"), "{said}");

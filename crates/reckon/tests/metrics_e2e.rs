@@ -24,8 +24,9 @@ fn reckon(data: &Path) -> Command {
         std::env::var("RECKON_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_reckon").into());
     let mut c = Command::new(bin);
     c.arg("--data-dir").arg(data).env("RECKON_LOG", "warn");
-    // The operator's egress policy: the SQLite stores sit beside the data directory, and the
-    // PostgreSQL source is on loopback (both refused by default).
+    // The operator's egress policy: the data directory's parent is the SQLite source
+    // directory (each tenant's stores in its own subdirectory), and the PostgreSQL source is
+    // on loopback (both refused by default).
     c.env(
         "RECKON_SQLITE_SOURCE_DIR",
         data.parent().expect("the data directory has a parent"),
@@ -273,7 +274,10 @@ async fn metrics_of_a_running_reckon_match_the_planted_effects() {
 
     // acme/shop: the library's populate scenario on SQLite (unknown and abandoned effects),
     // plus two hostile rows that must be quarantined.
-    let shop = dir.path().join("shop.db");
+    // acme's SQLite source sits in acme's own directory of the SQLite source
+    // directory (T12: `{sqlite_source_dir}/{tenant-slug}/`).
+    let shop = dir.path().join("acme").join("shop.db");
+    std::fs::create_dir_all(shop.parent().unwrap()).unwrap();
     writer(&py, "sqlite", shop.to_str().unwrap(), &["populate"]);
     {
         let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", shop.display()))
@@ -323,7 +327,10 @@ async fn metrics_of_a_running_reckon_match_the_planted_effects() {
         .unwrap();
     }
     // beta/other: another tenant, for isolation.
-    let other = dir.path().join("other.db");
+    // beta's SQLite source sits in beta's own directory of the SQLite source
+    // directory (T12: `{sqlite_source_dir}/{tenant-slug}/`).
+    let other = dir.path().join("beta").join("other.db");
+    std::fs::create_dir_all(other.parent().unwrap()).unwrap();
     writer(
         &py,
         "sqlite",

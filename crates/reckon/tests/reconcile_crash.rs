@@ -94,7 +94,10 @@ async fn wait_until(db: &Path, sql: &'static str, at_least: i64, child: &mut Chi
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reconciler_killed_mid_run_and_restarted_records_every_resolution_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("shop.db");
+    // acme's SQLite source sits in acme's own directory of the SQLite source
+    // directory (T12: `{sqlite_source_dir}/{tenant-slug}/`).
+    let store = dir.path().join("acme").join("shop.db");
+    std::fs::create_dir_all(store.parent().unwrap()).unwrap();
     let data = dir.path().join("data");
     let writer = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/justonce_writer.py");
     let out = Command::new(python())

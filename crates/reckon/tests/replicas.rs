@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 fn reckon(data: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reckon"));
     c.arg("--data-dir").arg(data).env("RECKON_LOG", "info");
-    // The SQLite stores sit beside the data directories: the operator allows that
-    // directory for SQLite sources (the default egress policy refuses them).
+    // The data directories' parent is the operator's SQLite source directory (the default
+    // egress policy refuses SQLite sources); the stores are in its `acme/` subdirectory.
     c.env(
         "RECKON_SQLITE_SOURCE_DIR",
         data.parent().expect("the data directory has a parent"),
@@ -242,7 +242,10 @@ fn replicas_on_one_postgresql_ledger_scan_each_source_once_per_interval() {
     };
     run(&["tenant", "create", "acme"]);
     for s in ["a", "b", "c"] {
-        let store = dir.path().join(format!("{s}.db"));
+        // acme's SQLite source sits in acme's own directory of the SQLite source
+        // directory (T12: `{sqlite_source_dir}/{tenant-slug}/`).
+        let store = dir.path().join("acme").join(format!("{s}.db"));
+        std::fs::create_dir_all(store.parent().unwrap()).unwrap();
         let out = Command::new(python())
             .arg(&writer)
             .args(["--backend", "sqlite", "--dsn"])

@@ -14,6 +14,14 @@ use std::sync::{Arc, OnceLock};
 use tempfile::TempDir;
 
 pub const SOURCE: &str = "src";
+/// The slug of [`TestLedger`]'s tenant.
+pub const TENANT: &str = "acme";
+
+/// The operator's SQLite source directory of these tests; tenant `acme`'s files are in
+/// its `acme/` subdirectory.
+pub fn sqlite_root() -> PathBuf {
+    std::env::temp_dir().join("reckon-engine-tests-sqlite-sources")
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -91,7 +99,16 @@ pub struct SourceDb {
 
 impl SourceDb {
     pub async fn fresh(kind: Kind) -> SourceDb {
-        let dir = tempfile::tempdir().expect("tempdir");
+        // A SQLite source lives in its tenant's directory of the operator's SQLite source
+        // directory (T12): `{sqlite_root()}/acme/`.
+        let dir = match kind {
+            Kind::Sqlite => {
+                let tenant_dir = sqlite_root().join(TENANT);
+                std::fs::create_dir_all(&tenant_dir).expect("the tenant's SQLite directory");
+                tempfile::tempdir_in(&tenant_dir).expect("tempdir")
+            }
+            _ => tempfile::tempdir().expect("tempdir"),
+        };
         let (writer_dsn, source_dsn) = match kind {
             Kind::Sqlite => {
                 let p = dir.path().join("justonce.db");
@@ -251,7 +268,7 @@ impl TestLedger {
         let ledger = reckon_ledger::connect(None, dir.path(), keyring)
             .await
             .expect("open SQLite ledger");
-        let tenant = ledger.create_tenant("acme").await.expect("create tenant");
+        let tenant = ledger.create_tenant(TENANT).await.expect("create tenant");
         TestLedger {
             ledger,
             tenant,
@@ -308,12 +325,12 @@ impl TestLedger {
 }
 
 /// The operator allow-list these tests need: their sources are on loopback and in
-/// temporary directories.
+/// [`sqlite_root`] (each tenant in its own subdirectory).
 pub fn test_egress() -> std::sync::Arc<reckon_sources::EgressPolicy> {
     std::sync::Arc::new(
         reckon_sources::EgressPolicy::new(
             &["127.0.0.0/8".into(), "::1".into()],
-            Some(std::env::temp_dir()),
+            Some(sqlite_root()),
         )
         .expect("valid networks"),
     )

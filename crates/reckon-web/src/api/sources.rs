@@ -6,7 +6,7 @@ use crate::extract::ApiPath;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use reckon_engine::{SourceEdit, SourceInput, new_source, source_change};
+use reckon_engine::{SourceEdit, SourceInput, check_dsn_at_save, new_source, source_change};
 use reckon_ledger::{LedgerError, Source};
 use serde_json::{Value, json};
 
@@ -23,6 +23,9 @@ pub async fn create(
     let name = input.name.clone();
     let secrets = dsn_secrets(input.dsn.as_deref());
     let new = new_source(input).map_err(|why| ApiError::Unprocessable(scrub(why, &secrets)))?;
+    check_dsn_at_save(new.kind, new.dsn.as_ref(), &state.egress, &auth.tenant.slug)
+        .await
+        .map_err(|why| ApiError::Unprocessable(scrub(why, &secrets)))?;
     let source = state
         .ledger
         .add_source(auth.tenant.id, new)
@@ -46,8 +49,8 @@ pub async fn create(
 
 /// `PATCH /api/v1/sources/{name}`: change a source's settings. Fields left out keep their
 /// stored value; the DSN's secret is replaced only when a new one is given (a DSN without a
-/// password keeps the stored password). The same checks as adding apply; a new DSN is
-/// checked against the egress policy before every connection, like one added.
+/// password keeps the stored password). The same checks as adding apply: a new DSN is
+/// checked against the egress policy now and before every connection, like one added.
 pub async fn edit(
     State(state): State<AppState>,
     Admin(auth): Admin,
@@ -77,6 +80,14 @@ pub async fn edit(
     };
     let change = source_change(source.kind, stored.as_ref(), edit)
         .map_err(|why| ApiError::Unprocessable(scrub(why, &secrets)))?;
+    check_dsn_at_save(
+        source.kind,
+        change.dsn.as_ref(),
+        &state.egress,
+        &auth.tenant.slug,
+    )
+    .await
+    .map_err(|why| ApiError::Unprocessable(scrub(why, &secrets)))?;
     let dsn_changed = change.dsn.is_some();
     let source = state.ledger.update_source(tenant, &name, change).await?;
     crate::actions::by_token(

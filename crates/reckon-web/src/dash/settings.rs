@@ -590,6 +590,13 @@ pub async fn add_source(
         Ok(n) => n,
         Err(why) => return refuse(&st, &s, error(why)).await,
     };
+    // The egress policy at save (T08, T12), as the API's add: the reason, never the DSN.
+    if let Err(why) =
+        reckon_engine::check_dsn_at_save(new.kind, new.dsn.as_ref(), &st.egress, &s.tenant.slug)
+            .await
+    {
+        return refuse(&st, &s, error(why)).await;
+    }
     let source = match st.ledger.add_source(s.tenant.id, new).await {
         Ok(x) => x,
         Err(LedgerError::Conflict(_)) => {
