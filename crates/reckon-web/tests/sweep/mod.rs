@@ -63,11 +63,9 @@ pub fn request_for(
             json!({"secret": "rk_live_b", "settings": {"account": "acct_b"}}).to_string(),
         ),
         // Ask for a scan of, or probe, A's source and provider.
-        ("POST", "/api/v1/sources/{name}/scan" | "/api/v1/sources/{name}/test") => (
-            spec.path.replace("{name}", A_SOURCE),
-            None,
-            String::new(),
-        ),
+        ("POST", "/api/v1/sources/{name}/scan" | "/api/v1/sources/{name}/test") => {
+            (spec.path.replace("{name}", A_SOURCE), None, String::new())
+        }
         ("POST", "/api/v1/providers/{name}/test") => (
             format!("/api/v1/providers/{A_PROVIDER}/test"),
             None,
