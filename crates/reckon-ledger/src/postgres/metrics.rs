@@ -6,6 +6,10 @@ use crate::metrics::{
     UNRESOLVED_SQL, map_rows, tenant_param,
 };
 use crate::{Ledger, Result};
+use futures::{StreamExt, TryStreamExt};
+
+/// Tenants read at once by the operator's scrape (the pool holds 10 connections).
+const SCRAPE_CONCURRENCY: usize = 4;
 
 impl PgLedger {
     pub(crate) async fn metrics_snapshot_pg(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
@@ -21,19 +25,26 @@ impl PgLedger {
                 .map(|t| t.id)
                 .collect(),
         };
+        // Several tenants at once (each its own transaction and pooled connection), in
+        // tenant order so the exposition is stable. A scrape is one per cache period (the
+        // web side's single flight), so this never takes more than these connections.
+        let snapshots: Vec<MetricsSnapshot> = futures::stream::iter(tenants)
+            .map(|t| {
+                self.metrics_snapshot_tenant(MetricsQuery {
+                    tenant: Some(t),
+                    ..q
+                })
+            })
+            .buffered(SCRAPE_CONCURRENCY)
+            .try_collect()
+            .await?;
         let mut all = MetricsSnapshot {
             unresolved: vec![],
             sources: vec![],
             quarantine: vec![],
             needs_attention: vec![],
         };
-        for t in tenants {
-            let one = self
-                .metrics_snapshot_tenant(MetricsQuery {
-                    tenant: Some(t),
-                    ..q
-                })
-                .await?;
+        for one in snapshots {
             all.unresolved.extend(one.unresolved);
             all.sources.extend(one.sources);
             all.quarantine.extend(one.quarantine);
@@ -47,15 +58,22 @@ impl PgLedger {
         let scoped = q.tenant.expect("a tenant-scoped snapshot");
         // One read transaction, so the answers describe the same moment.
         // The isolation level must be set before any other statement, the tenant right after.
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
+        // Round trips are most of a small tenant's cost: the isolation level goes with
+        // BEGIN, and the tenant with the statement timeout (the web side gives up after its
+        // own timeout; this stops the server's work too) in one statement.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await?;
-        Self::rescope(&mut tx, crate::accounts::Scope::Tenant(scoped)).await?;
-        // The web side gives up after its own timeout; this stops the server's work too.
-        sqlx::query("SET LOCAL statement_timeout = '10s'")
-            .execute(&mut *tx)
-            .await?;
+        let (tenant_setting, _, _, _) = crate::accounts::Scope::Tenant(scoped).settings();
+        sqlx::query(
+            "SELECT set_config('reckon.tenant', $1, true), set_config('reckon.token', '', true), \
+             set_config('reckon.session', '', true), set_config('reckon.user', '', true), \
+             set_config('statement_timeout', '10s', true)",
+        )
+        .bind(tenant_setting)
+        .execute(&mut *tx)
+        .await?;
         let unresolved = sqlx::query(UNRESOLVED_SQL)
             .bind(q.now)
             .bind(q.replay_closing_created_before)
