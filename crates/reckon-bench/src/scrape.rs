@@ -126,6 +126,26 @@ async fn fill(
     Ok(t.elapsed())
 }
 
+/// The ledger's part of a scrape alone (every tenant's read, no rendering, no HTTP), to
+/// say where a scrape's time goes.
+async fn query_only(ledger: &dyn Ledger, n: usize) -> anyhow::Result<(Duration, Duration)> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let now = reckon_domain::time::now();
+        let t = Instant::now();
+        ledger
+            .metrics_snapshot(reckon_ledger::MetricsQuery {
+                tenant: None,
+                now,
+                replay_closing_created_before: now - 72_000.0,
+            })
+            .await?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    Ok((times[n / 2], times[n - 1]))
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -208,6 +228,12 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
         ms(small.max),
         small.bytes
     );
+    let (q50, qmax) = query_only(ledger.as_ref(), 50).await?;
+    println!(
+        "  of which the ledger reads (all tenants, no rendering): p50 {:.2} ms, max {:.2} ms",
+        ms(q50),
+        ms(qmax)
+    );
 
     let fill_large = fill(
         &mut conn,
@@ -233,6 +259,12 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
         ms(large.p99),
         ms(large.max),
         large.bytes
+    );
+    let (q50, qmax) = query_only(ledger.as_ref(), 50).await?;
+    println!(
+        "  of which the ledger reads (all tenants, no rendering): p50 {:.2} ms, max {:.2} ms",
+        ms(q50),
+        ms(qmax)
     );
     // Byte sizes differ slightly between phases (ages, durations and HTTP counters change
     // width), so they are printed above, not compared.
