@@ -267,7 +267,13 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
     // on whichever page is measured first.
     for (_, path) in &pages {
         Command::new("wrk")
-            .args(["-t2", &format!("-c{}", args.connections), "-d3s", "-H", &cookie])
+            .args([
+                "-t2",
+                &format!("-c{}", args.connections),
+                "-d3s",
+                "-H",
+                &cookie,
+            ])
             .arg(format!("{base}{path}"))
             .output()?;
     }

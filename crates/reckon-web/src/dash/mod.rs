@@ -130,7 +130,8 @@ impl DashState {
         background: Option<std::time::Instant>,
     ) -> Result<std::sync::Arc<OverviewData>, ApiError> {
         let mut cache = self.overviews.lock().expect("overview cache");
-        if background.is_some() && cache.get(&tenant.get()).map(|c| c.refreshing) != Some(background)
+        if background.is_some()
+            && cache.get(&tenant.get()).map(|c| c.refreshing) != Some(background)
         {
             return read.map(std::sync::Arc::new);
         }
