@@ -157,6 +157,51 @@ pub fn run_digest(tenant: i64, seq: i64, prev_digest: &str, run: &NewAuditRun) -
 /// Check a tenant's runs, in `seq` order from the first: every seq follows the previous,
 /// every `prev_digest` is the previous run's digest, and every digest is recomputed from
 /// the stored content. Returns every break (empty: the chain is intact).
+/// One run's place in its tenant's chain.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChainLink {
+    pub id: i64,
+    pub seq: i64,
+    pub prev_digest: String,
+    pub digest: String,
+}
+
+/// The links of a whole chain: no run missing (seq 1, 2, ...) and each run naming the
+/// digest of the one before. Together with [`verify_content`] of a run, this is what
+/// [`verify_chain`] checks, without reading every run's findings and evidence.
+pub fn verify_links(links: &[ChainLink]) -> Vec<ChainBreak> {
+    let mut out = Vec::new();
+    let mut prev = "";
+    for (i, l) in links.iter().enumerate() {
+        let brk = |reason: String| ChainBreak {
+            id: l.id,
+            seq: l.seq,
+            reason,
+        };
+        if l.seq != i as i64 + 1 {
+            out.push(brk(format!(
+                "seq {} where {} was expected (a run was removed)",
+                l.seq,
+                i + 1
+            )));
+        }
+        if l.prev_digest != prev {
+            out.push(brk("its previous digest is not the previous run's".into()));
+        }
+        prev = &l.digest;
+    }
+    out
+}
+
+/// Whether a run's content still has the digest it was stored with.
+pub fn verify_content(tenant: TenantId, r: &AuditRun) -> Option<ChainBreak> {
+    (run_digest(tenant.0, r.seq, &r.prev_digest, &r.run) != r.digest).then(|| ChainBreak {
+        id: r.id,
+        seq: r.seq,
+        reason: "its content does not match its digest (the run was edited)".into(),
+    })
+}
+
 pub fn verify_chain(tenant: TenantId, runs: &[AuditRun]) -> Vec<ChainBreak> {
     let mut out = Vec::new();
     let mut prev = String::new();
@@ -294,6 +339,9 @@ pub trait Audits: Send + Sync {
     async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>>;
     /// The newest run of `day` (complete or failed), without its findings or evidence.
     async fn audit_glance(&self, tenant: TenantId, day: &str) -> Result<Option<AuditGlance>>;
+    /// Every run's place in the chain (seq and digests only), in seq order: what
+    /// [`verify_links`] needs, a few hundred bytes per run whatever the runs hold.
+    async fn audit_links(&self, tenant: TenantId) -> Result<Vec<ChainLink>>;
 }
 
 pub(crate) const RUN_COLUMNS: &str = "id, seq, day, time_zone, window_start, window_end, \
@@ -774,6 +822,34 @@ macro_rules! impl_audits {
                 }))
             }
 
+            async fn audit_links(
+                &self,
+                tenant: $crate::model::TenantId,
+            ) -> $crate::Result<Vec<$crate::audit::ChainLink>> {
+                use sqlx::Row;
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
+                    .await?;
+                let rows = sqlx::query(
+                    "SELECT id, seq, prev_digest, digest FROM audit_run WHERE tenant_id = $1 \
+                     ORDER BY seq",
+                )
+                .bind(tenant.0)
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok($crate::audit::ChainLink {
+                            id: r.try_get("id")?,
+                            seq: r.try_get("seq")?,
+                            prev_digest: r.try_get("prev_digest")?,
+                            digest: r.try_get("digest")?,
+                        })
+                    })
+                    .collect()
+            }
+
             async fn audit_glance(
                 &self,
                 tenant: $crate::model::TenantId,
@@ -811,3 +887,36 @@ macro_rules! impl_audits {
 }
 
 pub(crate) use impl_audits;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(id: i64, seq: i64, prev: &str, digest: &str) -> ChainLink {
+        ChainLink {
+            id,
+            seq,
+            prev_digest: prev.into(),
+            digest: digest.into(),
+        }
+    }
+
+    #[test]
+    fn links_break_where_a_run_was_removed_or_relinked() {
+        let chain = [
+            link(1, 1, "", "a"),
+            link(2, 2, "a", "b"),
+            link(3, 3, "b", "c"),
+        ];
+        assert!(verify_links(&chain).is_empty());
+        // The middle run removed: the third is out of place and names a digest not before it.
+        let removed = [chain[0].clone(), chain[2].clone()];
+        let breaks = verify_links(&removed);
+        assert_eq!(breaks.len(), 2, "{breaks:?}");
+        assert!(breaks.iter().all(|b| b.id == 3));
+        // A run relinked to another predecessor.
+        let relinked = [chain[0].clone(), link(2, 2, "x", "b"), chain[2].clone()];
+        let breaks = verify_links(&relinked);
+        assert_eq!(breaks.iter().map(|b| b.id).collect::<Vec<_>>(), [2]);
+    }
+}

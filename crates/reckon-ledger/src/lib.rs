@@ -28,7 +28,8 @@ pub use actions::{Action, NewAction};
 // ---- audit (issue 6) ----
 pub use audit::{
     ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, Audits, ChainBreak,
-    NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, run_digest, verify_chain,
+    ChainLink, NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, run_digest,
+    verify_chain, verify_content, verify_links,
 };
 pub use crypto::{Keyring, KeyringError};
 pub use keys::RotateReport;

@@ -796,8 +796,9 @@ async fn the_audit_page_shows_yesterdays_findings_by_kind_with_amounts_and_total
     );
     // The history, with the chain verified.
     assert!(
-        r.text
-            .contains("1 runs in the chain, every digest verified."),
+        r.text.contains(
+            "1 runs in the chain: every link verified, and the content of every run on this page"
+        ),
         "{}",
         r.text
     );
@@ -845,6 +846,29 @@ async fn the_audit_page_shows_yesterdays_findings_by_kind_with_amounts_and_total
     );
     assert!(r.text.contains("No audit of 2020-02-29 yet"), "{}", r.text);
     assert_eq!(r.headers["vary"], "HX-Request");
+
+    // Someone edits the stored run behind reckon's back: the page says so.
+    use sqlx::Connection;
+    let mut db = sqlx::SqliteConnection::connect_with(
+        &sqlx::sqlite::SqliteConnectOptions::new().filename(w.data_dir().join("reckon.db")),
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE audit_run SET findings = '[]' WHERE id = ?")
+        .bind(id)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    db.close().await.unwrap();
+    let r = get(&w, &cookie, "/t/acme/audit").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text
+            .contains("The chain does not verify: run #1: its content does not match"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("<span class=\"badge ok\">verified</span>"));
     w.finish().await;
 }
 

@@ -402,12 +402,27 @@ pub async fn audit_page(
     let day = window.date.clone();
     let mut c = Chrome::new(&s, "audit");
     let base = c.base.clone();
-    let (checked, breaks) = reckon_engine::audit::verify(st.ledger.as_ref(), tenant)
-        .await
-        .map_err(|e| match e {
-            reckon_engine::audit::AuditRunError::Ledger(l) => PageError::from(l),
-            other => PageError::from(crate::error::ApiError::internal(other)),
-        })?;
+    // The whole chain's links (seq and digests, small whatever the runs hold), and the
+    // content of every run this page shows. Reading every run's findings and evidence on
+    // each load would grow with the tenant's history; `reckon audit verify` does that.
+    let links = st.ledger.audit_links(tenant).await?;
+    let checked = links.len();
+    let mut breaks = reckon_ledger::verify_links(&links);
+    let day_runs = st.ledger.list_audit_runs(tenant, Some(&day), 50).await?;
+    let history_runs = if wants_fragment(&headers) {
+        vec![]
+    } else {
+        st.ledger.list_audit_runs(tenant, None, HISTORY).await?
+    };
+    let mut seen = std::collections::HashSet::new();
+    for r in day_runs.iter().chain(&history_runs) {
+        if seen.insert(r.id)
+            && let Some(b) = reckon_ledger::verify_content(tenant, r)
+        {
+            breaks.push(b);
+        }
+    }
+    breaks.sort_by_key(|b| b.seq);
     let mut broken: HashMap<i64, String> = HashMap::new();
     for b in &breaks {
         broken
@@ -418,7 +433,6 @@ pub async fn audit_page(
             })
             .or_insert_with(|| b.reason.clone());
     }
-    let day_runs = st.ledger.list_audit_runs(tenant, Some(&day), 50).await?;
     let chosen: Option<AuditRun> = match run_id {
         Some(id) => match day_runs.iter().find(|r| r.id == id) {
             Some(r) => Some(r.clone()),
@@ -443,9 +457,7 @@ pub async fn audit_page(
         vec![]
     } else {
         c.tenants = super::pages::other_tenants(&st, &s).await?;
-        st.ledger
-            .list_audit_runs(tenant, None, HISTORY)
-            .await?
+        history_runs
             .iter()
             .map(|r| row(r, &base, &tz, &broken, selected))
             .collect()

@@ -629,4 +629,10 @@ impl reckon_ledger::Audits for CountingLedger {
     ) -> reckon_ledger::Result<Option<reckon_ledger::AuditGlance>> {
         self.inner.audit_glance(tenant, day).await
     }
+    async fn audit_links(
+        &self,
+        tenant: reckon_ledger::TenantId,
+    ) -> reckon_ledger::Result<Vec<reckon_ledger::ChainLink>> {
+        self.inner.audit_links(tenant).await
+    }
 }
