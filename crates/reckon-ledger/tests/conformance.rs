@@ -3235,6 +3235,17 @@ async fn story_dash_audit_glance(ledger: Arc<dyn Ledger>) {
         ("failed", Some("provider pay page 3: server error"))
     );
     assert!(glance.findings.is_empty());
+    // The chain's links, in seq order, each naming the digest before it.
+    let links = ledger.audit_links(t.id).await.unwrap();
+    assert_eq!(
+        links.iter().map(|l| l.seq).collect::<Vec<_>>(),
+        [1, 2],
+        "{links:?}"
+    );
+    assert_eq!(links[1].id, failed.id);
+    assert_eq!(links[1].prev_digest, links[0].digest);
+    assert!(reckon_ledger::verify_links(&links).is_empty());
+    assert!(ledger.audit_links(other.id).await.unwrap().is_empty());
     assert_eq!(ledger.audit_glance(t.id, "2026-11-27").await.unwrap(), None);
     assert_eq!(
         ledger.audit_glance(other.id, "2026-11-28").await.unwrap(),
