@@ -10,6 +10,7 @@ use reckon_ledger::{Ledger, Provider as ProviderRow, Source, Tenant};
 use reckon_providers::{GetClient, build_provider};
 use reckon_sources::EgressPolicy;
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a probe may take before it is reported as timed out (a connect alone may
@@ -72,17 +73,22 @@ pub async fn test_source(
 }
 
 /// List the provider's charges of the last five minutes with its stored key, as the
-/// audit's import does: the base URL is checked by the egress policy first, and a refusal
+/// audit's import does (the same confined client): the base URL is checked by the egress
+/// policy first, and a refusal
 /// of the key, a 5xx or a malformed page is reported as what it is.
 pub async fn test_provider(
     ledger: &dyn Ledger,
     tenant: &Tenant,
     provider: &ProviderRow,
-    egress: &EgressPolicy,
-    client: GetClient,
+    egress: &Arc<EgressPolicy>,
+    client: &GetClient,
     now: f64,
 ) -> ProbeReport {
     let started = Instant::now();
+    // Confined to the policy like the reconciler's and the import's client, so the address
+    // connected to is one the policy allowed when the connection was made (T09), not only
+    // the one `check_url` saw.
+    let client = crate::provider_client(client, egress);
     let probe = async {
         if let Some(base) = provider.settings.get("base_url").and_then(|u| u.as_str()) {
             let u = url::Url::parse(base).map_err(|e| format!("base_url: {e}"))?;

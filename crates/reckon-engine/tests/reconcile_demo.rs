@@ -421,6 +421,27 @@ async fn a_provider_host_that_rebinds_is_never_connected_at_the_forbidden_addres
         "the forbidden address was connected to"
     );
 
+    // 2b. The settings page's "test" of the provider goes through the same confined client.
+    let (_dir3, ledger, t) = one_unknown_charge(&url).await;
+    let dns = Dns::new(&["127.0.0.1", "127.0.0.2"]);
+    let provider = ledger.provider_by_name(t.id, "pay").await.unwrap();
+    let report = reckon_engine::probe::test_provider(
+        ledger.as_ref(),
+        &t,
+        &provider,
+        &policy(dns.clone()),
+        &reckon_providers::GetClient::shared(),
+        time::now(),
+    )
+    .await;
+    assert!(!report.ok, "{report:?}");
+    assert!(report.message.contains("127.0.0.2"), "{report:?}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the probe connected to the forbidden address"
+    );
+
     // 3. Without the policy in between, the same answers reach the forbidden server.
     let unchecked = reckon_providers::GetClient::new(std::time::Duration::from_secs(5))
         .confined(Arc::new(Unchecked(Dns::new(&["127.0.0.2"]))));

@@ -42,7 +42,7 @@ pub(crate) async fn probe_provider(
         tenant,
         provider,
         &st.egress,
-        GetClient::shared(),
+        &GetClient::shared(),
         now,
     )
     .await;
