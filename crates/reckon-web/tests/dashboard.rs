@@ -1974,40 +1974,24 @@ async fn an_admin_tests_a_source_asks_for_a_scan_and_turns_write_back_on_and_off
     );
 
     // The same through the API, with a token.
-    let r = send(
-        &app,
-        Method::POST,
-        "/api/v1/sources/orders/test",
-        Req {
-            token: Some(&w.token_a),
-            ..Default::default()
-        },
-    )
-    .await;
+    let api_post = |uri: &'static str| {
+        send(
+            &app,
+            Method::POST,
+            uri,
+            Req {
+                token: Some(&w.token_a),
+                ..Default::default()
+            },
+        )
+    };
+    let r = api_post("/api/v1/sources/orders/test").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["ok"], true, "{}", r.text);
-    let r = send(
-        &app,
-        Method::POST,
-        "/api/v1/sources/gone/test",
-        Req {
-            token: Some(&w.token_a),
-            ..Default::default()
-        },
-    )
-    .await;
+    let r = api_post("/api/v1/sources/gone/test").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["ok"], false, "{}", r.text);
-    let r = send(
-        &app,
-        Method::POST,
-        "/api/v1/sources/orders/scan",
-        Req {
-            token: Some(&w.token_a),
-            ..Default::default()
-        },
-    )
-    .await;
+    let r = api_post("/api/v1/sources/orders/scan").await;
     assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
     assert!(r.json["scan_requested_at"].as_f64().is_some(), "{}", r.text);
     w.finish().await;
