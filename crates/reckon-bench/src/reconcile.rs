@@ -189,6 +189,7 @@ async fn seed(
                     abandoned_after_secs: 300.0,
                     cursor: None,
                     lease: None,
+                    expect_new: false,
                 },
             )
             .await?;

@@ -293,6 +293,7 @@ async fn seed(ledger: &dyn Ledger, demo: &DemoState, n: usize) -> anyhow::Result
                     abandoned_after_secs: 300.0,
                     cursor: None,
                     lease: None,
+                    expect_new: false,
                 },
             )
             .await?;

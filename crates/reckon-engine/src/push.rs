@@ -133,6 +133,7 @@ pub async fn ingest_push(
         abandoned_after_secs: source.abandoned_after_secs,
         cursor: None,
         lease: None,
+        expect_new: false,
     };
     let outcome = ledger.ingest(tenant, source.id, batch).await?;
     for ((index, rec), status) in records.into_iter().zip(outcome.statuses) {

@@ -221,6 +221,7 @@ async fn scan_with(
         abandoned_after_secs: source.abandoned_after_secs,
         cursor,
         lease: opts.lease.clone(),
+        expect_new: first_scan,
     };
 
     {
@@ -348,6 +349,7 @@ async fn compare_key_sets(
                     abandoned_after_secs: source.abandoned_after_secs,
                     cursor: None,
                     lease: lease.cloned(),
+                    expect_new: false,
                 },
             )
             .await?;

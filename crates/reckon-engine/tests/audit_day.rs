@@ -177,6 +177,7 @@ async fn ingest(ledger: &dyn Ledger, tenant: TenantId, source: i64, records: Vec
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await

@@ -234,6 +234,7 @@ async fn the_stripe_list_path_against_localstripe_finds_exactly_the_planted_prob
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await

@@ -66,6 +66,7 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await
@@ -185,6 +186,7 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await
@@ -325,6 +327,7 @@ async fn one_unknown_charge(
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await

@@ -184,6 +184,7 @@ async fn ledger_with(
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await

@@ -234,6 +234,10 @@ pub struct IngestBatch {
     pub cursor: Option<Cursor>,
     /// The scan's lease: when given, the batch is written only while it is still held.
     pub lease: Option<Lease>,
+    /// A hint, not a promise: the ledger is expected to hold none of these keys (a
+    /// source's first scan). A backend may then insert first and look keys up only if one
+    /// conflicts; what is stored is the same either way.
+    pub expect_new: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

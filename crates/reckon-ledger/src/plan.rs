@@ -218,6 +218,7 @@ mod tests {
             abandoned_after_secs: 300.0,
             cursor: None,
             lease: None,
+            expect_new: false,
         }
     }
 

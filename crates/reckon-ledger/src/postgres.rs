@@ -116,20 +116,30 @@ impl PgLedger {
         source_id: i64,
         batch: &IngestBatch,
         plan: &IngestPlan,
-    ) -> Result<()> {
+        optimistic: bool,
+    ) -> Result<bool> {
         let now = batch.observed_at;
         let mut ids: HashMap<String, i64> = HashMap::new();
         if !plan.creates.is_empty() {
             let c = &plan.creates;
-            let inserted = sqlx::query(
-                "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, \
-                 state, request_hash, response, attempts, created_at, updated_at, expires_at, \
-                 abandoned_at, first_seen_at, last_changed_at) \
-                 SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], \
-                 $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], \
-                 $12::float8[], $13::float8[], $14::float8[]) AS u \
-                 RETURNING id, key",
-            )
+            macro_rules! insert_effects {
+                () => {
+                    "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
+                     subject, state, request_hash, response, attempts, created_at, updated_at, \
+                     expires_at, abandoned_at, first_seen_at, last_changed_at) \
+                     SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], \
+                     $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], \
+                     $11::float8[], $12::float8[], $13::float8[], $14::float8[]) AS u"
+                };
+            }
+            let inserted = sqlx::query(if optimistic {
+                concat!(
+                    insert_effects!(),
+                    " ON CONFLICT (tenant_id, source_id, key) DO NOTHING RETURNING id, key"
+                )
+            } else {
+                concat!(insert_effects!(), " RETURNING id, key")
+            })
             .bind(tenant.0)
             .bind(source_id)
             .bind(c.iter().map(|w| w.record.key.clone()).collect::<Vec<_>>())
@@ -159,6 +169,10 @@ impl PgLedger {
             .bind(now)
             .fetch_all(&mut *tx)
             .await?;
+            if inserted.len() < c.len() {
+                // Only `optimistic` skips a row: a key the ledger already held.
+                return Ok(false);
+            }
             for row in &inserted {
                 ids.insert(row.try_get("key")?, row.try_get("id")?);
             }
@@ -265,7 +279,107 @@ impl PgLedger {
             .execute(&mut *tx)
             .await?;
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// One attempt at [`Ledger::ingest`]. `optimistic`: plan every key as new and insert
+    /// with `ON CONFLICT DO NOTHING`; `None` (nothing written) if a key was already there.
+    async fn ingest_once(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        batch: &IngestBatch,
+        optimistic: bool,
+    ) -> Result<Option<IngestOutcome>> {
+        let mut tx = self.begin_for(tenant).await?;
+        lease::fence(&mut tx, batch.lease.as_ref()).await?;
+        // The source id comes from the caller: it must be one of this tenant's sources, or
+        // the batch would be written under this tenant into another tenant's source.
+        // FOR KEY SHARE is the lock effect's foreign keys used to take once per inserted row
+        // (migration 0002 dropped them): taken once per batch, it keeps the source (and,
+        // through the source's own foreign key, the tenant) from being deleted or re-keyed
+        // until the batch commits.
+        let owned: Option<i64> = sqlx::query_scalar(
+            "SELECT id FROM source WHERE tenant_id = $1 AND id = $2 FOR KEY SHARE",
+        )
+        .bind(tenant.0)
+        .bind(source_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if owned.is_none() {
+            return Err(LedgerError::NotFound(format!("source {source_id}")));
+        }
+        let keys: Vec<&str> = batch.records.iter().map(|r| r.key.as_str()).collect();
+        let mut existing = HashMap::new();
+        if !optimistic && !keys.is_empty() {
+            // One index probe per key (the lateral subquery, kept apart by OFFSET 0), never
+            // `key = ANY($3)`: without statistics (a new ledger, autovacuum off) the planner
+            // reads `tenant_id = $1` as selective and scans every effect of the tenant
+            // through a prefix index, once per batch: a quadratic initial scan. Per-key
+            // equality on all three columns of the unique index has no cheaper rival once the
+            // table holds more than a few pages, whatever the statistics say.
+            // Not persistent (unnamed statement): PostgreSQL plans it at each execution with
+            // the table's current size. A prepared statement switches to a generic plan
+            // after five executions, made while the ledger was still empty and kept however
+            // large it grows (until an ANALYZE that autovacuum may never run).
+            let found = sqlx::query(AssertSqlSafe(format!(
+                "SELECT e.* FROM UNNEST($3::text[]) AS k(key) CROSS JOIN LATERAL \
+                 (SELECT {} FROM effect WHERE tenant_id = $1 AND source_id = $2 \
+                 AND key = k.key OFFSET 0) AS e",
+                rows::SNAPSHOT_COLUMNS
+            )))
+            .bind(tenant.0)
+            .bind(source_id)
+            .bind(&keys)
+            .persistent(false)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in &found {
+                let (id, snap) = rows::snapshot::<Postgres>(row)?;
+                existing.insert(snap.record.key.clone(), (id, snap));
+            }
+        }
+        let plan = ingest_plan(batch, &existing);
+        if !Self::execute_plan(&mut tx, tenant, source_id, batch, &plan, optimistic).await? {
+            // Dropping the transaction rolls back what it wrote.
+            return Ok(None);
+        }
+
+        for rej in &batch.rejected {
+            sqlx::query(
+                "INSERT INTO quarantine (tenant_id, source_id, reason, detail, key_excerpt, \
+                 key_bytes, excerpt, fingerprint, origin, first_seen_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+                 ON CONFLICT (source_id, fingerprint) DO NOTHING",
+            )
+            .bind(tenant.0)
+            .bind(source_id)
+            .bind(rej.reason.as_str())
+            .bind(&rej.detail)
+            .bind(&rej.key_excerpt)
+            .bind(&rej.key_bytes)
+            .bind(&rej.excerpt)
+            .bind(&rej.fingerprint)
+            .bind(batch.origin.as_str())
+            .bind(batch.observed_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if batch.cursor.is_some() {
+            let (u, k) = cursor_parts(&batch.cursor);
+            sqlx::query(
+                "UPDATE source SET cursor_updated_at = $1, cursor_key = $2 \
+                 WHERE tenant_id = $3 AND id = $4",
+            )
+            .bind(u)
+            .bind(k)
+            .bind(tenant.0)
+            .bind(source_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Some(outcome(&plan, batch.rejected.len())))
     }
 }
 
@@ -526,92 +640,18 @@ impl Ledger for PgLedger {
         source_id: i64,
         batch: IngestBatch,
     ) -> Result<IngestOutcome> {
-        let mut tx = self.begin_for(tenant).await?;
-        lease::fence(&mut tx, batch.lease.as_ref()).await?;
-        // The source id comes from the caller: it must be one of this tenant's sources, or
-        // the batch would be written under this tenant into another tenant's source.
-        // FOR KEY SHARE is the lock effect's foreign keys used to take once per inserted row
-        // (migration 0002 dropped them): taken once per batch, it keeps the source (and,
-        // through the source's own foreign key, the tenant) from being deleted or re-keyed
-        // until the batch commits.
-        let owned: Option<i64> = sqlx::query_scalar(
-            "SELECT id FROM source WHERE tenant_id = $1 AND id = $2 FOR KEY SHARE",
-        )
-        .bind(tenant.0)
-        .bind(source_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if owned.is_none() {
-            return Err(LedgerError::NotFound(format!("source {source_id}")));
+        // A first scan's keys are new: inserting first, without looking them up, saves a
+        // quarter of its time. Should a key be there after all, that transaction is
+        // dropped and the batch is ingested again the usual way.
+        if batch.expect_new
+            && let Some(outcome) = self.ingest_once(tenant, source_id, &batch, true).await?
+        {
+            return Ok(outcome);
         }
-        let keys: Vec<&str> = batch.records.iter().map(|r| r.key.as_str()).collect();
-        let mut existing = HashMap::new();
-        if !keys.is_empty() {
-            // One index probe per key (the lateral subquery, kept apart by OFFSET 0), never
-            // `key = ANY($3)`: without statistics (a new ledger, autovacuum off) the planner
-            // reads `tenant_id = $1` as selective and scans every effect of the tenant
-            // through a prefix index, once per batch: a quadratic initial scan. Per-key
-            // equality on all three columns of the unique index has no cheaper rival once the
-            // table holds more than a few pages, whatever the statistics say.
-            // Not persistent (unnamed statement): PostgreSQL plans it at each execution with
-            // the table's current size. A prepared statement switches to a generic plan
-            // after five executions, made while the ledger was still empty and kept however
-            // large it grows (until an ANALYZE that autovacuum may never run).
-            let found = sqlx::query(AssertSqlSafe(format!(
-                "SELECT e.* FROM UNNEST($3::text[]) AS k(key) CROSS JOIN LATERAL \
-                 (SELECT {} FROM effect WHERE tenant_id = $1 AND source_id = $2 \
-                 AND key = k.key OFFSET 0) AS e",
-                rows::SNAPSHOT_COLUMNS
-            )))
-            .bind(tenant.0)
-            .bind(source_id)
-            .bind(&keys)
-            .persistent(false)
-            .fetch_all(&mut *tx)
-            .await?;
-            for row in &found {
-                let (id, snap) = rows::snapshot::<Postgres>(row)?;
-                existing.insert(snap.record.key.clone(), (id, snap));
-            }
-        }
-        let plan = ingest_plan(&batch, &existing);
-        Self::execute_plan(&mut tx, tenant, source_id, &batch, &plan).await?;
-
-        for rej in &batch.rejected {
-            sqlx::query(
-                "INSERT INTO quarantine (tenant_id, source_id, reason, detail, key_excerpt, \
-                 key_bytes, excerpt, fingerprint, origin, first_seen_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-                 ON CONFLICT (source_id, fingerprint) DO NOTHING",
-            )
-            .bind(tenant.0)
-            .bind(source_id)
-            .bind(rej.reason.as_str())
-            .bind(&rej.detail)
-            .bind(&rej.key_excerpt)
-            .bind(&rej.key_bytes)
-            .bind(&rej.excerpt)
-            .bind(&rej.fingerprint)
-            .bind(batch.origin.as_str())
-            .bind(batch.observed_at)
-            .execute(&mut *tx)
-            .await?;
-        }
-        if batch.cursor.is_some() {
-            let (u, k) = cursor_parts(&batch.cursor);
-            sqlx::query(
-                "UPDATE source SET cursor_updated_at = $1, cursor_key = $2 \
-                 WHERE tenant_id = $3 AND id = $4",
-            )
-            .bind(u)
-            .bind(k)
-            .bind(tenant.0)
-            .bind(source_id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(outcome(&plan, batch.rejected.len()))
+        Ok(self
+            .ingest_once(tenant, source_id, &batch, false)
+            .await?
+            .expect("a batch planned against its looked-up keys never conflicts"))
     }
 
     async fn present_keys(

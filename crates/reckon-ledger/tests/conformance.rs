@@ -61,6 +61,7 @@ conformance! {
     every_record_is_stored_byte_for_byte_with_a_first_seen_event => story_ingest_exact;
     reading_the_same_records_again_writes_nothing => story_ingest_again;
     a_changed_record_updates_the_effect_with_one_changed_event => story_ingest_changed;
+    a_first_scan_hint_that_is_wrong_stores_what_an_ordinary_batch_would => story_ingest_expect_new;
     an_older_observation_never_overwrites_a_newer_one => story_ingest_stale;
     a_hostile_row_is_quarantined_once_and_every_input_row_is_accounted_for => story_quarantine;
     the_scan_cursor_moves_only_when_a_batch_carries_one => story_cursor;
@@ -148,6 +149,7 @@ fn batch(records: Vec<SourceRecord>) -> IngestBatch {
         abandoned_after_secs: 300.0,
         cursor: None,
         lease: None,
+        expect_new: false,
     }
 }
 
@@ -721,6 +723,79 @@ async fn story_ingest_changed(ledger: Arc<dyn Ledger>) {
     assert_eq!(h[1].attempts, Some(2));
     assert_eq!(h[1].source_updated_at, Some(done.updated_at));
     assert_eq!(list(&*ledger, t.id, everything()).await.len(), 1);
+}
+
+/// `expect_new` lets a backend insert first (PostgreSQL does): all-new keys are stored with
+/// their first-seen events; a batch with a key already there, or a key twice, comes out
+/// exactly as without the hint (nothing doubled, the change recorded once).
+async fn story_ingest_expect_new(ledger: Arc<dyn Ledger>) {
+    let (t, src) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let hinted = |records| IngestBatch {
+        expect_new: true,
+        ..batch(records)
+    };
+    let a = rec("charge:v1:ORD-1", State::Unknown, 1_700_000_100.0);
+    let b = claim("charge:v1:ORD-2:line-3", 1_700_000_100.0, 1_700_000_130.0);
+    let out = ledger
+        .ingest(t.id, src.id, hinted(vec![a.clone(), b.clone()]))
+        .await
+        .unwrap();
+    assert_eq!(out.statuses, [ItemStatus::Created, ItemStatus::Created]);
+    assert_eq!(
+        kinds(&history(&*ledger, t.id, "shop", &b.key).await),
+        ["first_seen"]
+    );
+    // The extra key part of a multi-part subject is indexed on the fast path too.
+    let found = ledger.lookup(t.id, "line-3", 10).await.unwrap();
+    assert_eq!(keys(&found), set(&[&b.key]));
+
+    // Wrong hint: `a` is there already (and changed), `c` is new and comes twice.
+    let a2 = SourceRecord {
+        state: State::Succeeded,
+        response: Some(r#"{"id":"ch_1"}"#.into()),
+        updated_at: 1_700_000_200.0,
+        ..a.clone()
+    };
+    let c = rec("refund:v1:ORD-1", State::Failed, 1_700_000_150.0);
+    let out = ledger
+        .ingest(
+            t.id,
+            src.id,
+            hinted(vec![c.clone(), a2.clone(), c.clone(), b.clone()]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.statuses,
+        [
+            ItemStatus::Created,
+            ItemStatus::Updated,
+            ItemStatus::Unchanged,
+            ItemStatus::Unchanged
+        ]
+    );
+    let all = list(&*ledger, t.id, everything()).await;
+    assert_eq!(
+        keys(&all),
+        set(&[&a.key, &b.key, &c.key]),
+        "nothing doubled"
+    );
+    assert_eq!(
+        effect(&*ledger, t.id, "shop", &a.key).await.state,
+        State::Succeeded
+    );
+    assert_eq!(
+        kinds(&history(&*ledger, t.id, "shop", &a.key).await),
+        ["first_seen", "changed"]
+    );
+    assert_eq!(
+        kinds(&history(&*ledger, t.id, "shop", &c.key).await),
+        ["first_seen"]
+    );
+    assert_eq!(
+        kinds(&history(&*ledger, t.id, "shop", &b.key).await),
+        ["first_seen"]
+    );
 }
 
 async fn story_ingest_stale(ledger: Arc<dyn Ledger>) {

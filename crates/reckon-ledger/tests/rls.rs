@@ -65,6 +65,7 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await

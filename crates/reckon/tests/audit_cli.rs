@@ -103,6 +103,7 @@ async fn reckon_audit_runs_prints_every_format_and_verify_catches_an_edit() {
                 abandoned_after_secs: 300.0,
                 cursor: None,
                 lease: None,
+                expect_new: false,
             },
         )
         .await

@@ -122,6 +122,7 @@ async fn seed(
                     abandoned_after_secs: 300.0,
                     cursor: None,
                     lease: None,
+                    expect_new: false,
                 },
             )
             .await
