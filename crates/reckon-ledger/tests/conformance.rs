@@ -72,6 +72,8 @@ conformance! {
     a_tenant_cannot_write_into_another_tenants_source => story_isolation_writes;
     effect_listings_filter_by_source_state_operation_and_time_and_page_by_id => story_list_filters;
     a_lease_has_one_holder_and_a_lost_lease_writes_nothing => story_leases;
+    // metrics (issue 5)
+    the_metrics_snapshot_groups_every_tenants_unresolved_and_a_tenant_sees_its_own => story_metrics_snapshot;
     // reconciliation (issue 4)
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
@@ -796,6 +798,117 @@ async fn story_ingest_expect_new(ledger: Arc<dyn Ledger>) {
         kinds(&history(&*ledger, t.id, "shop", &b.key).await),
         ["first_seen"]
     );
+}
+
+/// What `/metrics` reads: the operator's view of every tenant (PostgreSQL reads it tenant
+/// by tenant, in batches) equals the union of the tenants' own views, with the values the
+/// ingested records imply.
+async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
+    use reckon_ledger::{MetricsQuery, MetricsSnapshot, QuarantineGroup, UnresolvedGroup};
+    let now = time::now();
+    let mut tenants = Vec::new();
+    // Five tenants, so the operator's read spans several batches; "t2" has no source.
+    for i in 0..5 {
+        let t = ledger.create_tenant(&format!("t{i}")).await.unwrap();
+        if i != 2 {
+            let s = ledger.add_source(t.id, new_source("shop")).await.unwrap();
+            let unknown = rec(
+                &format!("charge:v1:ORD-{i}"),
+                State::Unknown,
+                1_700_000_000.0 + i as f64,
+            );
+            let abandoned = claim("charge:v1:ORD-X", 1_700_000_000.0, 1_700_000_050.0);
+            let live = claim("refund:v1:ORD-Y", now, now + 3600.0);
+            let done = rec("email:v1:ORD-Z", State::Succeeded, 1_700_000_000.0);
+            let hostile = refused(&raw_row(b"charge:v1:Q", b"bogus", None, 1.0e9));
+            let records = if i == 4 {
+                vec![done.clone()]
+            } else {
+                vec![unknown, abandoned, live, done]
+            };
+            ledger
+                .ingest(
+                    t.id,
+                    s.id,
+                    IngestBatch {
+                        rejected: vec![hostile],
+                        ..batch(records)
+                    },
+                )
+                .await
+                .unwrap();
+            ledger
+                .record_scan_success(t.id, s.id, now - 10.0, false, None)
+                .await
+                .unwrap();
+        }
+        tenants.push(t);
+    }
+    let q = |tenant| MetricsQuery {
+        tenant,
+        now,
+        replay_closing_created_before: 1_700_000_001.5,
+    };
+    let sorted = |mut m: MetricsSnapshot| {
+        m.unresolved
+            .sort_by(|a, b| (&a.tenant, &a.operation).cmp(&(&b.tenant, &b.operation)));
+        m.sources.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        m.quarantine.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        m
+    };
+    let all = sorted(ledger.metrics_snapshot(q(None)).await.unwrap());
+    let expect: Vec<UnresolvedGroup> = [0, 1, 3]
+        .iter()
+        .map(|i| UnresolvedGroup {
+            tenant: format!("t{i}"),
+            source: "shop".into(),
+            operation: Some("charge".into()),
+            unknown: 1,
+            abandoned: 1,
+            // The abandoned claim's lease ended at ...050; the unknown row is older.
+            oldest_since: 1_700_000_000.0 + f64::from(*i),
+            // Created at updated_at - 1: ORD-0 and ORD-1's rows and every ORD-X claim.
+            replay_window_closing: if *i <= 1 { 2 } else { 1 },
+        })
+        .collect();
+    assert_eq!(
+        all.unresolved, expect,
+        "one group per tenant, the live claim not counted"
+    );
+    assert_eq!(
+        all.sources
+            .iter()
+            .map(|h| (h.tenant.as_str(), h.up()))
+            .collect::<Vec<_>>(),
+        [("t0", true), ("t1", true), ("t3", true), ("t4", true)]
+    );
+    assert_eq!(
+        all.quarantine,
+        ["t0", "t1", "t3", "t4"]
+            .iter()
+            .map(|t| QuarantineGroup {
+                tenant: (*t).into(),
+                source: "shop".into(),
+                reason: "unknown_state".into(),
+                count: 1,
+            })
+            .collect::<Vec<_>>()
+    );
+    let mut union = MetricsSnapshot::default();
+    for t in &tenants {
+        let one = ledger.metrics_snapshot(q(Some(t.id))).await.unwrap();
+        assert!(
+            one.sources.iter().all(|h| h.tenant == t.slug)
+                && one.unresolved.iter().all(|u| u.tenant == t.slug),
+            "{}'s view holds only its own series",
+            t.slug
+        );
+        union.unresolved.extend(one.unresolved);
+        union.sources.extend(one.sources);
+        union.quarantine.extend(one.quarantine);
+        union.needs_attention.extend(one.needs_attention);
+    }
+    assert_eq!(sorted(union), all);
 }
 
 async fn story_ingest_stale(ledger: Arc<dyn Ledger>) {

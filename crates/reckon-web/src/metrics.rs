@@ -3,9 +3,9 @@
 //! Two kinds of series meet here:
 //! - instance-level counters and histograms ([`reckon_metrics::Metrics`]), updated as
 //!   things happen in this process;
-//! - gauges computed from the ledger at scrape time ([`Ledger::metrics_snapshot`]), built
-//!   fresh into a throw-away registry on every scrape so that a drained backlog's series
-//!   disappear (Prometheus then marks them stale) instead of lingering at an old value.
+//! - gauges computed from the ledger at scrape time ([`Ledger::metrics_snapshot`]), written
+//!   as exposition text at every scrape so that a drained backlog's series disappear
+//!   (Prometheus then marks them stale) instead of lingering at an old value.
 //!
 //! A scrape storm costs one query: answers are cached for [`MetricsSettings::cache_ttl`]
 //! per scope, and concurrent scrapes wait for the one query in flight. The query has a
@@ -27,9 +27,8 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use prometheus::core::Collector;
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, TextEncoder};
 use reckon_domain::time;
 use reckon_ledger::{Ledger, MetricsQuery, MetricsSnapshot, TenantId};
 pub use reckon_metrics::{Metrics, ProviderStatus, ReconcileOutcome};
@@ -171,109 +170,154 @@ impl MetricsState {
         collected
     }
 
-    /// The whole exposition for one scope: `tenant_slug` filters to that tenant's series.
+    /// The whole exposition for one scope: `tenant` filters to that tenant's series.
     async fn render(
         &self,
         ledger: &dyn Ledger,
         tenant: Option<(TenantId, &str)>,
     ) -> Result<String, prometheus::Error> {
         let collected = self.collect(ledger, tenant.map(|t| t.0)).await;
+        let now = time::now();
+        // The ledger families first: writing them touches the sources' instance counters,
+        // which the registry's families then include.
+        let mut ledger_part = String::new();
+        self.write_ledger_families(&collected, tenant.map(|t| t.1), now, &mut ledger_part);
         let mut families = self.instance.registry().gather();
-        families.extend(self.scrape_families(&collected, time::now())?);
         if let Some((_, slug)) = tenant {
             families = only_tenant(families, slug);
         }
-        families.sort_by(|a, b| a.name().cmp(b.name()));
-        let mut out = Vec::new();
-        TextEncoder::new().encode(&families, &mut out)?;
-        Ok(String::from_utf8(out).expect("the text format is UTF-8"))
+        let mut out = String::with_capacity(ledger_part.len() + 64 * 1024);
+        TextEncoder::new().encode_utf8(&families, &mut out)?;
+        out.push_str(&ledger_part);
+        Ok(out)
     }
 
-    fn scrape_families(
+    /// The ledger-derived families and the collector's health, written as exposition text
+    /// directly: they are rebuilt at every scrape (so a drained backlog's series disappear
+    /// and Prometheus marks them stale), and building a registry of ~10,000 throw-away
+    /// gauges per scrape cost more than the ledger reads it reports.
+    fn write_ledger_families(
         &self,
         c: &Collected,
+        scope: Option<&str>,
         now: f64,
-    ) -> Result<Vec<MetricFamily>, prometheus::Error> {
-        let g = ScrapeGauges::new()?;
-        g.collector_up.with_label_values::<&str>(&[]).set(0.0);
-        g.collector_duration
-            .with_label_values::<&str>(&[])
-            .set(c.duration_secs);
+        out: &mut String,
+    ) {
+        let mut up = Family::new(&COLLECTOR_UP);
+        up.sample(&[], if c.snapshot.is_some() { 1.0 } else { 0.0 });
+        up.write_to(out);
         if let Some(t) = c.last_success {
-            g.collector_last_success
-                .with_label_values::<&str>(&[])
-                .set(t);
+            let mut f = Family::new(&COLLECTOR_LAST_SUCCESS);
+            f.sample(&[], t);
+            f.write_to(out);
         }
+        let mut f = Family::new(&COLLECTOR_DURATION);
+        f.sample(&[], c.duration_secs);
+        f.write_to(out);
         if let Some(s) = &c.snapshot {
-            g.collector_up.with_label_values::<&str>(&[]).set(1.0);
-            self.fill(&g, s, now);
+            self.write_snapshot(s, scope, now, out);
         }
-        let reg = Registry::new();
-        for col in g.collectors() {
-            reg.register(col)?;
-        }
-        Ok(reg.gather())
     }
 
-    fn fill(&self, g: &ScrapeGauges, s: &MetricsSnapshot, now: f64) {
+    fn write_snapshot(&self, s: &MetricsSnapshot, scope: Option<&str>, now: f64, out: &mut String) {
         let groups = fold_operations(s);
-        let mut seen = self.collector.seen.lock().expect("seen lock");
         let sources: BTreeSet<(&str, &str)> = s
             .sources
             .iter()
             .map(|h| (h.tenant.as_str(), h.source.as_str()))
             .collect();
-        // Zeros for what was unresolved before and is no longer (while its source exists).
-        seen.retain(|(t, src, _)| sources.contains(&(t.as_str(), src.as_str())));
-        for (t, src, op) in seen.iter() {
-            for kind in ["unknown", "abandoned"] {
-                g.unresolved
-                    .with_label_values(&[t.as_str(), src, op, kind])
-                    .set(0.0);
+        // (tenant, source, operation) -> its group, or None: unresolved before, drained now
+        // (written as zeros while its source exists, so a graph of the count goes to zero
+        // instead of stopping).
+        let mut rows: BTreeMap<(String, String, String), Option<&Folded>> = BTreeMap::new();
+        {
+            let mut seen = self.collector.seen.lock().expect("seen lock");
+            // A tenant's scrape knows only its own tenant: it leaves the others' alone.
+            let in_scope = |t: &str| scope.is_none_or(|slug| slug == t);
+            seen.retain(|(t, src, _)| {
+                !in_scope(t) || sources.contains(&(t.as_str(), src.as_str()))
+            });
+            for k in seen.iter().filter(|(t, _, _)| in_scope(t)) {
+                rows.insert(k.clone(), None);
             }
-            g.replay_closing
-                .with_label_values(&[t.as_str(), src, op])
-                .set(0.0);
+            for (k, v) in &groups {
+                seen.insert(k.clone());
+                rows.insert(k.clone(), Some(v));
+            }
         }
-        for ((t, src, op), v) in &groups {
-            let labels = [t.as_str(), src.as_str(), op.as_str()];
-            g.unresolved
-                .with_label_values(&[t.as_str(), src, op, "unknown"])
-                .set(v.unknown as f64);
-            g.unresolved
-                .with_label_values(&[t.as_str(), src, op, "abandoned"])
-                .set(v.abandoned as f64);
-            g.oldest_ts.with_label_values(&labels).set(v.oldest);
-            g.oldest_age
-                .with_label_values(&labels)
-                .set((now - v.oldest).max(0.0));
-            g.replay_closing
-                .with_label_values(&labels)
-                .set(v.replay as f64);
-            seen.insert((t.clone(), src.clone(), op.clone()));
+
+        let mut unresolved = Family::new(&UNRESOLVED);
+        let mut oldest_ts = Family::new(&OLDEST_TS);
+        let mut oldest_age = Family::new(&OLDEST_AGE);
+        let mut replay = Family::new(&REPLAY_CLOSING);
+        for ((t, src, op), v) in &rows {
+            let tso = [("tenant", t.as_str()), ("source", src), ("operation", op)];
+            let (unknown, abandoned, replaying) =
+                v.map_or((0, 0, 0), |v| (v.unknown, v.abandoned, v.replay));
+            for (kind, n) in [("abandoned", abandoned), ("unknown", unknown)] {
+                unresolved.sample(&[tso[0], tso[1], tso[2], ("kind", kind)], n as f64);
+            }
+            replay.sample(&tso, replaying as f64);
+            // Omitted when nothing is unresolved: a timestamp of 0 would read as "1970".
+            if let Some(v) = v {
+                oldest_ts.sample(&tso, v.oldest);
+                oldest_age.sample(&tso, (now - v.oldest).max(0.0));
+            }
         }
+
+        let mut attention: BTreeMap<(&str, &str, &str), i64> = BTreeMap::new();
         for n in &s.needs_attention {
             let op = n.operation.as_deref().unwrap_or(UNPARSED_OPERATION);
-            g.needs_attention
-                .with_label_values(&[n.tenant.as_str(), &n.source, op])
-                .set(n.count as f64);
+            *attention.entry((&n.tenant, &n.source, op)).or_default() += n.count;
         }
+        let mut needs_attention = Family::new(&NEEDS_ATTENTION);
+        for ((t, src, op), n) in attention {
+            needs_attention.sample(
+                &[("tenant", t), ("source", src), ("operation", op)],
+                n as f64,
+            );
+        }
+
+        let mut by_reason: BTreeMap<(&str, &str, &str), i64> = BTreeMap::new();
         for q in &s.quarantine {
-            g.quarantined
-                .with_label_values(&[q.tenant.as_str(), &q.source, &q.reason])
-                .inc_by(q.count.max(0) as u64);
+            *by_reason
+                .entry((&q.tenant, &q.source, &q.reason))
+                .or_default() += q.count.max(0);
         }
-        for h in s.sources.iter().filter(|h| h.kind != "push") {
-            let labels = [h.tenant.as_str(), h.source.as_str()];
-            g.source_up
-                .with_label_values(&labels)
-                .set(if h.up() { 1.0 } else { 0.0 });
+        let mut quarantined = Family::new(&QUARANTINED);
+        for ((t, src, reason), n) in by_reason {
+            quarantined.sample(
+                &[("tenant", t), ("source", src), ("reason", reason)],
+                n as f64,
+            );
+        }
+
+        let mut source_up = Family::new(&SOURCE_UP);
+        let mut source_last_success = Family::new(&SOURCE_LAST_SUCCESS);
+        let mut scanned: Vec<_> = s.sources.iter().filter(|h| h.kind != "push").collect();
+        scanned.sort_by(|a, b| (&a.tenant, &a.source).cmp(&(&b.tenant, &b.source)));
+        for h in scanned {
+            let labels = [("tenant", h.tenant.as_str()), ("source", h.source.as_str())];
+            source_up.sample(&labels, if h.up() { 1.0 } else { 0.0 });
             // Omitted until the first success: 0 would read as "1970", a false page.
             if let Some(t) = h.last_success_at {
-                g.source_last_success.with_label_values(&labels).set(t);
+                source_last_success.sample(&labels, t);
             }
             // So the first scan error is an increase from 0, not a new series.
             self.instance.touch_source(&h.tenant, &h.source);
+        }
+
+        for f in [
+            needs_attention,
+            oldest_age,
+            oldest_ts,
+            quarantined,
+            replay,
+            source_last_success,
+            source_up,
+            unresolved,
+        ] {
+            f.write_to(out);
         }
     }
 }
@@ -322,128 +366,179 @@ fn fold_operations(s: &MetricsSnapshot) -> BTreeMap<(String, String, String), Fo
     out
 }
 
-/// The gauges built fresh at every scrape.
-struct ScrapeGauges {
-    unresolved: GaugeVec,
-    oldest_ts: GaugeVec,
-    oldest_age: GaugeVec,
-    replay_closing: GaugeVec,
-    needs_attention: GaugeVec,
-    quarantined: IntCounterVec,
-    source_last_success: GaugeVec,
-    source_up: GaugeVec,
-    collector_up: GaugeVec,
-    collector_last_success: GaugeVec,
-    collector_duration: GaugeVec,
+/// One family's name, type and help text.
+struct FamilyDef {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
 }
 
-const TSO: &[&str] = &["tenant", "source", "operation"];
+const UNRESOLVED: FamilyDef = FamilyDef {
+    name: "reckon_unresolved_effects",
+    kind: "gauge",
+    help: "Effects nobody knows the outcome of, by kind (unknown, abandoned claim). From the ledger at scrape time (cached up to a few seconds).",
+};
+const OLDEST_TS: FamilyDef = FamilyDef {
+    name: "reckon_oldest_unresolved_timestamp_seconds",
+    kind: "gauge",
+    help: "Unix time since which the oldest unresolved effect has been unresolved (updated_at of an unknown effect, lease end of an abandoned claim). Absent when nothing is unresolved.",
+};
+const OLDEST_AGE: FamilyDef = FamilyDef {
+    name: "reckon_oldest_unresolved_age_seconds",
+    kind: "gauge",
+    help: "Seconds since the oldest unresolved effect became unresolved, at scrape time. Absent when nothing is unresolved.",
+};
+const REPLAY_CLOSING: FamilyDef = FamilyDef {
+    name: "reckon_replay_window_closing_effects",
+    kind: "gauge",
+    help: "Unresolved effects created long enough ago that the provider's idempotency window (24 h) closes within the warning margin (4 h).",
+};
+const NEEDS_ATTENTION: FamilyDef = FamilyDef {
+    name: "reckon_needs_attention_effects",
+    kind: "gauge",
+    help: "Unresolved effects the reconciler parked for a person to decide.",
+};
+const QUARANTINED: FamilyDef = FamilyDef {
+    name: "reckon_records_quarantined_total",
+    kind: "counter",
+    help: "Source rows quarantined (not exactly a justonce record), by reason. Counted in the ledger, so every replica reports the same value.",
+};
+const SOURCE_LAST_SUCCESS: FamilyDef = FamilyDef {
+    name: "reckon_source_last_scan_success_timestamp_seconds",
+    kind: "gauge",
+    help: "Unix time of the source's last successful scan. Absent before the first one.",
+};
+const SOURCE_UP: FamilyDef = FamilyDef {
+    name: "reckon_source_up",
+    kind: "gauge",
+    help: "1 if the source's latest scan succeeded, 0 if it failed or none succeeded yet.",
+};
+const COLLECTOR_UP: FamilyDef = FamilyDef {
+    name: "reckon_metrics_collector_up",
+    kind: "gauge",
+    help: "1 if this scrape's ledger query succeeded; when 0, the ledger-derived series are omitted.",
+};
+const COLLECTOR_LAST_SUCCESS: FamilyDef = FamilyDef {
+    name: "reckon_metrics_collector_last_success_timestamp_seconds",
+    kind: "gauge",
+    help: "Unix time of this process's last successful ledger query for metrics.",
+};
+const COLLECTOR_DURATION: FamilyDef = FamilyDef {
+    name: "reckon_metrics_collector_duration_seconds",
+    kind: "gauge",
+    help: "Duration of the latest ledger query for metrics.",
+};
 
-impl ScrapeGauges {
-    fn new() -> Result<ScrapeGauges, prometheus::Error> {
-        let gauge =
-            |name: &str, help: &str, labels: &[&str]| GaugeVec::new(Opts::new(name, help), labels);
-        Ok(ScrapeGauges {
-            unresolved: gauge(
-                "reckon_unresolved_effects",
-                "Effects nobody knows the outcome of, by kind (unknown, abandoned claim). From the ledger at scrape time (cached up to a few seconds).",
-                &["tenant", "source", "operation", "kind"],
-            )?,
-            oldest_ts: gauge(
-                "reckon_oldest_unresolved_timestamp_seconds",
-                "Unix time since which the oldest unresolved effect has been unresolved (updated_at of an unknown effect, lease end of an abandoned claim). Absent when nothing is unresolved.",
-                TSO,
-            )?,
-            oldest_age: gauge(
-                "reckon_oldest_unresolved_age_seconds",
-                "Seconds since the oldest unresolved effect became unresolved, at scrape time. Absent when nothing is unresolved.",
-                TSO,
-            )?,
-            replay_closing: gauge(
-                "reckon_replay_window_closing_effects",
-                "Unresolved effects created long enough ago that the provider's idempotency window (24 h) closes within the warning margin (4 h).",
-                TSO,
-            )?,
-            needs_attention: gauge(
-                "reckon_needs_attention_effects",
-                "Unresolved effects the reconciler parked for a person to decide.",
-                TSO,
-            )?,
-            quarantined: IntCounterVec::new(
-                Opts::new(
-                    "reckon_records_quarantined_total",
-                    "Source rows quarantined (not exactly a justonce record), by reason. Counted in the ledger, so every replica reports the same value.",
-                ),
-                &["tenant", "source", "reason"],
-            )?,
-            source_last_success: gauge(
-                "reckon_source_last_scan_success_timestamp_seconds",
-                "Unix time of the source's last successful scan. Absent before the first one.",
-                &["tenant", "source"],
-            )?,
-            source_up: gauge(
-                "reckon_source_up",
-                "1 if the source's latest scan succeeded, 0 if it failed or none succeeded yet.",
-                &["tenant", "source"],
-            )?,
-            collector_up: gauge(
-                "reckon_metrics_collector_up",
-                "1 if this scrape's ledger query succeeded; when 0, the ledger-derived series are omitted.",
-                &[],
-            )?,
-            collector_last_success: gauge(
-                "reckon_metrics_collector_last_success_timestamp_seconds",
-                "Unix time of this process's last successful ledger query for metrics.",
-                &[],
-            )?,
-            collector_duration: gauge(
-                "reckon_metrics_collector_duration_seconds",
-                "Duration of the latest ledger query for metrics.",
-                &[],
-            )?,
-        })
+/// Every family written at scrape time.
+const LEDGER_FAMILIES: [&FamilyDef; 11] = [
+    &UNRESOLVED,
+    &OLDEST_TS,
+    &OLDEST_AGE,
+    &REPLAY_CLOSING,
+    &NEEDS_ATTENTION,
+    &QUARANTINED,
+    &SOURCE_LAST_SUCCESS,
+    &SOURCE_UP,
+    &COLLECTOR_UP,
+    &COLLECTOR_LAST_SUCCESS,
+    &COLLECTOR_DURATION,
+];
+
+/// One family's samples in the text format (version 0.0.4), written only if it has any,
+/// as the registry would (an empty vector is not exposed).
+struct Family {
+    def: &'static FamilyDef,
+    samples: String,
+}
+
+impl Family {
+    fn new(def: &'static FamilyDef) -> Family {
+        Family {
+            def,
+            samples: String::new(),
+        }
     }
 
-    fn collectors(&self) -> Vec<Box<dyn Collector>> {
-        vec![
-            Box::new(self.unresolved.clone()),
-            Box::new(self.oldest_ts.clone()),
-            Box::new(self.oldest_age.clone()),
-            Box::new(self.replay_closing.clone()),
-            Box::new(self.needs_attention.clone()),
-            Box::new(self.quarantined.clone()),
-            Box::new(self.source_last_success.clone()),
-            Box::new(self.source_up.clone()),
-            Box::new(self.collector_up.clone()),
-            Box::new(self.collector_last_success.clone()),
-            Box::new(self.collector_duration.clone()),
-        ]
+    fn sample(&mut self, labels: &[(&str, &str)], value: f64) {
+        use std::fmt::Write as _;
+        self.samples.push_str(self.def.name);
+        if !labels.is_empty() {
+            self.samples.push('{');
+            for (i, (name, value)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.samples.push(',');
+                }
+                self.samples.push_str(name);
+                self.samples.push_str("=\"");
+                escape_label_value(value, &mut self.samples);
+                self.samples.push('"');
+            }
+            self.samples.push('}');
+        }
+        self.samples.push(' ');
+        write_value(value, &mut self.samples);
+        let _ = writeln!(self.samples);
+    }
+
+    fn write_to(self, out: &mut String) {
+        if self.samples.is_empty() {
+            return;
+        }
+        out.push_str("# HELP ");
+        out.push_str(self.def.name);
+        out.push(' ');
+        // Help texts are ours and hold no backslash or newline (checked by a test).
+        out.push_str(self.def.help);
+        out.push_str("\n# TYPE ");
+        out.push_str(self.def.name);
+        out.push(' ');
+        out.push_str(self.def.kind);
+        out.push('\n');
+        out.push_str(&self.samples);
+    }
+}
+
+/// Label values come from reckon's tables (tenant, source and operation names), which a
+/// tenant chose: `\`, `"` and newlines are escaped as the text format requires.
+fn escape_label_value(v: &str, out: &mut String) {
+    for ch in v.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Values as the text format spells them (Go's `ParseFloat` syntax).
+fn write_value(v: f64, out: &mut String) {
+    use std::fmt::Write as _;
+    if v.is_nan() {
+        out.push_str("NaN");
+    } else if v.is_infinite() {
+        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+    } else {
+        let _ = write!(out, "{v}");
     }
 }
 
 /// Every metric name reckon exports (scrape-time and instance-level), read from the
-/// metrics' own descriptors. Histograms are listed by base name.
+/// metrics' own definitions. Histograms are listed by base name.
 pub fn exported_metric_names() -> Vec<String> {
     let mut names = Metrics::new().metric_names();
-    let g = ScrapeGauges::new().expect("valid metrics");
-    names.extend(
-        g.collectors()
-            .iter()
-            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone())),
-    );
+    names.extend(LEDGER_FAMILIES.iter().map(|f| f.name.to_owned()));
     names.sort();
     names
 }
 
-/// Keep only the series labelled with this tenant, plus the collector's health (which,
-/// for a tenant scope, describes that tenant's own query).
+/// Keep only the instance series labelled with this tenant. (The ledger families of a
+/// tenant's scrape come from a query that read only that tenant; the collector's health
+/// then describes that query.)
 fn only_tenant(families: Vec<MetricFamily>, slug: &str) -> Vec<MetricFamily> {
     families
         .into_iter()
         .filter_map(|mut f| {
-            if f.name().starts_with("reckon_metrics_collector_") {
-                return Some(f);
-            }
             f.mut_metric().retain(|m| {
                 m.get_label()
                     .iter()
@@ -549,4 +644,131 @@ pub async fn track_http(State(m): State<Metrics>, req: Request, next: Next) -> R
     let resp = next.run(req).await;
     m.record_http(method, &route, resp.status().as_u16(), started.elapsed());
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reckon_ledger::{SourceHealth, UnresolvedGroup};
+
+    fn source(tenant: &str, name: &str) -> SourceHealth {
+        SourceHealth {
+            tenant: tenant.into(),
+            source: name.into(),
+            kind: "sqlite".into(),
+            last_scan_at: Some(100.0),
+            last_success_at: Some(100.0),
+            consecutive_failures: 0,
+        }
+    }
+
+    fn group(tenant: &str, src: &str, op: &str, unknown: i64) -> UnresolvedGroup {
+        UnresolvedGroup {
+            tenant: tenant.into(),
+            source: src.into(),
+            operation: Some(op.into()),
+            unknown,
+            abandoned: 0,
+            oldest_since: 50.0,
+            replay_window_closing: 0,
+        }
+    }
+
+    fn scrape(m: &MetricsState, s: MetricsSnapshot, scope: Option<&str>) -> String {
+        let c = Collected {
+            fetched: Instant::now(),
+            snapshot: Some(s),
+            duration_secs: 0.25,
+            last_success: Some(99.0),
+        };
+        let mut out = String::new();
+        m.write_ledger_families(&c, scope, 110.0, &mut out);
+        out
+    }
+
+    #[test]
+    fn a_drained_group_reads_zero_and_loses_its_age_series() {
+        let m = MetricsState::default();
+        let busy = MetricsSnapshot {
+            unresolved: vec![group("acme", "shop", "charge", 3)],
+            sources: vec![source("acme", "shop")],
+            ..MetricsSnapshot::default()
+        };
+        let text = scrape(&m, busy, None);
+        assert!(text.contains(
+            "reckon_unresolved_effects{tenant=\"acme\",source=\"shop\",operation=\"charge\",kind=\"unknown\"} 3\n"
+        ), "{text}");
+        assert!(text.contains(
+            "reckon_oldest_unresolved_age_seconds{tenant=\"acme\",source=\"shop\",operation=\"charge\"} 60\n"
+        ), "{text}");
+        let drained = MetricsSnapshot {
+            sources: vec![source("acme", "shop")],
+            ..MetricsSnapshot::default()
+        };
+        let text = scrape(&m, drained, None);
+        assert!(text.contains(
+            "reckon_unresolved_effects{tenant=\"acme\",source=\"shop\",operation=\"charge\",kind=\"unknown\"} 0\n"
+        ), "{text}");
+        // No sample and no header: an empty family is not exposed.
+        assert!(!text.contains("reckon_oldest_unresolved"), "{text}");
+        assert!(text.contains("reckon_metrics_collector_up 1\n"));
+        assert!(text.contains("reckon_metrics_collector_duration_seconds 0.25\n"));
+    }
+
+    #[test]
+    fn a_tenants_scrape_leaves_the_other_tenants_drained_groups_alone() {
+        let m = MetricsState::default();
+        let both = MetricsSnapshot {
+            unresolved: vec![
+                group("acme", "shop", "charge", 1),
+                group("beta", "app", "email", 2),
+            ],
+            sources: vec![source("acme", "shop"), source("beta", "app")],
+            ..MetricsSnapshot::default()
+        };
+        scrape(&m, both, None);
+        // acme's own scrape: it sees only acme's source.
+        let acme = MetricsSnapshot {
+            unresolved: vec![group("acme", "shop", "charge", 1)],
+            sources: vec![source("acme", "shop")],
+            ..MetricsSnapshot::default()
+        };
+        let text = scrape(&m, acme, Some("acme"));
+        assert!(!text.contains("beta"), "{text}");
+        // beta drained meanwhile: the operator still gets its zero.
+        let drained = MetricsSnapshot {
+            unresolved: vec![group("acme", "shop", "charge", 1)],
+            sources: vec![source("acme", "shop"), source("beta", "app")],
+            ..MetricsSnapshot::default()
+        };
+        let text = scrape(&m, drained, None);
+        assert!(text.contains(
+            "reckon_unresolved_effects{tenant=\"beta\",source=\"app\",operation=\"email\",kind=\"unknown\"} 0\n"
+        ), "{text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped_and_help_texts_need_no_escaping() {
+        let mut f = Family::new(&SOURCE_UP);
+        f.sample(&[("tenant", "a\"b"), ("source", "c\\d\ne")], 1.0);
+        let mut out = String::new();
+        f.write_to(&mut out);
+        assert_eq!(
+            out,
+            "# HELP reckon_source_up 1 if the source's latest scan succeeded, 0 if it failed or none succeeded yet.\n\
+             # TYPE reckon_source_up gauge\n\
+             reckon_source_up{tenant=\"a\\\"b\",source=\"c\\\\d\\ne\"} 1\n"
+        );
+        for def in LEDGER_FAMILIES {
+            assert!(
+                !def.help.contains(['\\', '\n']),
+                "{} help needs escaping",
+                def.name
+            );
+        }
+        let mut v = String::new();
+        write_value(f64::INFINITY, &mut v);
+        write_value(1_764_512_345.5, &mut v);
+        assert_eq!(v, "+Inf1764512345.5");
+    }
 }
