@@ -452,9 +452,7 @@ pub async fn publish_metric(
 }
 
 async fn publish_for(m: &reckon_metrics::Metrics, ledger: &dyn Ledger, tenant: TenantId) {
-    if let Ok(tenants) = ledger.list_tenants().await
-        && let Some(t) = tenants.iter().find(|t| t.id == tenant)
-    {
+    if let Ok(t) = ledger.tenant_by_id(tenant).await {
         publish_metric(m, ledger, tenant, &t.slug).await;
     }
 }

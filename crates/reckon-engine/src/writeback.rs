@@ -430,13 +430,10 @@ async fn open_writer(
     // whose source this is.
     let slug = ctx
         .ledger
-        .list_tenants()
+        .tenant_by_id(tenant)
         .await
         .map_err(|e| e.to_string())?
-        .into_iter()
-        .find(|t| t.id == tenant)
-        .map(|t| t.slug)
-        .ok_or_else(|| "the source's tenant is gone".to_owned())?;
+        .slug;
     SourceWriter::open(source, &dsn, &ctx.egress.for_tenant(&slug))
         .await
         .map_err(|e| e.to_string())

@@ -115,6 +115,8 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     // ---- tenants and tokens ----
     async fn create_tenant(&self, slug: &str) -> Result<Tenant>;
     async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant>;
+    /// The tenant with this id ([`LedgerError::NotFound`] if there is none).
+    async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant>;
     async fn list_tenants(&self) -> Result<Vec<Tenant>>;
     async fn create_token(
         &self,

@@ -227,6 +227,15 @@ impl Ledger for SqliteLedger {
         rows::tenant::<Sqlite>(&row)
     }
 
+    async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant> {
+        let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE id = $1")
+            .bind(tenant.0)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or_else(|| LedgerError::NotFound(format!("tenant {}", tenant.0)))?;
+        rows::tenant::<Sqlite>(&row)
+    }
+
     async fn list_tenants(&self) -> Result<Vec<Tenant>> {
         sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY slug")
             .fetch_all(&self.pool)

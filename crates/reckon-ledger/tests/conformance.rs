@@ -257,6 +257,10 @@ async fn story_tenants(ledger: Arc<dyn Ledger>) {
     assert_eq!(acme.slug, "acme");
     let found = ledger.tenant_by_slug("acme").await.unwrap();
     assert_eq!((found.id, found.slug.as_str()), (acme.id, "acme"));
+    let beta = ledger.create_tenant("beta").await.unwrap();
+    let by_id = ledger.tenant_by_id(beta.id).await.unwrap();
+    assert_eq!((by_id.id, by_id.slug.as_str()), (beta.id, "beta"));
+    assert_eq!(ledger.tenant_by_id(acme.id).await.unwrap().slug, "acme");
     assert!(
         ledger
             .list_tenants()
@@ -291,7 +295,7 @@ async fn story_tenants(ledger: Arc<dyn Ledger>) {
     }
     assert_eq!(
         ledger.list_tenants().await.unwrap().len(),
-        2,
+        3,
         "refused slugs must create nothing"
     );
 

@@ -44,6 +44,9 @@ impl Ledger for CountingLedger {
     async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
         self.inner.tenant_by_slug(slug).await
     }
+    async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant> {
+        self.inner.tenant_by_id(tenant).await
+    }
     async fn list_tenants(&self) -> Result<Vec<Tenant>> {
         self.inner.list_tenants().await
     }
