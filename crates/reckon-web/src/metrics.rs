@@ -194,8 +194,9 @@ impl MetricsState {
 
     /// The ledger-derived families and the collector's health, written as exposition text
     /// directly: they are rebuilt at every scrape (so a drained backlog's series disappear
-    /// and Prometheus marks them stale), and building a registry of ~10,000 throw-away
-    /// gauges per scrape cost more than the ledger reads it reports.
+    /// and Prometheus marks them stale), and building a throw-away registry of ~7,000
+    /// gauges for that was most of the 27 ms a scrape spent outside the ledger at 1,000
+    /// sources (scrape bench; ~5 ms now).
     fn write_ledger_families(
         &self,
         c: &Collected,
