@@ -133,6 +133,18 @@ where
     Ok(row.try_get::<Option<Vec<T>>, _>(name)?.unwrap_or_default())
 }
 
+/// The arrays of one read come from one aggregation, so they are the same length; checked
+/// anyway, so that a surprise is an error for this scrape and not a panic.
+fn same_len(read: &str, lens: &[usize]) -> Result<(), sqlx::Error> {
+    if lens.windows(2).all(|w| w[0] == w[1]) {
+        Ok(())
+    } else {
+        Err(sqlx::Error::Protocol(format!(
+            "metrics: the {read} arrays differ in length: {lens:?}"
+        )))
+    }
+}
+
 fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
     let mut s = MetricsSnapshot::default();
     let (tenant, source) = (
@@ -145,6 +157,18 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
         col::<i64>(row, "u_abandoned")?,
     );
     let (oldest, replay) = (col::<f64>(row, "u_oldest")?, col::<i64>(row, "u_replay")?);
+    same_len(
+        "unresolved",
+        &[
+            tenant.len(),
+            source.len(),
+            operation.len(),
+            unknown.len(),
+            abandoned.len(),
+            oldest.len(),
+            replay.len(),
+        ],
+    )?;
     for i in 0..tenant.len() {
         s.unresolved.push(UnresolvedGroup {
             tenant: tenant[i].clone(),
@@ -164,6 +188,17 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
     let last_scan = col::<Option<f64>>(row, "s_last_scan")?;
     let last_success = col::<Option<f64>>(row, "s_last_success")?;
     let failures = col::<i64>(row, "s_failures")?;
+    same_len(
+        "sources",
+        &[
+            tenant.len(),
+            source.len(),
+            kind.len(),
+            last_scan.len(),
+            last_success.len(),
+            failures.len(),
+        ],
+    )?;
     for i in 0..tenant.len() {
         s.sources.push(SourceHealth {
             tenant: tenant[i].clone(),
@@ -179,6 +214,10 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
         col::<String>(row, "q_source")?,
     );
     let (reason, n) = (col::<String>(row, "q_reason")?, col::<i64>(row, "q_n")?);
+    same_len(
+        "quarantine",
+        &[tenant.len(), source.len(), reason.len(), n.len()],
+    )?;
     for i in 0..tenant.len() {
         s.quarantine.push(QuarantineGroup {
             tenant: tenant[i].clone(),
@@ -195,6 +234,10 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
         col::<Option<String>>(row, "a_operation")?,
         col::<i64>(row, "a_n")?,
     );
+    same_len(
+        "needs-attention",
+        &[tenant.len(), source.len(), operation.len(), n.len()],
+    )?;
     for i in 0..tenant.len() {
         s.needs_attention.push(NeedsAttentionGroup {
             tenant: tenant[i].clone(),
@@ -209,6 +252,13 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrays_of_different_lengths_are_an_error_not_a_panic() {
+        assert!(same_len("x", &[2, 2, 2]).is_ok());
+        let e = same_len("sources", &[2, 1]).unwrap_err().to_string();
+        assert!(e.contains("sources arrays differ in length"), "{e}");
+    }
 
     #[test]
     fn the_tenant_statement_binds_the_tenant_as_3_in_every_read() {
