@@ -29,6 +29,11 @@ use std::sync::Arc;
 
 pub type Progress = Arc<dyn Fn(u64) + Send + Sync>;
 
+/// A batch being stored while the next one is read.
+type IngestFuture<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<IngestOutcome, LedgerError>> + Send + 'a>,
+>;
+
 #[derive(Clone)]
 pub struct ScanOptions {
     /// Compare key sets even if the source's full-scan interval has not passed.
@@ -225,42 +230,59 @@ async fn scan_with(
     };
 
     {
+        // Reading the next batch overlaps storing the last one: the source server streams
+        // rows while the ledger writes (on a 1M-row first scan the read alone is a few
+        // seconds). At most one batch is in flight, so batches still commit in order and
+        // each moves the cursor past rows all stored before it; memory holds two batches.
         let mut rows = conn.rows(since);
-        let (mut records, mut rejected) = (Vec::new(), Vec::new());
         let mut cursor: Option<Cursor> = None;
-        while let Some(raw) = rows.next().await {
-            let raw = raw?;
-            report.rows_read += 1;
-            if let Some(c) = cursor_of(&raw) {
-                cursor = Some(c);
-            }
-            match validate_row(&raw, &limits) {
-                Ok(r) => records.push(r),
-                Err(r) => rejected.push(r),
-            }
-            if records.len() + rejected.len() >= opts.batch_size {
-                let o = ledger
-                    .ingest(
-                        tenant.id,
-                        source.id,
-                        batch_of(
-                            std::mem::take(&mut records),
-                            std::mem::take(&mut rejected),
-                            cursor.clone(),
-                        ),
-                    )
-                    .await?;
-                report.add(&o);
-                if let Some(p) = &opts.progress {
-                    p(report.rows_read);
+        let mut in_flight: Option<IngestFuture<'_>> = None;
+        loop {
+            let (mut records, mut rejected) = (Vec::new(), Vec::new());
+            let read = async {
+                let mut done = true;
+                while let Some(raw) = rows.next().await {
+                    let raw = raw?;
+                    if let Some(c) = cursor_of(&raw) {
+                        cursor = Some(c);
+                    }
+                    match validate_row(&raw, &limits) {
+                        Ok(r) => records.push(r),
+                        Err(r) => rejected.push(r),
+                    }
+                    if records.len() + rejected.len() >= opts.batch_size {
+                        done = false;
+                        break;
+                    }
                 }
+                Ok::<_, ScanFailure>(done)
+            };
+            let done = match in_flight.take() {
+                Some(stored) => {
+                    let (stored, read) = futures::join!(stored, read);
+                    // The stored batch counts even if this read failed: it is committed.
+                    report.add(&stored?);
+                    if let Some(p) = &opts.progress {
+                        p(report.rows_read);
+                    }
+                    read?
+                }
+                None => read.await?,
+            };
+            report.rows_read += (records.len() + rejected.len()) as u64;
+            if !records.is_empty() || !rejected.is_empty() {
+                in_flight = Some(ledger.ingest(
+                    tenant.id,
+                    source.id,
+                    batch_of(records, rejected, cursor.clone()),
+                ));
+            }
+            if done {
+                break;
             }
         }
-        if !records.is_empty() || !rejected.is_empty() {
-            let o = ledger
-                .ingest(tenant.id, source.id, batch_of(records, rejected, cursor))
-                .await?;
-            report.add(&o);
+        if let Some(stored) = in_flight {
+            report.add(&stored.await?);
         }
         if let Some(p) = &opts.progress {
             p(report.rows_read);
