@@ -260,7 +260,9 @@ async fn scan_with(
             let done = match in_flight.take() {
                 Some(stored) => {
                     let (stored, read) = futures::join!(stored, read);
-                    // The stored batch counts even if this read failed: it is committed.
+                    // Both finish before either error is returned: a read that fails while a
+                    // batch is being stored never abandons that transaction half-way. What was
+                    // not committed is read again by the next scan, from the cursor.
                     report.add(&stored?);
                     if let Some(p) = &opts.progress {
                         p(report.rows_read);
