@@ -32,7 +32,8 @@ pub struct ReconcileOptions {
     /// After this many indeterminate attempts the effect needs attention (and stays
     /// unresolved, still re-checked at the cap).
     pub max_attempts: i64,
-    /// Re-check interval for applied objects in non-final states.
+    /// The longest wait between re-checks of a provisional `applied` or a payment that can
+    /// still move money (they back off from `backoff_base_secs` up to this).
     pub non_final_recheck_secs: f64,
     /// Look again for a route this long after "no provider".
     pub no_route_recheck_secs: f64,
@@ -409,17 +410,25 @@ async fn process(
     };
     let finished = reckon_domain::time::now();
     let attempts = claim.state.attempts + 1;
-    let (outcome, resolve, non_final, next, attention, error, method) = match &class {
+    let Decision {
+        outcome,
+        resolve,
+        non_final,
+        next,
+        attention,
+        error,
+        method,
+    } = match &class {
         Some(c) => decide(o, c, attempts, finished),
-        None => (
-            Outcome::Indeterminate,
-            false,
-            false,
-            finished + o.backoff_cap_secs,
-            true,
-            Some(format!("provider {:?} is misconfigured", row.name)),
-            None,
-        ),
+        None => Decision {
+            outcome: Outcome::Indeterminate,
+            resolve: false,
+            non_final: false,
+            next: finished + o.backoff_cap_secs,
+            attention: true,
+            error: Some(format!("provider {:?} is misconfigured", row.name)),
+            method: None,
+        },
     };
     out.outcome = outcome.as_str().to_owned();
     out.reason = class
@@ -465,56 +474,68 @@ async fn process(
     Ok(out)
 }
 
-/// What to record for a classification: (outcome, resolve?, non_final, next attempt,
-/// needs attention, error, method).
-type Decision = (
-    Outcome,
-    bool,
-    bool,
-    f64,
-    bool,
-    Option<String>,
-    Option<String>,
-);
+/// What to record for a classification.
+struct Decision {
+    outcome: Outcome,
+    /// Record it as the effect's resolution (final verdicts only).
+    resolve: bool,
+    non_final: bool,
+    next: f64,
+    attention: bool,
+    error: Option<String>,
+    method: Option<String>,
+}
 
 fn decide(o: &ReconcileOptions, c: &Classification, attempts: i64, now: f64) -> Decision {
-    match c.outcome {
-        Outcome::Indeterminate => {
-            let factor = match c.retry {
-                RetryAdvice::Normal => 1.0,
-                RetryAdvice::Harder => 4.0,
-                RetryAdvice::DoNotRetry => f64::INFINITY,
-            };
-            let exp = o.backoff_base_secs * 2f64.powi((attempts - 1).clamp(0, 30) as i32) * factor;
-            let mut next = now + exp.min(o.backoff_cap_secs) * jitter();
-            if let Some(nb) = c.not_before {
-                // Too recent: come back when it is old enough, not later.
-                next = nb.max(now);
-            }
-            let attention = attempts >= o.max_attempts || c.retry == RetryAdvice::DoNotRetry;
-            (
-                Outcome::Indeterminate,
-                false,
-                false,
-                next,
-                attention,
-                Some(c.reason.clone()),
-                None,
-            )
-        }
-        outcome => {
-            // A non-final object is applied but re-checked before it becomes a resolution.
-            let resolve = !c.non_final;
-            (
-                outcome,
-                resolve,
-                c.non_final,
-                now + o.non_final_recheck_secs,
-                false,
-                None,
-                c.method.clone(),
-            )
-        }
+    let factor = match c.retry {
+        RetryAdvice::Normal => 1.0,
+        RetryAdvice::Harder => 4.0,
+        RetryAdvice::DoNotRetry => f64::INFINITY,
+    };
+    let exp = o.backoff_base_secs * 2f64.powi((attempts - 1).clamp(0, 30) as i32) * factor;
+    // Too recent: come back when it is old enough, not later.
+    let at_least = |next: f64| match c.not_before {
+        Some(nb) => nb.max(now),
+        None => next,
+    };
+    if c.is_final() {
+        return Decision {
+            outcome: c.outcome,
+            resolve: true,
+            non_final: false,
+            next: now + o.non_final_recheck_secs,
+            attention: false,
+            error: None,
+            method: c.method.clone(),
+        };
+    }
+    if c.non_final {
+        // A provisional `applied` or a payment still moving: the verdict waits for a
+        // complete check or for the provider, re-checked with backoff up to the re-check
+        // interval. A check that never completes needs a person; a payment that takes
+        // days to settle (a bank debit) does not.
+        let next = at_least(now + exp.min(o.non_final_recheck_secs) * jitter());
+        let attention =
+            c.retry == RetryAdvice::DoNotRetry || (c.provisional && attempts >= o.max_attempts);
+        return Decision {
+            outcome: c.outcome,
+            resolve: false,
+            non_final: true,
+            next,
+            attention,
+            error: (c.outcome == Outcome::Indeterminate).then(|| c.reason.clone()),
+            method: c.method.clone(),
+        };
+    }
+    let next = at_least(now + exp.min(o.backoff_cap_secs) * jitter());
+    Decision {
+        outcome: Outcome::Indeterminate,
+        resolve: false,
+        non_final: false,
+        next,
+        attention: attempts >= o.max_attempts || c.retry == RetryAdvice::DoNotRetry,
+        error: Some(c.reason.clone()),
+        method: None,
     }
 }
 

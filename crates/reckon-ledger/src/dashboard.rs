@@ -43,6 +43,8 @@ pub struct QueueRow {
     pub next_attempt_at: Option<f64>,
     pub last_attempt_at: Option<f64>,
     pub last_outcome: Option<String>,
+    /// The last outcome is not final: a provisional `applied`, or a payment still moving.
+    pub non_final: bool,
     pub last_error: Option<String>,
     pub needs_attention: bool,
     pub provider: Option<String>,
@@ -124,6 +126,7 @@ pub(crate) fn queue_sql() -> String {
         "SELECT {cols}, {SINCE} AS since, \
            COALESCE(rs.attempts, 0) AS rc_attempts, rs.next_attempt_at, rs.last_attempt_at, \
            rs.last_outcome, rs.last_error, COALESCE(rs.needs_attention, FALSE) AS rc_attention, \
+           COALESCE(rs.non_final, FALSE) AS rc_non_final, \
            p.name AS provider_name \
          FROM effect e JOIN source s ON s.id = e.source_id \
          LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
@@ -218,6 +221,7 @@ where
         next_attempt_at: row.try_get("next_attempt_at")?,
         last_attempt_at: row.try_get("last_attempt_at")?,
         last_outcome: row.try_get("last_outcome")?,
+        non_final: row.try_get("rc_non_final")?,
         last_error: row.try_get("last_error")?,
         needs_attention: row.try_get("rc_attention")?,
         provider: row.try_get("provider_name")?,

@@ -1,14 +1,29 @@
-//! The one judgement of a lookup. Rule 1 of PRODUCT.md lives here: an error is never an
-//! answer. `not_applied` needs a step that is strongly consistent, read its window to the
-//! end without a fault, can prove absence at all, covers the effect's window, from the
-//! verified account and mode, and an effect older than the visibility lag. Everything
-//! else without a provider object is `indeterminate`.
+//! The one judgement of a lookup, for every provider. Adapters only map what they read to
+//! objects (id, payment group, where the money stands, whether the object was read itself
+//! or only seen in a snapshot); the verdict is decided here, over the payments that carry
+//! the effect's identity:
+//!
+//! | payments (confirmed: read from the object itself, now)          | verdict                          |
+//! |------------------------------------------------------------------|----------------------------------|
+//! | two or more moved money                                          | `duplicate`, final               |
+//! | one moved money, the check for a second complete                 | `applied`, final                 |
+//! | one moved money, the check incomplete, a fault, a lead unread, a payment still pending | `applied`, provisional |
+//! | none moved, one can still move money (`processing`, `requires_capture`, ...) | `indeterminate`, pending: re-checked |
+//! | none moved, every one terminal without money, the check complete | `not_applied`, its certificate naming them |
+//! | anything else                                                    | `indeterminate`                  |
+//!
+//! "Complete" is rule 1 of PRODUCT.md: a strongly consistent method that can prove absence
+//! read every page of a window covering the effect's, from the verified account and mode,
+//! after the visibility lag, with no fault in any step of the lookup and no lead left
+//! unconfirmed. A lower bound needs no completeness: two confirmed payments that moved
+//! money are a duplicate whatever else failed. An event's object or a search hit is a lead
+//! and never decides.
 
-use crate::{Consistency, Fault, LookupReport, Outcome, ProviderObject, RetryAdvice};
+use crate::{Consistency, Fault, LookupReport, Money, Outcome, ProviderObject, RetryAdvice};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
-/// Why absence was concluded: all the facts the rule needed, in one record.
+/// Why absence (or uniqueness) was concluded: all the facts the rule needed, in one record.
 #[derive(Debug, Clone, Serialize)]
 pub struct Certificate {
     pub method: String,
@@ -20,18 +35,41 @@ pub struct Certificate {
     pub mode: Option<String>,
     pub visibility_lag_secs: f64,
     pub checked_at: f64,
+    /// The attempts that were found and moved no money (declined, failed, canceled).
+    pub failed_attempts: Vec<String>,
     pub statement: String,
+}
+
+/// One payment (a group of objects: a PaymentIntent and its charges) as judged.
+#[derive(Debug, Clone, Serialize)]
+pub struct Payment {
+    pub group: String,
+    pub money: Money,
+    pub confirmed: bool,
+    pub status: Option<String>,
+    pub amount: Option<i64>,
+    pub currency: Option<String>,
+    pub amount_refunded: Option<i64>,
+    pub object_ids: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Classification {
     pub outcome: Outcome,
     pub reason: String,
-    /// The method whose answer decided (none for indeterminate).
+    /// The methods whose objects decided (none for indeterminate).
     pub method: Option<String>,
     pub objects: Vec<ProviderObject>,
-    /// Some object may still change state: re-check before resolving.
+    pub payments: Vec<Payment>,
+    /// The verdict may still change: re-check before resolving (a provisional `applied`,
+    /// or a payment that can still move money).
     pub non_final: bool,
+    /// `applied` without a complete check for a second payment: shown as provisional,
+    /// never resolved, never written back.
+    pub provisional: bool,
+    /// A payment can still move money: the answer waits for the provider, not for a fault
+    /// to clear.
+    pub pending: bool,
     pub certificate: Option<Certificate>,
     /// The faults seen, for the evidence and the backoff.
     pub faults: Vec<Fault>,
@@ -40,11 +78,87 @@ pub struct Classification {
     pub not_before: Option<f64>,
 }
 
+impl Classification {
+    /// A conclusion to record as the effect's resolution.
+    pub fn is_final(&self) -> bool {
+        self.outcome != Outcome::Indeterminate && !self.non_final
+    }
+}
+
 fn covers(step: Option<(f64, f64)>, effect: (f64, f64)) -> bool {
     match step {
         None => true,
         Some((a, b)) => a <= effect.0 && b >= effect.1,
     }
+}
+
+/// Every object once, by id: a confirmed read replaces a lead, a later confirmed read an
+/// earlier one (the ladder confirms last).
+fn objects(r: &LookupReport) -> (Vec<ProviderObject>, Vec<String>) {
+    let mut by_id: BTreeMap<String, (usize, ProviderObject)> = BTreeMap::new();
+    let mut methods = Vec::new();
+    let mut n = 0;
+    for s in &r.steps {
+        for o in &s.objects {
+            n += 1;
+            let replace = match by_id.get(&o.id) {
+                None => true,
+                Some((_, old)) => o.confirmed || !old.confirmed,
+            };
+            if replace {
+                let first = by_id.get(&o.id).map(|(i, _)| *i).unwrap_or(n);
+                by_id.insert(o.id.clone(), (first, o.clone()));
+            }
+            if !methods.contains(&s.method) {
+                methods.push(s.method.clone());
+            }
+        }
+    }
+    let mut out: Vec<(usize, ProviderObject)> = by_id.into_values().collect();
+    out.sort_by_key(|(i, _)| *i);
+    (out.into_iter().map(|(_, o)| o).collect(), methods)
+}
+
+/// The payments: a group is confirmed when any of its objects was read itself, and then
+/// only its confirmed objects say where its money stands.
+fn payments(objects: &[ProviderObject]) -> Vec<Payment> {
+    let mut groups: BTreeMap<&str, Vec<&ProviderObject>> = BTreeMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    for o in objects {
+        if !groups.contains_key(o.group.as_str()) {
+            order.push(o.group.as_str());
+        }
+        groups.entry(o.group.as_str()).or_default().push(o);
+    }
+    order
+        .into_iter()
+        .map(|g| {
+            let all = &groups[g];
+            let confirmed = all.iter().any(|o| o.confirmed);
+            let judged: Vec<&&ProviderObject> =
+                all.iter().filter(|o| o.confirmed == confirmed).collect();
+            let money = judged.iter().map(|o| o.money).max().unwrap_or(Money::None);
+            // The object that speaks for the payment: the PaymentIntent when there is one.
+            let head = judged
+                .iter()
+                .find(|o| o.id == g)
+                .or_else(|| judged.iter().find(|o| o.money == money))
+                .or(judged.first())
+                .copied()
+                .copied();
+            Payment {
+                group: g.to_owned(),
+                money,
+                confirmed,
+                status: head.and_then(|o| o.status.clone()),
+                amount: head.and_then(|o| o.amount),
+                currency: head.and_then(|o| o.currency.clone()),
+                // Shown, never judged: a refund only grows, so any read of it will do.
+                amount_refunded: all.iter().filter_map(|o| o.amount_refunded).max(),
+                object_ids: all.iter().map(|o| o.id.clone()).collect(),
+            }
+        })
+        .collect()
 }
 
 pub fn classify(r: &LookupReport, now: f64) -> Classification {
@@ -63,7 +177,10 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
         reason: String::new(),
         method: None,
         objects: Vec::new(),
+        payments: Vec::new(),
         non_final: false,
+        provisional: false,
+        pending: false,
         certificate: None,
         faults,
         retry,
@@ -74,49 +191,48 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
         out.retry = RetryAdvice::DoNotRetry;
         return out;
     }
-    // Objects found by any step are evidence, whatever else failed.
-    let mut seen = BTreeSet::new();
-    let mut methods = Vec::new();
-    for s in &r.steps {
-        for o in &s.objects {
-            if seen.insert(o.id.clone()) {
-                out.objects.push(o.clone());
-                if !methods.contains(&s.method) {
-                    methods.push(s.method.clone());
-                }
-            }
-        }
-    }
-    if !out.objects.is_empty() {
-        let groups: BTreeSet<&str> = out
-            .objects
-            .iter()
-            .filter(|o| o.money_moved)
-            .map(|o| o.group.as_str())
-            .collect();
-        out.non_final = out.objects.iter().any(|o| !o.final_state);
+    let (objs, methods) = objects(r);
+    out.payments = payments(&objs);
+    out.objects = objs;
+    if !methods.is_empty() {
         out.method = Some(methods.join("+"));
-        if groups.len() >= 2 {
-            out.outcome = Outcome::Duplicate;
-            out.reason = format!(
-                "{} distinct payments carry this key: money moved more than once",
-                groups.len()
-            );
-        } else {
-            out.outcome = Outcome::Applied;
-            out.reason = if out.non_final {
-                "the provider has it, in a state that may still change".into()
-            } else {
-                "the provider has it".into()
-            };
-        }
+    }
+    let confirmed = |m: Money| {
+        out.payments
+            .iter()
+            .filter(|p| p.confirmed && p.money == m)
+            .count()
+    };
+    let moved = confirmed(Money::Moved);
+    let pending = confirmed(Money::Pending);
+    let leads: Vec<&Payment> = out.payments.iter().filter(|p| !p.confirmed).collect();
+
+    if moved >= 2 {
+        out.outcome = Outcome::Duplicate;
+        out.reason = format!(
+            "{moved} distinct payments carry this key and each moved money (read from the \
+             provider just now)"
+        );
         return out;
     }
+
+    // What stands between the lookup and a complete check.
     let visible_from = r.effect_window.1 + r.visibility_lag_secs;
     let mut why: Vec<String> = Vec::new();
+    for f in &out.faults {
+        why.push(format!("{:?}: {}", f.kind, f.detail));
+    }
+    for p in &leads {
+        why.push(format!(
+            "{} was seen only in a snapshot or an index, not read itself",
+            p.group
+        ));
+    }
+    let mut complete = None;
+    let mut step_why = Vec::new();
     for s in &r.steps {
-        let blocker = if let Some(f) = &s.fault {
-            Some(format!("{}: {:?}: {}", s.method, f.kind, f.detail))
+        let blocker = if s.fault.is_some() {
+            Some(format!("{}: failed", s.method))
         } else if !s.proves_absence || s.consistency != Consistency::Strong {
             Some(format!(
                 "{}: a miss of this method proves nothing",
@@ -139,40 +255,139 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
             None
         };
         match blocker {
-            Some(b) => why.push(b),
             None => {
-                out.outcome = Outcome::NotApplied;
-                out.method = Some(s.method.clone());
-                out.reason = "a complete, strongly consistent answer without it".into();
-                out.certificate = Some(Certificate {
-                    method: s.method.clone(),
-                    window: s.window,
-                    effect_window: r.effect_window,
-                    pages: s.pages,
-                    request_ids: s.request_ids.clone(),
-                    account: r.account.clone(),
-                    mode: r.mode.clone(),
-                    visibility_lag_secs: r.visibility_lag_secs,
-                    checked_at: r.checked_at,
-                    statement: format!(
-                        "every page of {} covering [{:.0}, {:.0}] was read to its end without \
-                         error; no object carries key {:?}; the effect's window ended {:.0} s \
-                         before the check, more than the visibility lag of {} s",
-                        s.method,
-                        s.window.map(|w| w.0).unwrap_or(f64::NEG_INFINITY),
-                        s.window.map(|w| w.1).unwrap_or(f64::INFINITY),
-                        r.provider_key,
-                        r.checked_at - r.effect_window.1,
-                        r.visibility_lag_secs
-                    ),
-                });
-                return out;
+                complete.get_or_insert(s);
             }
+            Some(b) => step_why.push(b),
         }
     }
-    if why.is_empty() {
-        why.push("no lookup method ran".into());
+    if complete.is_none() {
+        if step_why.is_empty() {
+            step_why.push("no complete check ran".into());
+        }
+        why.extend(step_why);
+    }
+    let complete = complete.filter(|_| why.is_empty());
+
+    if moved == 1 {
+        out.outcome = Outcome::Applied;
+        let p = out
+            .payments
+            .iter()
+            .find(|p| p.confirmed && p.money == Money::Moved)
+            .expect("one moved payment");
+        let paid = format!(
+            "{} moved money ({})",
+            p.group,
+            p.status.as_deref().unwrap_or("?")
+        );
+        if pending > 0 {
+            why.push("another payment of this key can still move money".into());
+        }
+        match complete {
+            Some(s) if pending == 0 => {
+                out.reason = format!("{paid}; no second payment: {}", s.method);
+                out.certificate = Some(certificate(r, s, &out.payments, "a second payment"));
+            }
+            _ => {
+                out.provisional = true;
+                out.non_final = true;
+                out.reason = format!(
+                    "provisional: {paid}; the check for a second payment is not complete: {}",
+                    why.join("; ")
+                );
+            }
+        }
+        return out;
+    }
+    if pending > 0 {
+        let p: Vec<String> = out
+            .payments
+            .iter()
+            .filter(|p| p.confirmed && p.money == Money::Pending)
+            .map(|p| {
+                format!(
+                    "{} is {}",
+                    p.group,
+                    p.status.as_deref().unwrap_or("pending")
+                )
+            })
+            .collect();
+        out.pending = true;
+        out.non_final = true;
+        out.reason = format!("money may still move: {}", p.join(", "));
+        return out;
+    }
+    if let Some(p) = leads.iter().find(|p| p.money == Money::Moved) {
+        // Money seen moving in a snapshot: a strong lead, shown as such, never concluded.
+        out.outcome = Outcome::Applied;
+        out.provisional = true;
+        out.non_final = true;
+        out.reason = format!(
+            "provisional: {} appears to have moved money, not yet confirmed: {}",
+            p.group,
+            why.join("; ")
+        );
+        return out;
+    }
+    if let Some(s) = complete {
+        out.outcome = Outcome::NotApplied;
+        out.method = Some(s.method.clone());
+        let failed = out.payments.len();
+        out.reason = if failed == 0 {
+            "a complete, strongly consistent answer without it".into()
+        } else {
+            format!("no money moved: {failed} attempt(s) found, each declined, failed or canceled")
+        };
+        out.certificate = Some(certificate(
+            r,
+            s,
+            &out.payments,
+            "a payment that moved money",
+        ));
+        return out;
     }
     out.reason = why.join("; ");
     out
+}
+
+fn certificate(
+    r: &LookupReport,
+    s: &crate::Step,
+    payments: &[Payment],
+    absent: &str,
+) -> Certificate {
+    let failed: Vec<String> = payments
+        .iter()
+        .filter(|p| p.money == Money::None)
+        .map(|p| format!("{} ({})", p.group, p.status.as_deref().unwrap_or("?")))
+        .collect();
+    Certificate {
+        method: s.method.clone(),
+        window: s.window,
+        effect_window: r.effect_window,
+        pages: s.pages,
+        request_ids: s.request_ids.clone(),
+        account: r.account.clone(),
+        mode: r.mode.clone(),
+        visibility_lag_secs: r.visibility_lag_secs,
+        checked_at: r.checked_at,
+        statement: format!(
+            "every page of {} covering [{:.0}, {:.0}] was read to its end without error; no \
+             other object carries key {:?} as {absent}{}; the effect's window ended {:.0} s \
+             before the check, more than the visibility lag of {} s",
+            s.method,
+            s.window.map(|w| w.0).unwrap_or(f64::NEG_INFINITY),
+            s.window.map(|w| w.1).unwrap_or(f64::INFINITY),
+            r.provider_key,
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("; attempts without money: {}", failed.join(", "))
+            },
+            r.checked_at - r.effect_window.1,
+            r.visibility_lag_secs
+        ),
+        failed_attempts: failed,
+    }
 }

@@ -3,7 +3,6 @@
 //! lookup: it may execute, see `stripe.md` section 1). Budgets are per provider account.
 
 use crate::{Fault, FaultKind};
-use governor::{DefaultDirectRateLimiter, Quota};
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -250,15 +249,118 @@ fn transport(e: reqwest::Error) -> Fault {
     Fault::new(kind, detail)
 }
 
-/// A request budget per provider account, shared by every lookup of the process.
-/// `rate_per_sec <= 0` means no budget. Burst 1: requests are spaced, never bunched, so
-/// the rate never exceeds the budget in any window.
-pub fn budget(account_key: &str, rate_per_sec: f64) -> Option<Arc<DefaultDirectRateLimiter>> {
+/// How much wider than a second the pace's window is: a request's way from the pace to
+/// the provider varies by a few milliseconds (a pooled or a new connection, the
+/// scheduler), and the provider counts arrivals, so a second as reckon measures it must
+/// hold what any second as the provider measures it may hold.
+const PACE_MARGIN: Duration = Duration::from_millis(50);
+/// After a 429 the pace halves, and grows back by this share of the budget per second.
+const PACE_RECOVERY_PER_SEC: f64 = 0.1;
+/// The pace never drops below this share of the budget.
+const PACE_FLOOR: f64 = 1.0 / 16.0;
+
+/// The request budget of one provider account, shared by every lookup and listing of the
+/// process: never more than `rate_per_sec` requests in any sliding second (a window of
+/// one second plus [`PACE_MARGIN`] holds at most `floor(rate)` send times), spaced evenly
+/// rather than bunched, and slowed down for the whole account by a 429, recovering
+/// gradually.
+pub struct Pace {
+    budget: f64,
+    state: Mutex<PaceState>,
+}
+
+struct PaceState {
+    /// Send times inside the current window, oldest first.
+    sent: std::collections::VecDeque<std::time::Instant>,
+    /// The rate allowed now (the budget, or less after a 429).
+    rate: f64,
+    updated: std::time::Instant,
+}
+
+impl Pace {
+    pub fn new(rate_per_sec: f64) -> Pace {
+        Pace {
+            budget: rate_per_sec,
+            state: Mutex::new(PaceState {
+                sent: Default::default(),
+                rate: rate_per_sec,
+                updated: std::time::Instant::now(),
+            }),
+        }
+    }
+
+    /// The budget this pace keeps to.
+    pub fn budget(&self) -> f64 {
+        self.budget
+    }
+
+    /// The rate allowed now.
+    pub fn rate(&self) -> f64 {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.recover(&mut st, std::time::Instant::now());
+        st.rate
+    }
+
+    fn recover(&self, st: &mut PaceState, now: std::time::Instant) {
+        let dt = now.saturating_duration_since(st.updated).as_secs_f64();
+        st.rate = (st.rate + self.budget * PACE_RECOVERY_PER_SEC * dt).min(self.budget);
+        st.updated = now;
+    }
+
+    /// Wait for this request's turn; its send time is taken when this returns.
+    pub async fn until_ready(&self) {
+        let window = Duration::from_secs(1) + PACE_MARGIN;
+        loop {
+            let wait = {
+                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let now = std::time::Instant::now();
+                self.recover(&mut st, now);
+                while st
+                    .sent
+                    .front()
+                    .is_some_and(|t| now.saturating_duration_since(*t) >= window)
+                {
+                    st.sent.pop_front();
+                }
+                let allowed = (st.rate.floor() as usize).max(1);
+                let spacing = window.div_f64(allowed as f64);
+                let by_window = if st.sent.len() >= allowed {
+                    // The oldest send of the window leaves it at `t + window`.
+                    let idx = st.sent.len() - allowed;
+                    Some(st.sent[idx] + window)
+                } else {
+                    None
+                };
+                let by_spacing = st.sent.back().map(|t| *t + spacing);
+                let at = by_window.into_iter().chain(by_spacing).max();
+                match at {
+                    Some(at) if at > now => at - now,
+                    _ => {
+                        st.sent.push_back(now);
+                        return;
+                    }
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// The provider refused for rate limiting: slow the whole account down.
+    pub fn rate_limited(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        self.recover(&mut st, now);
+        st.rate = (st.rate / 2.0).max(self.budget * PACE_FLOOR).max(1.0);
+    }
+}
+
+/// The pace of a provider account, shared by every lookup of the process.
+/// `rate_per_sec <= 0` means no budget.
+pub fn budget(account_key: &str, rate_per_sec: f64) -> Option<Arc<Pace>> {
     if rate_per_sec <= 0.0 || !rate_per_sec.is_finite() {
         return None;
     }
-    static BUDGETS: OnceLock<Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>> =
-        OnceLock::new();
+    static BUDGETS: OnceLock<Mutex<HashMap<String, Arc<Pace>>>> = OnceLock::new();
     let mut map = BUDGETS
         .get_or_init(Default::default)
         .lock()
@@ -266,12 +368,7 @@ pub fn budget(account_key: &str, rate_per_sec: f64) -> Option<Arc<DefaultDirectR
     let key = format!("{account_key}|{rate_per_sec}");
     Some(
         map.entry(key)
-            .or_insert_with(|| {
-                let period = Duration::from_secs_f64(1.0 / rate_per_sec);
-                let quota = Quota::with_period(period)
-                    .expect("a positive finite rate gives a non-zero period");
-                Arc::new(governor::RateLimiter::direct(quota))
-            })
+            .or_insert_with(|| Arc::new(Pace::new(rate_per_sec)))
             .clone(),
     )
 }
@@ -327,6 +424,51 @@ pub(crate) fn status_fault(r: &GetResponse) -> Option<Fault> {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Send times of `n` requests through `pace`, as fast as it lets them go.
+    async fn paced(pace: &Pace, n: usize) -> Vec<std::time::Instant> {
+        let mut at = Vec::with_capacity(n);
+        for _ in 0..n {
+            pace.until_ready().await;
+            at.push(std::time::Instant::now());
+        }
+        at
+    }
+
+    fn busiest(at: &[std::time::Instant]) -> usize {
+        (0..at.len())
+            .map(|i| {
+                at[i..]
+                    .iter()
+                    .take_while(|t| t.duration_since(at[i]) <= Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn the_pace_never_holds_more_than_the_budget_in_any_second() {
+        let pace = Pace::new(20.0);
+        let at = paced(&pace, 45).await;
+        assert!(busiest(&at) <= 20, "{}", busiest(&at));
+    }
+
+    #[tokio::test]
+    async fn a_429_halves_the_pace_of_the_whole_account_and_it_recovers() {
+        let pace = Arc::new(Pace::new(20.0));
+        pace.rate_limited();
+        let after = pace.rate();
+        assert!(after <= 10.5, "{after}");
+        // Every request of the account goes at the slower pace: 23 requests at 20 a
+        // second, evenly spaced, take 1.16 s; at 10 a second (growing back) about 2 s.
+        let at = paced(&pace, 23).await;
+        let span = at[22].duration_since(at[0]);
+        assert!(span >= Duration::from_millis(1500), "{span:?}");
+        // It grows back by 2 a second (a tenth of the budget).
+        let now = pace.rate();
+        assert!(now > after + 1.0, "{after} -> {now}");
+    }
 
     /// T10: a provider answering 302 to another address (here a second loopback server
     /// standing in for 127.0.0.1's admin port or the metadata address) is not followed: the

@@ -4,7 +4,9 @@
 //! GET {base}/effects/lookup?key=<key>        (auth header from the provider's secret)
 //! 200 {"found": bool, "complete": bool,
 //!      "objects": [{"id": str, "status": str, "amount": int, "currency": str,
-//!                   "created": number, "final": bool (optional, default true)}]}
+//!                   "created": number,
+//!                   optional: "money": "moved" | "pending" | "none", "payment": str,
+//!                   "amount_refunded": int, "final": bool (default true)}]}
 //!
 //! GET {base}/charges?from=<epoch>&to=<epoch>&limit=<n>&cursor=<opaque>   (the audit's list)
 //! 200 {"objects": [{"id", "status", "amount", "currency", "created",
@@ -21,11 +23,16 @@
 //! not check everything (a replica behind, a partial index) and is never read as absence.
 //! The endpoint is expected to be strongly consistent (read-after-write); set the
 //! provider's `consistency` to `eventual` if it is not, and no miss will ever conclude.
-//! Several objects with `status` other than `failed`/`canceled` make a duplicate.
+//! Every object says where its money stands (`money`, or a documented `status`: see
+//! docs/http-provider-protocol.md); an object whose status says neither is a malformed
+//! answer. Two payments that moved money make a duplicate; attempts of one payment share
+//! `payment`.
 
 use crate::client::{GetClient, budget, status_fault};
 use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
-use crate::{Consistency, Fault, FaultKind, LookupQuery, LookupReport, ProviderObject, Step};
+use crate::{
+    Consistency, Fault, FaultKind, LookupQuery, LookupReport, Money, ProviderObject, Step,
+};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::Value;
@@ -73,6 +80,16 @@ pub(crate) struct WireObject {
     pub amount: i64,
     pub currency: String,
     pub created: f64,
+    /// Where the money stands: `moved`, `pending` or `none`. Without it, `status` says.
+    #[serde(default)]
+    pub money: Option<Money>,
+    /// The payment this object belongs to (several attempts of one payment share it);
+    /// default: the object's own id.
+    #[serde(default)]
+    pub payment: Option<String>,
+    #[serde(default)]
+    pub amount_refunded: Option<i64>,
+    /// `false`: the object may still change state.
     #[serde(default = "yes")]
     pub r#final: bool,
 }
@@ -81,20 +98,50 @@ fn yes() -> bool {
     true
 }
 
+/// Where the money of a documented status stands (docs/http-provider-protocol.md).
+fn money_of(status: &str) -> Option<Money> {
+    Some(match status {
+        "succeeded" | "paid" | "captured" | "refunded" | "partially_refunded" => Money::Moved,
+        "pending"
+        | "processing"
+        | "authorized"
+        | "requires_action"
+        | "requires_confirmation"
+        | "requires_capture" => Money::Pending,
+        "failed" | "declined" | "canceled" | "cancelled" | "voided" | "expired" => Money::None,
+        _ => return None,
+    })
+}
+
 impl WireObject {
-    fn into_object(self) -> ProviderObject {
-        let money_moved = !matches!(self.status.as_str(), "failed" | "canceled");
-        ProviderObject {
-            group: self.id.clone(),
+    fn into_object(self, confirmed: bool) -> Result<ProviderObject, Fault> {
+        let money = match (self.money, money_of(&self.status)) {
+            (Some(m), _) | (None, Some(m)) => m,
+            (None, None) => {
+                return Err(Fault::new(
+                    FaultKind::Malformed,
+                    format!(
+                        "object {}: status {:?} does not say whether money moved (add `money`)",
+                        self.id, self.status
+                    ),
+                ));
+            }
+        };
+        // An object its provider calls not final has not settled, whatever the word.
+        let money = if self.r#final { money } else { Money::Pending };
+        Ok(ProviderObject {
+            group: self.payment.unwrap_or_else(|| self.id.clone()),
+            failure: (money == Money::None).then(|| self.status.clone()),
             id: self.id,
             object: "object".into(),
             status: Some(self.status),
             amount: Some(self.amount),
             currency: Some(self.currency),
             created: Some(self.created),
-            final_state: self.r#final,
-            money_moved,
-        }
+            money,
+            confirmed,
+            amount_refunded: self.amount_refunded.filter(|a| *a > 0),
+        })
     }
 }
 
@@ -141,8 +188,9 @@ impl HttpProvider {
             }
         };
         url.query_pairs_mut().append_pair("key", &q.key);
-        if let Some(b) = budget(self.settings.base_url.as_str(), self.settings.rate_per_sec) {
-            b.until_ready().await;
+        let pace = budget(self.settings.base_url.as_str(), self.settings.rate_per_sec);
+        if let Some(p) = &pace {
+            p.until_ready().await;
         }
         let secret = self.secret.as_ref().map(|s| s.expose_secret().to_owned());
         let headers: Vec<(&str, &str)> = secret
@@ -161,6 +209,11 @@ impl HttpProvider {
             step.request_ids.push(id);
         }
         if let Some(f) = status_fault(&resp) {
+            if f.kind == FaultKind::RateLimited
+                && let Some(p) = &pace
+            {
+                p.rate_limited();
+            }
             step.fault = Some(f);
             return;
         }
@@ -178,16 +231,22 @@ impl HttpProvider {
             ));
             return;
         }
-        step.objects = answer
-            .objects
-            .into_iter()
-            .map(WireObject::into_object)
-            .collect();
+        // The endpoint's answer is its system's own read of the object, unless the
+        // provider is configured as eventually consistent (then every object is a lead).
+        let confirmed = self.settings.consistency == Consistency::Strong;
+        for o in answer.objects {
+            match o.into_object(confirmed) {
+                Ok(o) => step.objects.push(o),
+                Err(f) => {
+                    step.fault = Some(f);
+                    step.objects.clear();
+                    return;
+                }
+            }
+        }
         step.complete = answer.complete;
     }
 }
-
-// ---- audit (issue 6, branch `audit`): the paged charges list ----
 
 /// Pages asked of an in-house endpoint; it may answer with fewer.
 const PAGE_LIMIT: usize = 1000;
@@ -230,8 +289,9 @@ impl HttpProvider {
             if let Some(c) = &cursor {
                 url.query_pairs_mut().append_pair("cursor", c);
             }
-            if let Some(b) = budget(self.settings.base_url.as_str(), self.settings.rate_per_sec) {
-                b.until_ready().await;
+            let pace = budget(self.settings.base_url.as_str(), self.settings.rate_per_sec);
+            if let Some(p) = &pace {
+                p.until_ready().await;
             }
             let resp = self
                 .client
@@ -239,6 +299,11 @@ impl HttpProvider {
                 .await
                 .map_err(|f| fail(&method, n, f, &pages))?;
             if let Some(f) = status_fault(&resp) {
+                if f.kind == FaultKind::RateLimited
+                    && let Some(p) = &pace
+                {
+                    p.rate_limited();
+                }
                 return Err(fail(&method, n, f, &pages));
             }
             let malformed = |d: String| Fault::new(FaultKind::Malformed, d);

@@ -10,13 +10,12 @@ pub mod classify;
 pub mod client;
 pub mod demo;
 pub mod http;
-// ---- audit (issue 6): listing a window of charges ----
 pub mod listing;
 pub mod settings;
 pub mod stripe;
 
 pub use classify::{Certificate, Classification, classify};
-pub use client::{AddressPolicy, GetClient};
+pub use client::{AddressPolicy, GetClient, Pace};
 pub use settings::{SettingsError, build_provider, provider_key};
 
 use serde::{Deserialize, Serialize};
@@ -53,6 +52,21 @@ impl Outcome {
     }
 }
 
+/// Where a payment stands with the money. The verdict is decided on this, never on the
+/// mere existence of an object: a declined attempt is an object too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Money {
+    /// Terminal without money: declined, failed, canceled (an authorization that expired).
+    None,
+    /// Not settled yet, money may still move: `processing`, `requires_action`,
+    /// `requires_confirmation`, `requires_capture` (authorised, not captured), a
+    /// PaymentIntent that no payment method was tried on yet.
+    Pending,
+    /// Money moved (captured). A refund later does not undo that the call happened.
+    Moved,
+}
+
 /// One object the provider holds (a charge, a PaymentIntent, an in-house record).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProviderObject {
@@ -66,10 +80,24 @@ pub struct ProviderObject {
     /// Objects of one payment share a group (a charge belongs to its PaymentIntent), so a
     /// PaymentIntent and its charge are one payment, not a duplicate.
     pub group: String,
-    /// False for states that may still change (`processing`, `requires_capture`, ...).
-    pub final_state: bool,
-    /// False for failed or canceled objects: the call ran, but no money moved.
-    pub money_moved: bool,
+    pub money: Money,
+    /// Read from the object itself, now, by a strongly consistent method (a retrieve, the
+    /// in-house system's own answer). False for leads: an event's `data.object` (a snapshot
+    /// from when the event happened), a search hit (an index that lags), a list item not
+    /// yet retrieved. Only confirmed objects decide a verdict.
+    pub confirmed: bool,
+    /// What was given back (refunds), in minor units; the payment still moved money.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_refunded: Option<i64>,
+    /// Why no money moved (a decline code, `canceled`), for the certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+impl ProviderObject {
+    pub fn money_moved(&self) -> bool {
+        self.money == Money::Moved
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -208,7 +236,6 @@ pub trait Provider: Send + Sync {
     fn replay_window_secs(&self) -> Option<f64>;
     async fn lookup(&self, q: &LookupQuery) -> LookupReport;
 
-    // ---- audit (issue 6, branch `audit`) ----
     /// Every money-moving object created in `[from, to)`, read to the provider's end marker,
     /// or the reason it could not be (never a partial window).
     async fn list_charges(

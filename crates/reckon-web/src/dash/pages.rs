@@ -519,7 +519,11 @@ pub async fn queue(
             since: when_in(r.since, tz),
             attempts: r.effect.attempts,
             lookups: r.lookups,
-            last_outcome: r.last_outcome.clone(),
+            last_outcome: r.last_outcome.as_deref().map(|o| match (o, r.non_final) {
+                ("applied", true) => "applied (provisional)".to_owned(),
+                ("indeterminate", true) => "indeterminate (payment pending)".to_owned(),
+                _ => o.to_owned(),
+            }),
             last_error: r.last_error.clone(),
             next_attempt: when_opt_in(r.next_attempt_at, tz),
             replay_left: replay_left(&st, r.effect.created_at, now),
@@ -919,7 +923,7 @@ fn effect_page(
         reconcile: view.state.as_ref().map(|x| ReconcileStateView {
             lookups: x.attempts,
             next_attempt: when_in(x.next_attempt_at, tz),
-            last_outcome: x.last_outcome.clone().unwrap_or_else(|| "none yet".into()),
+            last_outcome: outcome_words(x.last_outcome.as_deref(), x.non_final),
             last_error: x.last_error.clone().unwrap_or_default(),
             needs_attention: x.needs_attention,
             provider: name(x.provider_id),
@@ -1655,4 +1659,20 @@ pub async fn settings_response(
     };
     page.c.tenants = other_tenants(st, s).await?;
     Ok(html(status, &page, false))
+}
+
+/// A lookup's outcome as the effect page says it: a verdict that is not final says so.
+fn outcome_words(outcome: Option<&str>, non_final: bool) -> String {
+    match (outcome, non_final) {
+        (None, _) => "none yet".into(),
+        (Some("applied"), true) => {
+            "applied, provisional (the check for a second payment is not complete yet; \
+             re-checked, never written back)"
+                .into()
+        }
+        (Some("indeterminate"), true) => {
+            "indeterminate: a payment can still move money (re-checked until it settles)".into()
+        }
+        (Some(o), _) => o.to_owned(),
+    }
 }

@@ -1,0 +1,206 @@
+//! The reconciler end to end on a real SQLite ledger against a simulated Stripe
+//! (crates/reckon-sim): a list page that fails after the payment was found leaves a
+//! provisional `applied` (recorded, not resolved, re-checked soon, never written back);
+//! the re-check resolves it; a duplicate and a declined card resolve as such.
+
+use reckon_domain::{SourceRecord, State, time};
+use reckon_engine::reconcile::{ReconcileCtx, reconcile_all, reconcile_one};
+use reckon_ledger::{IngestBatch, Keyring, NewProvider, NewSource, Origin, SourceKind};
+use reckon_sim::{EffectSpec, Fault, Life, PaymentSpec, Sim, WorldConfig};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const PAID: &str = "charge:v1:ORD-PAID";
+const TWICE: &str = "charge:v1:ORD-TWICE";
+const DECLINED: &str = "charge:v1:ORD-DECLINED";
+
+fn unknown(key: &str, updated_at: f64) -> SourceRecord {
+    SourceRecord {
+        key: key.to_owned(),
+        state: State::Unknown,
+        request_hash: "1:9f86d081884c7d65".to_owned(),
+        response: None,
+        attempts: 1,
+        created_at: updated_at - 1.0,
+        updated_at,
+        expires_at: None,
+    }
+}
+
+fn spec(key: &str, updated_at: f64, lives: &[(Life, f64)]) -> EffectSpec {
+    EffectSpec {
+        key: key.into(),
+        created_at: updated_at - 1.0,
+        updated_at,
+        recorded: false,
+        payments: lives
+            .iter()
+            .map(|(life, offset)| PaymentSpec {
+                life: *life,
+                amount: 1999,
+                offset: *offset,
+                indexed: true,
+            })
+            .collect(),
+    }
+}
+
+#[tokio::test]
+async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
+    let ledger = reckon_ledger::connect(None, dir.path(), keyring)
+        .await
+        .unwrap();
+    let t = ledger.create_tenant("acme").await.unwrap();
+    let source = ledger
+        .add_source(
+            t.id,
+            NewSource {
+                name: "shop".into(),
+                kind: SourceKind::Push,
+                dsn: None,
+                dsn_display: None,
+                table_name: "justonce_keys".into(),
+                scan_interval_secs: 60,
+                abandoned_after_secs: 300.0,
+                overlap_secs: 5.0,
+                full_scan_every_secs: 3600,
+            },
+        )
+        .await
+        .unwrap();
+    let now = time::now();
+    // Hours apart: each effect's window holds only its own payments and the noise.
+    let at = |h: f64| now - 3600.0 * h;
+    ledger
+        .ingest(
+            t.id,
+            source.id,
+            IngestBatch {
+                origin: Origin::Push,
+                observed_at: now,
+                records: vec![
+                    unknown(PAID, at(6.0)),
+                    unknown(TWICE, at(4.0)),
+                    unknown(DECLINED, at(2.0)),
+                ],
+                rejected: vec![],
+                abandoned_after_secs: 300.0,
+                cursor: None,
+                lease: None,
+                expect_new: false,
+            },
+        )
+        .await
+        .unwrap();
+    // PAID's payment is the newest of its window: on the first page of the list.
+    let world = [
+        spec(PAID, at(6.0), &[(Life::Succeeded, 30.0)]),
+        spec(
+            TWICE,
+            at(4.0),
+            &[(Life::Succeeded, 0.5), (Life::Succeeded, 1.5)],
+        ),
+        spec(DECLINED, at(2.0), &[(Life::Declined, 0.5)]),
+    ];
+    let sim = Sim::start(
+        &world,
+        WorldConfig {
+            page_size: 1,
+            noise: 6,
+            server_rate_limit: None,
+        },
+    )
+    .await
+    .unwrap();
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "stripe".into(),
+                kind: "stripe".into(),
+                secret: Some(secrecy::SecretString::from("rk_test_sim".to_owned())),
+                settings: serde_json::json!({
+                    "base_url": sim.base_url, "mode": "test", "rate_per_sec": 0,
+                    "use_events": false, "use_search": false,
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("stripe"))
+        .await
+        .unwrap();
+    let loopback =
+        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy");
+    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(Arc::new(loopback));
+    let id = |key: &str| {
+        let ledger = ledger.clone();
+        let key = key.to_owned();
+        async move {
+            ledger
+                .get_effect(t.id, "shop", &key)
+                .await
+                .unwrap()
+                .expect("the effect")
+                .effect
+                .id
+        }
+    };
+
+    // The second page of PAID's list fails: applied, provisional.
+    sim.fault_at(1, Fault::Status500);
+    let o = reconcile_one(&ctx, &t, id(PAID).await)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(o.outcome, "applied", "{o:#?}");
+    assert!(
+        !o.resolved,
+        "a provisional verdict is not a resolution: {o:#?}"
+    );
+    assert!(!o.needs_attention);
+    let next = o.next_attempt_at.expect("re-checked");
+    assert!(
+        next <= time::now() + 30.0,
+        "re-checked soon, not in 15 minutes"
+    );
+    let view = ledger.reconcile_view(t.id, o.effect_id).await.unwrap();
+    assert!(view.resolution.is_none());
+    let st = view.state.unwrap();
+    assert!(st.non_final && st.last_outcome.as_deref() == Some("applied"));
+    let evidence = &view.attempts[0].evidence["classification"];
+    assert_eq!(evidence["provisional"], true, "{evidence}");
+    // Still unresolved: nothing for write-back, still in the queue.
+    let candidates = ledger.writeback_candidates(t.id, None, 10).await.unwrap();
+    assert!(candidates.is_empty(), "{candidates:#?}");
+
+    // The re-check, with the provider whole again, resolves it.
+    let o = reconcile_one(&ctx, &t, id(PAID).await)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(o.outcome, "applied");
+    assert!(o.resolved, "{o:#?}");
+
+    let outcomes = reconcile_all(&ctx, &t).await.unwrap();
+    let by_key: HashMap<&str, _> = outcomes.iter().map(|o| (o.key.as_str(), o)).collect();
+    assert_eq!(by_key[TWICE].outcome, "duplicate", "{outcomes:#?}");
+    assert!(by_key[TWICE].resolved);
+    assert_eq!(by_key[DECLINED].outcome, "not_applied", "{outcomes:#?}");
+    let view = ledger
+        .reconcile_view(t.id, by_key[DECLINED].effect_id)
+        .await
+        .unwrap();
+    let cert = &view.resolution.expect("resolved").evidence["classification"]["certificate"];
+    let pi = &sim.payment_ids(DECLINED)[0];
+    assert!(
+        cert["failed_attempts"][0]
+            .as_str()
+            .is_some_and(|a| a.contains(pi.as_str())),
+        "{cert}"
+    );
+    assert_eq!(sim.non_get(), 0);
+}
