@@ -287,6 +287,9 @@ impl Ledger for TimedLedger {
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         self.inner.release_lease(lease).await
     }
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
+        self.inner.lease_holder(name).await
+    }
     async fn metrics_snapshot(
         &self,
         q: reckon_ledger::MetricsQuery,

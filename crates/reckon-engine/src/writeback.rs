@@ -133,8 +133,12 @@ pub enum WritebackStep {
     Done(Vec<WritebackOutcome>),
     /// Nothing to write back (nothing resolved, nothing pending).
     Empty,
-    /// Another process holds this tenant's write-back lease.
-    Busy,
+    /// Another process holds this tenant's write-back lease (a run that died keeps it
+    /// until it expires).
+    Busy {
+        holder: String,
+        until: f64,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +151,12 @@ pub enum WritebackError {
     /// ledger record, as a crash would.
     #[error("stopped after the source write, before the ledger record (test hook)")]
     Stopped,
+    /// Nothing was written: another run holds the tenant's write-back.
+    #[error(
+        "write-back of this tenant is held by {holder} until {until:.0} (epoch seconds; a run \
+         that died holds it until then): nothing was written, try again after that"
+    )]
+    Busy { holder: String, until: f64 },
 }
 
 /// The marker reckon puts in every response it writes.
@@ -177,7 +187,10 @@ fn provider_object(evidence: &Value) -> Option<serde_json::Map<String, Value>> {
     let objects = evidence.pointer("/classification/objects")?.as_array()?;
     let o = objects
         .iter()
-        .find(|o| o.get("money_moved").and_then(Value::as_bool) == Some(true))
+        .find(|o| {
+            o.get("money").and_then(Value::as_str) == Some("moved")
+                || o.get("money_moved").and_then(Value::as_bool) == Some(true)
+        })
         .or_else(|| objects.first())?;
     let mut m = serde_json::Map::new();
     for f in ["id", "object", "status", "amount", "currency", "created"] {
@@ -274,6 +287,20 @@ fn read_row(wb: &Writeback, row: Option<&RowNow>, resumed: bool) -> Reading {
         Some(r) if r.state == wb.seen_state && r.updated_at == Some(wb.seen_updated_at) => {
             Reading::AsSeen
         }
+        // A row claimed after the one reckon saw was deleted (an update in place keeps
+        // `created_at`, and the old row's was at most what reckon saw as `updated_at`):
+        // the interrupted release took effect, and the application has since claimed the
+        // key again, as a release is meant to let it.
+        Some(r)
+            if resumed
+                && wb.action == WritebackAction::Release
+                && r.created_at.is_some_and(|c| c > wb.seen_updated_at) =>
+        {
+            Reading::Ours(
+                "the interrupted release took effect and the application has claimed the key \
+                 again since (the row is a new claim)",
+            )
+        }
         Some(r) => Reading::Moved(format!(
             "the application moved first: the row is {:?} updated_at {}, reckon saw {:?} \
              updated_at {}; nothing was changed",
@@ -326,14 +353,19 @@ pub async fn writeback_step(
     let o = &ctx.options;
     let Some(lease) = ctx
         .ledger
-        .try_lease(
-            &format!("writeback:{}", tenant.get()),
-            &o.owner,
-            o.lease_secs,
-        )
+        .try_lease(&lease_name(tenant), &o.owner, o.lease_secs)
         .await?
     else {
-        return Ok(WritebackStep::Busy);
+        let holder = ctx.ledger.lease_holder(&lease_name(tenant)).await?;
+        return Ok(WritebackStep::Busy {
+            holder: holder
+                .as_ref()
+                .map(|l| l.owner.clone())
+                .unwrap_or_else(|| "another run (it has just let go)".into()),
+            until: holder
+                .map(|l| l.expires_at)
+                .unwrap_or_else(reckon_domain::time::now),
+        });
     };
     let result = step_leased(ctx, tenant, source, &lease).await;
     if let Err(e) = ctx.ledger.release_lease(&lease).await {
@@ -342,19 +374,34 @@ pub async fn writeback_step(
     result
 }
 
+fn lease_name(tenant: TenantId) -> String {
+    format!("writeback:{}", tenant.get())
+}
+
 /// Run steps until nothing is left, or a step settles nothing (an unreachable source is
-/// tried again by the next run, not in a loop).
+/// tried again by the next run, not in a loop). A lease held by another run before
+/// anything was done is an error naming the holder, never "nothing to do".
 pub async fn writeback_all(
     ctx: &WritebackCtx,
     tenant: TenantId,
     source: Option<&str>,
 ) -> Result<Vec<WritebackOutcome>, WritebackError> {
     let mut all = Vec::new();
-    while let WritebackStep::Done(v) = writeback_step(ctx, tenant, source).await? {
-        let progress = v.iter().any(|w| w.status != "pending");
-        all.extend(v);
-        if !progress {
-            break;
+    loop {
+        match writeback_step(ctx, tenant, source).await? {
+            WritebackStep::Done(v) => {
+                let progress = v.iter().any(|w| w.status != "pending");
+                all.extend(v);
+                if !progress {
+                    break;
+                }
+            }
+            WritebackStep::Empty => break,
+            WritebackStep::Busy { holder, until } if all.is_empty() => {
+                return Err(WritebackError::Busy { holder, until });
+            }
+            // Another run took over after this one wrote: the rest is its work.
+            WritebackStep::Busy { .. } => break,
         }
     }
     Ok(all)

@@ -517,3 +517,105 @@ async fn dry_run_shows_the_diff_and_writes_nothing() {
     assert_eq!(out.len(), 3);
     assert!(out.iter().all(|o| o.status == "written"), "{out:#?}");
 }
+
+/// A run that died holds the tenant's write-back lease until it expires. The next run says
+/// who holds it and until when, as an error, and writes nothing; it never says "nothing to
+/// do" while resolutions wait.
+#[tokio::test]
+async fn a_writeback_lease_held_by_a_dead_run_is_reported_and_nothing_is_written() {
+    let w = world(Kind::Sqlite, Some(WritebackPolicy::Release)).await;
+    let t = w.ledger.tenant.id;
+    let dead = w
+        .ledger
+        .ledger
+        .try_lease(&format!("writeback:{}", t.get()), "reckon-dead-42", 300.0)
+        .await
+        .unwrap()
+        .expect("the dead run's lease");
+    let before = rows(&w, &[PAID, UNPAID, RACED]);
+    let e = writeback_all(&ctx(&w, WritebackHooks::default()), t, None)
+        .await
+        .unwrap_err();
+    match &e {
+        WritebackError::Busy { holder, until } => {
+            assert_eq!(holder, "reckon-dead-42");
+            assert!(
+                (until - dead.expires_at).abs() < 1e-6,
+                "{until} vs {dead:?}"
+            );
+        }
+        other => panic!("expected Busy, got {other}"),
+    }
+    assert!(e.to_string().contains("reckon-dead-42"), "{e}");
+    assert_eq!(rows(&w, &[PAID, UNPAID, RACED]), before, "nothing written");
+    let log = w
+        .ledger
+        .ledger
+        .list_writebacks(t, None, None, 100)
+        .await
+        .unwrap();
+    assert!(log.is_empty(), "{log:#?}");
+}
+
+/// Killed after a release deleted the row and before the ledger recorded it; the
+/// application then claims the key again (as a release is meant to let it). The next run
+/// recognises reckon's own release from the new claim, and records it written, not as a
+/// conflict that "changed nothing".
+#[tokio::test]
+async fn a_release_killed_before_its_record_then_reclaimed_is_recognised_as_reckons_own() {
+    let w = world(Kind::Sqlite, Some(WritebackPolicy::Release)).await;
+    let t = w.ledger.tenant.id;
+    let crashing = ctx(
+        &w,
+        WritebackHooks {
+            after_read: None,
+            stop_after_write: true,
+        },
+    );
+    // Each crashing run settles what the last one left and stops after its next write:
+    // go on until the release of UNPAID is the one left pending.
+    let mut release = None;
+    for _ in 0..3 {
+        let e = writeback_step(&crashing, t, None).await.unwrap_err();
+        assert!(matches!(e, WritebackError::Stopped), "{e}");
+        let log = w
+            .ledger
+            .ledger
+            .list_writebacks(t, None, Some(WritebackStatus::Pending), 100)
+            .await
+            .unwrap();
+        if let Some(p) = log.iter().find(|r| r.key == UNPAID) {
+            release = Some(p.clone());
+            break;
+        }
+    }
+    let release = release.expect("the release of UNPAID was left pending");
+    assert!(
+        !rows(&w, &[UNPAID]).contains_key(UNPAID),
+        "the release deleted the row"
+    );
+    // The application's retry claims the key anew and runs the effect.
+    let retry = w.db.writer(&["retry", "--key", UNPAID]);
+    assert_eq!(retry["executed"], true, "{retry}");
+    assert!(rows(&w, &[UNPAID]).contains_key(UNPAID));
+
+    let out = writeback_all(&ctx(&w, WritebackHooks::default()), t, None)
+        .await
+        .unwrap();
+    let o = by_key(&out)[UNPAID];
+    assert_eq!(o.status, "written", "{o:#?}");
+    assert!(
+        o.recovered && o.detail.contains("claimed the key"),
+        "{o:#?}"
+    );
+    let log = w
+        .ledger
+        .ledger
+        .list_writebacks(t, None, None, 100)
+        .await
+        .unwrap();
+    let settled = log.iter().find(|r| r.id == release.id).unwrap();
+    assert_eq!(settled.status, WritebackStatus::Written, "{settled:#?}");
+    // The application's new row is left alone.
+    assert_eq!(rows(&w, &[UNPAID])[UNPAID]["state"], "succeeded");
+}

@@ -358,6 +358,9 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>>;
     /// Hand a lease back early so another replica can take the work at once.
     async fn release_lease(&self, lease: &Lease) -> Result<()>;
+    /// Who holds the lease `name` now, and until when; `None` when it is free (never
+    /// taken, released, or expired).
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>>;
 
     // ---- metrics (issue 5, branch `metrics`) ----
     /// What `/metrics` reads at scrape time, in one read transaction. `q.tenant: None` is the

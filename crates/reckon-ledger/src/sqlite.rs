@@ -884,6 +884,10 @@ impl Ledger for SqliteLedger {
         self.lease_release(lease).await
     }
 
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
+        self.lease_holder_now(name).await
+    }
+
     async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
         self.metrics_snapshot_sqlite(q).await
     }

@@ -56,6 +56,9 @@ pub struct RowNow {
     /// The response column as JSON text (`None` = SQL NULL).
     pub response: Option<String>,
     pub expires_at: Option<f64>,
+    /// When the row was claimed: a row claimed anew after a delete has a later one than
+    /// the row it replaced (an update in place keeps it). `None` when not a number.
+    pub created_at: Option<f64>,
 }
 
 /// What one write-back does to the row.
@@ -223,7 +226,9 @@ impl SourceWriter {
                     "SELECT CAST(state AS BLOB) AS st, CASE WHEN typeof(updated_at) IN \
                      ('integer', 'real') THEN CAST(updated_at AS REAL) END AS u, \
                      CAST(response AS BLOB) AS resp, CASE WHEN typeof(expires_at) IN \
-                     ('integer', 'real') THEN CAST(expires_at AS REAL) END AS e \
+                     ('integer', 'real') THEN CAST(expires_at AS REAL) END AS e, \
+                     CASE WHEN typeof(created_at) IN ('integer', 'real') \
+                     THEN CAST(created_at AS REAL) END AS c \
                      FROM {table} WHERE key = $1"
                 )))
                 .bind(key)
@@ -236,6 +241,7 @@ impl SourceWriter {
                         updated_at: r.try_get("u").map_err(query_err)?,
                         response: text(r.try_get("resp").map_err(query_err)?),
                         expires_at: r.try_get("e").map_err(query_err)?,
+                        created_at: r.try_get("c").map_err(query_err)?,
                     })
                 })
                 .transpose()
@@ -243,7 +249,7 @@ impl SourceWriter {
             Inner::Postgres(c) => {
                 let row = sqlx::query(AssertSqlSafe(format!(
                     "SELECT state::text AS st, updated_at::float8 AS u, response::text AS resp, \
-                     expires_at::float8 AS e FROM {table} WHERE key = $1"
+                     expires_at::float8 AS e, created_at::float8 AS c FROM {table} WHERE key = $1"
                 )))
                 .bind(key)
                 .fetch_optional(&mut *c)
@@ -258,6 +264,7 @@ impl SourceWriter {
                         updated_at: r.try_get("u").map_err(query_err)?,
                         response: r.try_get("resp").map_err(query_err)?,
                         expires_at: r.try_get("e").map_err(query_err)?,
+                        created_at: r.try_get("c").map_err(query_err)?,
                     })
                 })
                 .transpose()
@@ -265,8 +272,8 @@ impl SourceWriter {
             Inner::Mysql(c) => {
                 let row = sqlx::query(AssertSqlSafe(format!(
                     "SELECT CAST(state AS BINARY) AS st, CAST(updated_at AS DOUBLE) AS u, \
-                     CAST(response AS BINARY) AS resp, CAST(expires_at AS DOUBLE) AS e \
-                     FROM {table} WHERE `key` = ? AND CAST(`key` AS BINARY) = CAST(? AS BINARY)"
+                     CAST(response AS BINARY) AS resp, CAST(expires_at AS DOUBLE) AS e, \
+                     CAST(created_at AS DOUBLE) AS c FROM {table} WHERE `key` = ? AND CAST(`key` AS BINARY) = CAST(? AS BINARY)"
                 )))
                 .bind(key)
                 .bind(key)
@@ -279,6 +286,7 @@ impl SourceWriter {
                         updated_at: r.try_get("u").map_err(query_err)?,
                         response: text(r.try_get("resp").map_err(query_err)?),
                         expires_at: r.try_get("e").map_err(query_err)?,
+                        created_at: r.try_get("c").map_err(query_err)?,
                     })
                 })
                 .transpose()

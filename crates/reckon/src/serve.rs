@@ -372,7 +372,7 @@ async fn start_reconciler(
                                 Ok(WritebackStep::Done(v)) => tracing::info!(
                                     tenant = %tenant.slug, rows = v.len(), "write-back step"
                                 ),
-                                Ok(WritebackStep::Empty | WritebackStep::Busy) => break,
+                                Ok(WritebackStep::Empty | WritebackStep::Busy { .. }) => break,
                                 Err(e) => {
                                     tracing::error!(tenant = %tenant.slug, error = %e, "write-back failed");
                                     break;

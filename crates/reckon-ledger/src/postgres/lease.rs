@@ -84,6 +84,24 @@ impl PgLedger {
     }
 }
 
+impl PgLedger {
+    pub(super) async fn lease_holder_now(&self, name: &str) -> Result<Option<Lease>> {
+        let sql = format!(
+            "SELECT owner, term, expires_at FROM work_lease WHERE name = $1 AND expires_at > {NOW}"
+        );
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|r| Lease {
+            name: name.to_owned(),
+            owner: r.get(0),
+            term: r.get(1),
+            expires_at: r.get(2),
+        }))
+    }
+}
+
 /// Inside a write transaction: refuse to go on unless `lease` is still held, and keep it
 /// from changing hands until this transaction ends.
 pub(super) async fn fence(conn: &mut PgConnection, lease: Option<&Lease>) -> Result<()> {

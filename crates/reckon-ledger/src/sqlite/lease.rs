@@ -91,6 +91,24 @@ impl SqliteLedger {
     }
 }
 
+impl SqliteLedger {
+    pub(super) async fn lease_holder_now(&self, name: &str) -> Result<Option<Lease>> {
+        let row = sqlx::query(
+            "SELECT owner, term, expires_at FROM work_lease WHERE name = $1 AND expires_at > $2",
+        )
+        .bind(name)
+        .bind(time::now())
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.map(|r| Lease {
+            name: name.to_owned(),
+            owner: r.get(0),
+            term: r.get(1),
+            expires_at: r.get(2),
+        }))
+    }
+}
+
 /// Inside a write transaction: refuse to go on unless `lease` is still held.
 pub(super) async fn fence(conn: &mut SqliteConnection, lease: Option<&Lease>) -> Result<()> {
     let Some(lease) = lease else { return Ok(()) };

@@ -46,6 +46,7 @@ pub async fn run(
     .map_err(|e| match e {
         WritebackError::Ledger(l) => ApiError::from(l),
         WritebackError::NoSource(s) => ApiError::NotFound(format!("source {s:?} not found")),
+        busy @ WritebackError::Busy { .. } => ApiError::Conflict(busy.to_string()),
         other => ApiError::internal(other),
     })?;
     Ok(Json(json!({

@@ -186,6 +186,9 @@ impl Ledger for CountingLedger {
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         self.inner.release_lease(lease).await
     }
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
+        self.inner.lease_holder(name).await
+    }
     async fn metrics_snapshot(
         &self,
         q: reckon_ledger::MetricsQuery,
