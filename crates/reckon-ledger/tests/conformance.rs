@@ -76,6 +76,7 @@ conformance! {
     the_metrics_snapshot_groups_every_tenants_unresolved_and_a_tenant_sees_its_own => story_metrics_snapshot;
     // reconciliation (issue 4)
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
+    an_upgrade_retracts_applied_verdicts_of_the_old_rule_and_makes_them_due => story_rc_upgrade_verdicts with raw;
     an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
     providers_keep_their_secret_sealed_and_routes_and_requeue_stay_in_their_tenant => story_rc_providers with raw;
     // audit (issue 6)
@@ -1961,6 +1962,119 @@ fn attempt(outcome: &str, at: f64, next: f64, resolve: bool) -> reckon_ledger::N
         needs_attention: false,
         resolve,
     }
+}
+
+/// A ledger whose reconciler concluded `applied` under the rule before verdicts were
+/// decided on money (no certificate: no complete check for a second payment) is upgraded:
+/// those verdicts are retracted into `resolution_retracted`, the effects are due for a
+/// re-check at once and marked provisional; verdicts of the current rule, `not_applied`
+/// and people's resolutions stay.
+async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    let keys = [
+        "charge:v1:old",
+        "charge:v1:new",
+        "charge:v1:none",
+        "charge:v1:hand",
+    ];
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(
+                keys.iter()
+                    .map(|k| rec(k, State::Unknown, now - 100.0))
+                    .collect(),
+            ),
+        )
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
+    let record = |key: &str, outcome: &str, evidence: serde_json::Value| {
+        let mut a = attempt(outcome, now, now + 3600.0, true);
+        a.evidence = evidence;
+        let ledger = ledger.clone();
+        let eid = id(key);
+        async move { ledger.record_attempt(t.id, eid, "w", a).await.unwrap() }
+    };
+    record(
+        keys[0],
+        "applied",
+        serde_json::json!({"classification": {"outcome": "applied", "certificate": null,
+            "objects": [{"id": "pi_1", "status": "requires_payment_method", "money_moved": false}]}}),
+    )
+    .await;
+    record(
+        keys[1],
+        "applied",
+        serde_json::json!({"classification": {"outcome": "applied",
+            "certificate": {"method": "stripe.list.payment_intents"}}}),
+    )
+    .await;
+    record(
+        keys[2],
+        "not_applied",
+        serde_json::json!({"classification": {"outcome": "not_applied", "certificate": null}}),
+    )
+    .await;
+    ledger
+        .resolve_by_hand(
+            t.id,
+            id(keys[3]),
+            reckon_ledger::NewResolution {
+                outcome: "applied".into(),
+                author: "user:finance@acme.test".into(),
+                note: Some("seen in the Stripe dashboard".into()),
+                evidence: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    drop(ledger);
+
+    // The upgrade: the migration runs as it does on a ledger written by the old rule.
+    raw.exec("DELETE FROM _sqlx_migrations WHERE version = 16; DROP TABLE resolution_retracted;")
+        .await;
+    let ledger = raw.reopen().await;
+    let view = |key: &str| {
+        let ledger = ledger.clone();
+        let eid = id(key);
+        async move { ledger.reconcile_view(t.id, eid).await.unwrap() }
+    };
+    let old = view(keys[0]).await;
+    assert!(old.resolution.is_none(), "{old:?}");
+    let st = old.state.expect("a reconcile state");
+    assert!(st.non_final, "shown as provisional until re-checked");
+    assert!(st.next_attempt_at <= time::now(), "due at once: {st:?}");
+    assert_eq!(old.attempts.len(), 1, "the attempt stays in the history");
+    for k in &keys[1..] {
+        assert!(
+            view(k).await.resolution.is_some(),
+            "{k} keeps its resolution"
+        );
+    }
+    let due = ledger
+        .claim_due(t.id, "w2", time::now(), 60.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|c| c.effect.key.as_str())
+            .collect::<Vec<_>>(),
+        vec![keys[0]],
+        "only the retracted verdict is looked up again"
+    );
+    let kept: Vec<String> = raw
+        .cells("resolution_retracted")
+        .await
+        .into_iter()
+        .filter(|(c, _)| c == "outcome" || c == "reason")
+        .map(|(_, v)| String::from_utf8(v).unwrap())
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept.contains(&"applied".to_owned()));
 }
 
 async fn story_rc_claims(ledger: Arc<dyn Ledger>) {

@@ -15,8 +15,11 @@ use std::sync::Arc;
 
 const DEFAULT_PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// One master key for the test process, so a ledger can be opened again.
 pub fn keyring() -> Keyring {
-    Keyring::from_base64(&Keyring::generate_base64()).expect("a generated key is valid")
+    static KEY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    Keyring::from_base64(KEY.get_or_init(Keyring::generate_base64))
+        .expect("a generated key is valid")
 }
 
 /// Where a test ledger's database lives, for direct queries.
@@ -27,6 +30,48 @@ pub enum RawDb {
 }
 
 impl RawDb {
+    /// Run `sql` (several statements) on the database directly, as its owner.
+    #[allow(dead_code)] // not every test binary that shares this module uses it
+    pub async fn exec(&self, sql: &str) {
+        match self {
+            RawDb::Sqlite(path) => {
+                let opts = SqliteConnectOptions::new()
+                    .filename(path)
+                    .create_if_missing(false);
+                let mut conn = sqlx::SqliteConnection::connect_with(&opts)
+                    .await
+                    .expect("open the SQLite ledger file directly");
+                sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                conn.close().await.ok();
+            }
+            RawDb::Postgres(url) => {
+                let mut conn = PgConnection::connect(url).await.expect("connect");
+                sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                conn.close().await.ok();
+            }
+        }
+    }
+
+    /// The ledger on this database opened again (migrations run as at any start).
+    #[allow(dead_code)] // not every test binary that shares this module uses it
+    pub async fn reopen(&self) -> Arc<dyn Ledger> {
+        match self {
+            RawDb::Sqlite(path) => {
+                reckon_ledger::connect(None, path.parent().expect("a data dir"), keyring()).await
+            }
+            RawDb::Postgres(url) => {
+                reckon_ledger::connect(Some(url), std::env::temp_dir().as_path(), keyring()).await
+            }
+        }
+        .unwrap_or_else(|e| panic!("open the ledger again: {e}"))
+    }
+
     /// Every non-NULL cell of `table` as (column name, the stored bytes). Text columns give
     /// their text, binary columns their raw bytes, numbers their text form.
     pub async fn cells(&self, table: &str) -> Vec<(String, Vec<u8>)> {
