@@ -238,6 +238,7 @@ async fn a_raw_query_as_the_app_role_sees_and_writes_nothing_of_another_tenant()
             "reconcile_state",
             "reconcile_attempt",
             "resolution",
+            "resolution_retracted",
             // audit (issue 6)
             "provider_charge",
             "audit_run",
@@ -414,6 +415,7 @@ async fn weakening_any_tenant_tables_row_level_security_is_caught_by_the_raw_que
                 "reconcile_state",
                 "reconcile_attempt",
                 "resolution",
+                "resolution_retracted",
                 "provider_charge",
                 "audit_run",
                 "writeback",
