@@ -18,6 +18,7 @@ use crate::{
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
+use std::collections::HashMap;
 
 /// Stripe keeps events for 30 days ("List events, going back up to 30 days").
 const EVENTS_WINDOW_SECS: f64 = 30.0 * 86_400.0;
@@ -54,6 +55,9 @@ pub struct StripeProvider {
     s: StripeSettings,
     key: SecretString,
     client: GetClient,
+    /// The complete reads of this provider's lists, shared by its lookups (a provider is
+    /// one tenant's account: nothing is shared between tenants).
+    mirror: tokio::sync::Mutex<Mirror>,
 }
 
 /// What one lookup carries from request to request.
@@ -67,7 +71,12 @@ struct Run {
 
 impl StripeProvider {
     pub fn new(s: StripeSettings, key: SecretString, client: GetClient) -> Self {
-        StripeProvider { s, key, client }
+        StripeProvider {
+            s,
+            key,
+            client,
+            mirror: Default::default(),
+        }
     }
 
     fn key_mode(&self) -> Option<&'static str> {
@@ -81,12 +90,22 @@ impl StripeProvider {
         }
     }
 
+    /// The account's pace, shared by every lookup and listing of the process. The
+    /// account is who the key belongs to: two tenants' accounts on the same base URL keep
+    /// two budgets (the key is only ever held here as its digest).
     fn pace(&self) -> Option<std::sync::Arc<crate::Pace>> {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(self.key.expose_secret().as_bytes());
         let account_key = format!(
-            "stripe|{}|{}|{}",
+            "stripe|{}|{}|{}|{}",
             self.s.base_url,
             self.s.account.as_deref().unwrap_or("-"),
-            self.s.mode
+            self.s.mode,
+            digest
+                .iter()
+                .take(16)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         );
         budget(&account_key, self.s.rate_per_sec)
     }
@@ -433,6 +452,186 @@ impl StripeProvider {
     }
 }
 
+/// Whole seconds of `created`, inclusive.
+type Span = (i64, i64);
+
+/// The complete reads of one provider's lists, shared by its lookups (a reconcile run
+/// builds the tenant's providers once and looks up every due effect with them). On a
+/// busy account a list per effect reads the same payments again and again (100 payments a
+/// second is 30,000 objects in a 5-minute window); the mirror remembers which spans of
+/// `created` were read to `has_more: false`, and which of their objects carry a key in the
+/// metadata field. An object's `created` never changes and a new object is created now, so
+/// a span that ended before its read began stays complete; the objects it holds are leads
+/// (each lookup reads its own payments as they are now).
+#[derive(Default)]
+struct Mirror {
+    /// Sorted, disjoint, merged.
+    covered: Vec<Span>,
+    /// Key -> (created, object) of every listed object that carries one.
+    by_key: HashMap<String, Vec<(i64, Value)>>,
+    objects: usize,
+}
+
+/// Objects a mirror keeps before it forgets its oldest spans.
+const MIRROR_MAX_OBJECTS: usize = 200_000;
+
+impl Mirror {
+    /// The parts of `want` not covered yet.
+    fn gaps(&self, want: Span) -> Vec<Span> {
+        let mut out = Vec::new();
+        let mut from = want.0;
+        for &(a, b) in &self.covered {
+            if b < from {
+                continue;
+            }
+            if a > want.1 {
+                break;
+            }
+            if a > from {
+                out.push((from, a - 1));
+            }
+            from = from.max(b + 1);
+            if from > want.1 {
+                return out;
+            }
+        }
+        if from <= want.1 {
+            out.push((from, want.1));
+        }
+        out
+    }
+
+    fn add(&mut self, span: Span, found: Vec<(String, i64, Value)>) {
+        for (key, created, v) in found {
+            let list = self.by_key.entry(key).or_default();
+            let id = v["id"].as_str().map(str::to_owned);
+            if !list.iter().any(|(_, o)| o["id"].as_str() == id.as_deref()) {
+                list.push((created, v));
+                self.objects += 1;
+            }
+        }
+        self.covered.push(span);
+        self.covered.sort();
+        let mut merged: Vec<Span> = Vec::with_capacity(self.covered.len());
+        for (a, b) in self.covered.drain(..) {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 + 1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        self.covered = merged;
+        while self.objects > MIRROR_MAX_OBJECTS && !self.covered.is_empty() {
+            let (_, cut) = self.covered.remove(0);
+            let mut left = 0;
+            self.by_key.retain(|_, v| {
+                v.retain(|(c, _)| *c > cut);
+                left += v.len();
+                !v.is_empty()
+            });
+            self.objects = left;
+        }
+    }
+
+    fn found(&self, key: &str, span: Span) -> Vec<Value> {
+        self.by_key
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter(|(c, _)| *c >= span.0 && *c <= span.1)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+}
+
+impl StripeProvider {
+    /// L2 for one key over `window`: the gaps of the account's mirror are listed (every
+    /// configured list, every page), and the key's objects come from the mirror.
+    async fn mirrored_lists(&self, key: &str, window: (f64, f64), run: &mut Run) -> Step {
+        let s = &self.s;
+        let mut step = Step::new(
+            &format!("stripe.list.{}", s.list_objects.join("+")),
+            Consistency::Strong,
+            Some(window),
+        );
+        let want = (window.0.floor() as i64, window.1.ceil() as i64);
+        let mut m = self.mirror.lock().await;
+        for gap in m.gaps(want) {
+            // A span is complete up to when its read began: later objects are created now.
+            let began = crate::now().floor() as i64 - 1;
+            let gap = (gap.0, gap.1.min(began));
+            if gap.0 > gap.1 {
+                continue;
+            }
+            let found = std::sync::Mutex::new(Vec::new());
+            for what in &s.list_objects {
+                let field = s.metadata_field.clone();
+                let found = &found;
+                let pick = move |item: &Value| {
+                    if let (Some(k), Some(c)) = (
+                        item["metadata"][field.as_str()].as_str(),
+                        item["created"].as_i64(),
+                    ) {
+                        found.lock().unwrap_or_else(|p| p.into_inner()).push((
+                            k.to_owned(),
+                            c,
+                            item.clone(),
+                        ));
+                    }
+                    None
+                };
+                let st = self
+                    .list(
+                        &format!("stripe.list.{what}"),
+                        &format!("v1/{what}"),
+                        (gap.0 as f64, gap.1 as f64),
+                        &[],
+                        run,
+                        &pick,
+                    )
+                    .await;
+                step.pages += st.pages;
+                step.request_ids.extend(st.request_ids);
+                if st.fault.is_some() || !st.complete {
+                    step.fault = st
+                        .fault
+                        .or_else(|| Some(Fault::new(FaultKind::Truncated, "a list stopped early")));
+                    // The pages read before the failure, and the spans read whole before,
+                    // still name leads; this span is not remembered as read.
+                    let partial =
+                        std::mem::take(&mut *found.lock().unwrap_or_else(|p| p.into_inner()));
+                    let leads = partial
+                        .into_iter()
+                        .filter(|(k, c, _)| k == key && *c >= want.0 && *c <= want.1)
+                        .map(|(_, _, v)| v)
+                        .chain(m.found(key, want));
+                    for v in leads {
+                        if let Ok(o) = self.object(&v, false, run) {
+                            step.objects.push(o);
+                        }
+                    }
+                    return step;
+                }
+            }
+            m.add(gap, found.into_inner().unwrap_or_else(|p| p.into_inner()));
+        }
+        // Complete up to the second before now: the effect's objects were all created
+        // before this lookup began (its call ended; the classifier also waits out the
+        // visibility lag), and later seconds are listed by the lookups that need them.
+        let horizon = (crate::now().floor() as i64 - 1).min(want.1);
+        step.complete = m.gaps((want.0, horizon)).is_empty();
+        for v in m.found(key, want) {
+            match self.object(&v, false, run) {
+                Ok(o) => step.objects.push(o),
+                Err(f) => {
+                    step.fault = Some(f);
+                    return step;
+                }
+            }
+        }
+        step
+    }
+}
+
 /// Object ids (`pi_...`, `ch_...`) in a recorded response, top level or one level down.
 pub fn recorded_ids(response_json: Option<&str>) -> Vec<String> {
     let Some(v) = response_json.and_then(|r| serde_json::from_str::<Value>(r).ok()) else {
@@ -536,45 +735,13 @@ impl crate::Provider for StripeProvider {
             report.steps.push(st);
         }
         let mut whole = false;
-        // L2: the complete check. The lists make one step: absence (and uniqueness) needs
-        // every one of them read to its end.
+        // L2: the complete check, through the account's mirror: only the parts of the
+        // window no earlier lookup of this process read whole are listed now. The lists
+        // make one step: absence (and uniqueness) needs every one of them read to its end.
         if confirmed_moved(&report) < 2 && !run.stopped && !s.list_objects.is_empty() {
-            let mut merged = Step::new(
-                &format!("stripe.list.{}", s.list_objects.join("+")),
-                Consistency::Strong,
-                Some(window),
-            );
-            merged.complete = true;
-            for what in &s.list_objects {
-                let key = q.key.clone();
-                let field = s.metadata_field.clone();
-                let pick = move |item: &Value| {
-                    (item["metadata"][field.as_str()].as_str() == Some(key.as_str()))
-                        .then(|| item.clone())
-                };
-                let st = self
-                    .list(
-                        &format!("stripe.list.{what}"),
-                        &format!("v1/{what}"),
-                        window,
-                        &[],
-                        &mut run,
-                        &pick,
-                    )
-                    .await;
-                merged.pages += st.pages;
-                merged.request_ids.extend(st.request_ids);
-                merged.objects.extend(st.objects);
-                merged.complete &= st.complete;
-                if merged.fault.is_none() {
-                    merged.fault = st.fault;
-                }
-                if merged.fault.is_some() {
-                    break;
-                }
-            }
-            whole = clean_complete(&merged);
-            report.steps.push(merged);
+            let st = self.mirrored_lists(&q.key, window, &mut run).await;
+            whole = clean_complete(&st);
+            report.steps.push(st);
         }
         // L1: events carrying the key, inside Stripe's 30-day window. Their objects are
         // snapshots from when each event happened: leads.
@@ -648,7 +815,7 @@ impl crate::Provider for StripeProvider {
 // ---- audit (issue 6, branch `audit`): listing a day of charges ----
 
 use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 impl StripeProvider {
     /// Every charge created in `[from, to)`, with its refunds, and the metadata of its

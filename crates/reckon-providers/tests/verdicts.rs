@@ -102,20 +102,6 @@ async fn a_duplicate_is_found_across_pages_with_a_failed_page_in_between() {
 
 #[tokio::test]
 async fn a_failed_page_after_the_first_charge_leaves_applied_provisional() {
-    // The payment is the newest object of the window (page 1 of the newest-first list);
-    // four payments of other keys follow, one per page.
-    let mut e = effect("charge:v1:ORD-2", &[Life::Succeeded]);
-    e.payments[0].offset = 10.0;
-    let cfg = WorldConfig {
-        page_size: 1,
-        noise: 4,
-        ..WorldConfig::default()
-    };
-    let sim = Sim::start(std::slice::from_ref(&e), cfg).await.unwrap();
-    let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
-    let clean = look(&p, &sim, &e).await;
-    assert_eq!(clean.outcome, Outcome::Applied);
-    assert!(clean.is_final(), "{clean:?}");
     for fault in [
         Fault::Status500,
         Fault::RateLimited,
@@ -125,8 +111,18 @@ async fn a_failed_page_after_the_first_charge_leaves_applied_provisional() {
         Fault::HasMoreWithoutCursor,
         Fault::Timeout(2500),
     ] {
-        // Page 2 fails, after page 1 showed the payment.
-        sim.fault_at(sim.requests_so_far() + 1, fault);
+        // The payment is the newest object of the window (page 1 of the newest-first
+        // list); four payments of other keys follow, one per page. Page 2 fails.
+        let mut e = effect("charge:v1:ORD-2", &[Life::Succeeded]);
+        e.payments[0].offset = 10.0;
+        let cfg = WorldConfig {
+            page_size: 1,
+            noise: 4,
+            ..WorldConfig::default()
+        };
+        let sim = Sim::start(std::slice::from_ref(&e), cfg).await.unwrap();
+        let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
+        sim.fault_at(1, fault);
         let c = look(&p, &sim, &e).await;
         assert_eq!(c.outcome, Outcome::Applied, "{fault:?}: {c:?}");
         assert!(c.provisional && !c.is_final(), "{fault:?}: {c:?}");
@@ -134,7 +130,42 @@ async fn a_failed_page_after_the_first_charge_leaves_applied_provisional() {
             !c.faults.is_empty(),
             "{fault:?}: the failed page is in the evidence"
         );
+        // The next look reads the window whole and concludes.
+        let c = look(&p, &sim, &e).await;
+        assert_eq!(c.outcome, Outcome::Applied, "{fault:?}: {c:?}");
+        assert!(c.is_final(), "{fault:?}: {c:?}");
     }
+}
+
+/// The account's lists are read once for every effect whose window they cover: a second
+/// effect in the same window costs its own retrieve, not the window's pages again.
+#[tokio::test]
+async fn one_complete_read_of_a_window_answers_every_effect_in_it() {
+    let a = effect("charge:v1:ORD-20", &[Life::Succeeded]);
+    let mut b = effect("charge:v1:ORD-21", &[Life::Declined]);
+    b.created_at += 20.0;
+    b.updated_at += 20.0;
+    let cfg = WorldConfig {
+        page_size: 2,
+        noise: 10,
+        ..WorldConfig::default()
+    };
+    let sim = Sim::start(&[a.clone(), b.clone()], cfg).await.unwrap();
+    let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
+    let c = look(&p, &sim, &a).await;
+    assert_eq!(c.outcome, Outcome::Applied);
+    assert!(c.is_final());
+    let after_a = sim.log().len();
+    let c = look(&p, &sim, &b).await;
+    assert_eq!(c.outcome, Outcome::NotApplied, "{c:?}");
+    let lists = sim.log()[after_a..]
+        .iter()
+        .filter(|l| {
+            !l.target.contains("/v1/payment_intents/") && !l.target.contains("/v1/charges/")
+        })
+        .count();
+    // Only the 20 seconds of b's window beyond a's are listed: one page of each list.
+    assert!(lists <= 2, "{:?}", &sim.log()[after_a..]);
 }
 
 #[tokio::test]
