@@ -371,12 +371,13 @@ async fn main() -> anyhow::Result<()> {
         phase(&ledger, &budgeted, options(args.concurrency), &arrivals).await?;
     println!(
         "phase 1 (budget {} req/s, concurrency {}): {} requests at the server in {:.1} s \
-         ({wall:.1} s wall, {resolved} resolved); sustained {:.1} req/s; per second min {} \
-         max {}; any 1 s window max {}; ratio to anchor {:.1}x",
+         ({wall:.1} s wall, {resolved} resolved, {:.2} requests per verdict); sustained \
+         {:.1} req/s; per second min {} max {}; any 1 s window max {}; ratio to anchor {:.1}x",
         args.budget,
         args.concurrency,
         r.requests,
         r.secs,
+        r.requests as f64 / resolved.max(1) as f64,
         r.sustained,
         r.min_second,
         r.max_second,
