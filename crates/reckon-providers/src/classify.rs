@@ -50,6 +50,8 @@ pub struct Payment {
     pub amount: Option<i64>,
     pub currency: Option<String>,
     pub amount_refunded: Option<i64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub disputed: bool,
     pub object_ids: Vec<String>,
 }
 
@@ -155,6 +157,7 @@ fn payments(objects: &[ProviderObject]) -> Vec<Payment> {
                 currency: head.and_then(|o| o.currency.clone()),
                 // Shown, never judged: a refund only grows, so any read of it will do.
                 amount_refunded: all.iter().filter_map(|o| o.amount_refunded).max(),
+                disputed: all.iter().any(|o| o.disputed),
                 object_ids: all.iter().map(|o| o.id.clone()).collect(),
             }
         })

@@ -89,6 +89,9 @@ pub(crate) struct WireObject {
     pub payment: Option<String>,
     #[serde(default)]
     pub amount_refunded: Option<i64>,
+    /// The payment is disputed (a chargeback): shown, it does not change the verdict.
+    #[serde(default)]
+    pub disputed: bool,
     /// `false`: the object may still change state.
     #[serde(default = "yes")]
     pub r#final: bool,
@@ -141,6 +144,7 @@ impl WireObject {
             money,
             confirmed,
             amount_refunded: self.amount_refunded.filter(|a| *a > 0),
+            disputed: self.disputed,
         })
     }
 }

@@ -92,6 +92,10 @@ pub struct ProviderObject {
     /// Why no money moved (a decline code, `canceled`), for the certificate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// The cardholder disputed it (a chargeback): the money moved all the same, and
+    /// finance sees the dispute beside the verdict.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disputed: bool,
 }
 
 impl ProviderObject {

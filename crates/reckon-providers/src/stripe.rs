@@ -286,6 +286,8 @@ impl StripeProvider {
                 .or(v["latest_charge"]["amount_refunded"].as_i64())
                 .filter(|a| *a > 0),
             failure,
+            disputed: v["disputed"].as_bool() == Some(true)
+                || v["latest_charge"]["disputed"].as_bool() == Some(true),
         })
     }
 

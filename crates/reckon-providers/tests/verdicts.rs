@@ -313,6 +313,19 @@ async fn a_refund_still_moved_money_and_shows() {
 }
 
 #[tokio::test]
+async fn a_disputed_charge_still_moved_money_and_shows_the_dispute() {
+    let e = effect("charge:v1:ORD-16", &[Life::Disputed]);
+    let sim = Sim::start(std::slice::from_ref(&e), WorldConfig::default())
+        .await
+        .unwrap();
+    let p = stripe(&sim, json!({}));
+    let c = look(&p, &sim, &e).await;
+    assert_eq!(c.outcome, Outcome::Applied, "{c:?}");
+    assert!(c.is_final());
+    assert!(c.payments[0].disputed, "{c:?}");
+}
+
+#[tokio::test]
 async fn a_payment_still_processing_is_never_applied() {
     let e = effect("charge:v1:ORD-13", &[Life::Processing { succeeds: false }]);
     let sim = Sim::start(std::slice::from_ref(&e), WorldConfig::default())

@@ -31,6 +31,7 @@ fn life() -> impl Strategy<Value = Life> {
         1 => Just(Life::DeclinedThenSucceeded),
         1 => Just(Life::Canceled),
         1 => Just(Life::Refunded),
+        1 => Just(Life::Disputed),
         1 => any::<bool>().prop_map(|succeeds| Life::Processing { succeeds }),
         1 => any::<bool>().prop_map(|captured| Life::Authorized { captured }),
         1 => any::<bool>().prop_map(|succeeds| Life::RequiresAction { succeeds }),

@@ -45,6 +45,8 @@ pub enum Life {
     Canceled,
     /// Captured, then refunded in full: money moved all the same.
     Refunded,
+    /// Captured, then disputed by the cardholder (a chargeback).
+    Disputed,
     /// `processing` until it settles.
     Processing { succeeds: bool },
     /// `requires_capture` (an authorization) until captured, or canceled when it expires.
@@ -57,7 +59,7 @@ impl Life {
     /// Whether money moved once everything settled.
     pub fn moves_money(self) -> bool {
         match self {
-            Life::Succeeded | Life::DeclinedThenSucceeded | Life::Refunded => true,
+            Life::Succeeded | Life::DeclinedThenSucceeded | Life::Refunded | Life::Disputed => true,
             Life::Declined | Life::Canceled => false,
             Life::Processing { succeeds } | Life::RequiresAction { succeeds } => succeeds,
             Life::Authorized { captured } => captured,
@@ -210,7 +212,9 @@ impl Payment {
             View::Now { settled } => settled,
         };
         match self.life {
-            Life::Succeeded | Life::DeclinedThenSucceeded | Life::Refunded => "succeeded",
+            Life::Succeeded | Life::DeclinedThenSucceeded | Life::Refunded | Life::Disputed => {
+                "succeeded"
+            }
             Life::Declined => "requires_payment_method",
             Life::Canceled => "canceled",
             l if l.pending() && !settled => match l {
@@ -297,6 +301,7 @@ impl Payment {
             "amount_captured": if captured { self.amount } else { 0 },
             "amount_refunded": if refunded { self.amount } else { 0 },
             "refunded": refunded,
+            "disputed": self.life == Life::Disputed && status == "succeeded",
             "captured": captured,
             "currency": "usd",
             "created": c.created as i64,
@@ -798,7 +803,8 @@ pub fn random_world(seed: u64, n: usize, base: f64) -> Vec<EffectSpec> {
                         0 => Life::Declined,
                         1 => Life::DeclinedThenSucceeded,
                         2 => Life::Canceled,
-                        3 => Life::Refunded,
+                        3 if rng.random() => Life::Refunded,
+                        3 => Life::Disputed,
                         4 => Life::Processing {
                             succeeds: rng.random(),
                         },
