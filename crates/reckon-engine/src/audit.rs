@@ -466,15 +466,14 @@ pub fn latest_schedule(now: f64, time_zone: &str, audit_time: &str) -> Option<(f
     };
     let yesterday = DayWindow::yesterday(now, time_zone).ok()?;
     // Today's run is due already: it became due between today's midnight and now.
-    // Otherwise yesterday's run was the latest: due during yesterday.
+    // Otherwise yesterday's run was the latest: due during yesterday. Whole seconds (audit
+    // times are whole minutes), so the bisection below always narrows.
     let (mut lo, mut hi) = if due(now).is_some() {
-        (yesterday.end, now)
+        (yesterday.end, now.floor())
     } else {
         (yesterday.start, yesterday.end - 1.0)
     };
-    if due(hi).is_none() {
-        return None;
-    }
+    due(hi)?;
     // Invariant: due(hi) is Some; find the first second of the local day for which it is.
     if due(lo).is_some() {
         hi = lo;
@@ -827,6 +826,16 @@ mod tests {
         let (due, _) =
             latest_schedule(at("2026-10-24T12:00:00Z"), "Europe/Paris", "06:00").unwrap();
         assert_eq!(due, at("2026-10-24T04:00:00Z"));
+    }
+
+    #[test]
+    fn a_now_between_two_seconds_finds_the_same_schedule() {
+        let now = at("2026-11-29T10:00:00Z") + 0.123_456;
+        let (due, day) = latest_schedule(now, "UTC", "09:59").unwrap();
+        assert_eq!(due, at("2026-11-29T09:59:00Z"));
+        assert_eq!(day.date, "2026-11-28");
+        let (due, _) = latest_schedule(at("2026-11-29T09:59:00Z") + 0.5, "UTC", "09:59").unwrap();
+        assert_eq!(due, at("2026-11-29T09:59:00Z"));
     }
 
     #[test]

@@ -1042,7 +1042,7 @@ async fn the_nightly_audit_is_not_due_before_the_tenants_local_time() {
 #[tokio::test]
 async fn the_nightly_runs_health_is_in_the_metrics_a_failure_and_a_day_not_complete() {
     let server = three_pages(wiremock::ResponseTemplate::new(503)).await;
-    let (w, t) = failing_world(&server.uri()).await;
+    let (w, _) = failing_world(&server.uri()).await;
     // A tenant with nothing to audit: counters at zero, no schedule to be late for.
     tenant_with_source(w.ledger.as_ref(), "beta").await;
     let mut c = ctx(w.ledger.clone());

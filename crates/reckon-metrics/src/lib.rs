@@ -40,8 +40,8 @@ impl ReconcileOutcome {
 pub enum ProviderStatus {
     /// A 2xx answer that parsed.
     Ok,
-    /// 404. reckon asks only for what should exist (an http provider's lookup endpoint, an
-    /// id Stripe issued), so this is a failed answer: the effect is parked for a person.
+    /// A 404: reckon asks only for what should exist (an http provider's lookup endpoint,
+    /// an id Stripe issued), so this is a failed answer, and the effect is parked for a person.
     NotFound,
     RateLimited,
     ClientError,
