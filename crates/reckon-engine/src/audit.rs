@@ -428,8 +428,11 @@ async fn run_window(
     }
     run.finished_at = reckon_domain::time::now();
     let stored = ctx.ledger.record_audit_run(tenant, run, lease).await?;
-    if let Some(m) = &ctx.metrics {
-        publish_for(m, ctx.ledger.as_ref(), tenant).await;
+    if let Some(m) = &ctx.metrics
+        && let Ok(t) = ctx.ledger.tenant_by_id(tenant).await
+    {
+        m.record_audit_run(&t.slug, &stored.run.provider, &stored.run.status);
+        publish_metric(m, ctx.ledger.as_ref(), tenant, &t.slug).await;
     }
     Ok(stored)
 }
@@ -451,10 +454,65 @@ pub async fn publish_metric(
     }
 }
 
-async fn publish_for(m: &reckon_metrics::Metrics, ledger: &dyn Ledger, tenant: TenantId) {
-    if let Ok(t) = ledger.tenant_by_id(tenant).await {
-        publish_metric(m, ledger, tenant, &t.slug).await;
+/// The latest instant at or before `now` when the tenant's nightly audit was due (its
+/// `audit_time` on its local clock), with the day that run audits (the local day before).
+/// Found by bisecting [`reckon_audit::due_day`] over the local day, so it is the scheduler's
+/// own notion of "due", time-zone changes included. `None` for an invalid zone or time.
+pub fn latest_schedule(now: f64, time_zone: &str, audit_time: &str) -> Option<(f64, DayWindow)> {
+    let due = |t: f64| {
+        reckon_audit::due_day(t, time_zone, audit_time)
+            .ok()
+            .flatten()
+    };
+    let yesterday = DayWindow::yesterday(now, time_zone).ok()?;
+    // Today's run is due already: it became due between today's midnight and now.
+    // Otherwise yesterday's run was the latest: due during yesterday. Whole seconds (audit
+    // times are whole minutes), so the bisection below always narrows.
+    let (mut lo, mut hi) = if due(now).is_some() {
+        (yesterday.end, now.floor())
+    } else {
+        (yesterday.start, yesterday.end - 1.0)
+    };
+    due(hi)?;
+    // Invariant: due(hi) is Some; find the first second of the local day for which it is.
+    if due(lo).is_some() {
+        hi = lo;
     }
+    while hi - lo > 1.0 {
+        let mid = ((lo + hi) / 2.0).floor();
+        if due(mid).is_some() {
+            hi = mid
+        } else {
+            lo = mid
+        }
+    }
+    due(hi).map(|w| (hi, w))
+}
+
+/// The schedule's health for one tenant: when its latest nightly run was due and whether the
+/// day it audits has a complete scheduled run. A tenant with no provider has nothing to run.
+/// Every tenant's nightly-run counters exist (at zero until a run): a first failure is then
+/// an increase, and dashboards list every tenant from them.
+async fn publish_schedule(
+    m: &reckon_metrics::Metrics,
+    ledger: &dyn Ledger,
+    tenant: &reckon_ledger::Tenant,
+    settings: &reckon_ledger::AuditSettings,
+    now: f64,
+) -> Result<(), AuditRunError> {
+    m.touch_audit_runs(&tenant.slug);
+    if ledger.list_providers(tenant.id).await?.is_empty() {
+        m.forget_audit_schedule(&tenant.slug);
+        return Ok(());
+    }
+    if let Some((due_at, window)) = latest_schedule(now, &settings.time_zone, &settings.audit_time)
+    {
+        let complete = ledger
+            .scheduled_audit_done(tenant.id, &window.date, ALL_PROVIDERS)
+            .await?;
+        m.record_audit_schedule(&tenant.slug, due_at, complete);
+    }
+    Ok(())
 }
 
 /// What one tick of the schedule did for a tenant.
@@ -475,6 +533,9 @@ pub async fn run_due(ctx: &AuditCtx, now: f64) -> Result<Vec<DueRun>, AuditRunEr
             publish_metric(m, ctx.ledger.as_ref(), t.id, &t.slug).await;
         }
         let s = ctx.ledger.audit_settings(t.id).await?;
+        if let Some(m) = &ctx.metrics {
+            publish_schedule(m, ctx.ledger.as_ref(), &t, &s, now).await?;
+        }
         let window = match reckon_audit::due_day(now, &s.time_zone, &s.audit_time) {
             Ok(Some(w)) => w,
             Ok(None) => continue,
@@ -519,10 +580,15 @@ pub async fn run_due(ctx: &AuditCtx, now: f64) -> Result<Vec<DueRun>, AuditRunEr
         let _ = ctx.ledger.release_lease(&lease).await;
         match result {
             None => {}
-            Some(Ok(run)) => done.push(DueRun {
-                tenant: t.slug.clone(),
-                run,
-            }),
+            Some(Ok(run)) => {
+                if let Some(m) = &ctx.metrics {
+                    publish_schedule(m, ctx.ledger.as_ref(), &t, &s, now).await?;
+                }
+                done.push(DueRun {
+                    tenant: t.slug.clone(),
+                    run,
+                });
+            }
             Some(Err(AuditRunError::Ledger(LedgerError::Conflict(_))))
             | Some(Err(AuditRunError::Ledger(LedgerError::LeaseLost(_)))) => {}
             Some(Err(e)) => tracing::warn!(tenant = %t.slug, "scheduled audit: {e}"),
@@ -707,4 +773,81 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
 /// `1234, "usd"` -> `12.34 USD` (re-exported for the CLI).
 pub fn money(minor: i64, currency: &str) -> String {
     reckon_audit::money(minor, currency)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Epoch seconds of a UTC time written `YYYY-MM-DDTHH:MM:SSZ`, checked against the
+    /// civil calendar (days from 1970-01-01, Howard Hinnant's algorithm).
+    fn at(utc: &str) -> f64 {
+        let n = |r: std::ops::Range<usize>| utc[r].parse::<i64>().unwrap();
+        let (y, m, d) = (n(0..4), n(5..7), n(8..10));
+        let (y, m) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let doy = (153 * m + 2) / 5 + d - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        let days = era * 146097 + doe - 719468;
+        (days * 86400 + n(11..13) * 3600 + n(14..16) * 60 + n(17..19)) as f64
+    }
+
+    #[test]
+    fn the_test_clock_is_the_unix_clock() {
+        assert_eq!(at("1970-01-01T00:00:00Z"), 0.0);
+        assert_eq!(at("2026-11-29T10:00:00Z"), 1_795_946_400.0);
+        assert_eq!(at("2024-02-29T23:59:59Z"), 1_709_251_199.0);
+    }
+
+    #[test]
+    fn after_the_audit_time_the_latest_schedule_is_today_for_yesterday() {
+        let (due, day) =
+            latest_schedule(at("2026-11-29T10:00:00Z"), "Europe/Paris", "06:30").unwrap();
+        assert_eq!(due, at("2026-11-29T05:30:00Z"));
+        assert_eq!(day.date, "2026-11-28");
+    }
+
+    #[test]
+    fn before_the_audit_time_the_latest_schedule_is_yesterday_for_the_day_before() {
+        let (due, day) =
+            latest_schedule(at("2026-11-29T05:00:00Z"), "Europe/Paris", "06:30").unwrap();
+        assert_eq!(due, at("2026-11-28T05:30:00Z"));
+        assert_eq!(day.date, "2026-11-27");
+    }
+
+    #[test]
+    fn the_schedule_follows_the_zone_across_a_clock_change() {
+        // Paris goes from UTC+2 to UTC+1 on 25 October 2026: 06:00 local is 05:00 UTC then.
+        let (due, day) =
+            latest_schedule(at("2026-10-25T12:00:00Z"), "Europe/Paris", "06:00").unwrap();
+        assert_eq!(due, at("2026-10-25T05:00:00Z"));
+        assert_eq!(day.date, "2026-10-24");
+        let (due, _) =
+            latest_schedule(at("2026-10-24T12:00:00Z"), "Europe/Paris", "06:00").unwrap();
+        assert_eq!(due, at("2026-10-24T04:00:00Z"));
+    }
+
+    #[test]
+    fn a_now_between_two_seconds_finds_the_same_schedule() {
+        let now = at("2026-11-29T10:00:00Z") + 0.123_456;
+        let (due, day) = latest_schedule(now, "UTC", "09:59").unwrap();
+        assert_eq!(due, at("2026-11-29T09:59:00Z"));
+        assert_eq!(day.date, "2026-11-28");
+        let (due, _) = latest_schedule(at("2026-11-29T09:59:00Z") + 0.5, "UTC", "09:59").unwrap();
+        assert_eq!(due, at("2026-11-29T09:59:00Z"));
+    }
+
+    #[test]
+    fn midnight_is_due_at_the_first_second_of_the_day() {
+        let (due, day) = latest_schedule(at("2026-11-29T00:00:30Z"), "UTC", "00:00").unwrap();
+        assert_eq!(due, at("2026-11-29T00:00:00Z"));
+        assert_eq!(day.date, "2026-11-28");
+    }
+
+    #[test]
+    fn an_invalid_zone_or_time_has_no_schedule() {
+        assert!(latest_schedule(at("2026-11-29T10:00:00Z"), "Mars/Olympus", "06:00").is_none());
+        assert!(latest_schedule(at("2026-11-29T10:00:00Z"), "UTC", "25:00").is_none());
+    }
 }

@@ -1040,6 +1040,61 @@ async fn the_nightly_audit_is_not_due_before_the_tenants_local_time() {
 }
 
 #[tokio::test]
+async fn the_nightly_runs_health_is_in_the_metrics_a_failure_and_a_day_not_complete() {
+    let server = three_pages(wiremock::ResponseTemplate::new(503)).await;
+    let (w, _) = failing_world(&server.uri()).await;
+    // A tenant with nothing to audit: counters at zero, no schedule to be late for.
+    tenant_with_source(w.ledger.as_ref(), "beta").await;
+    let mut c = ctx(w.ledger.clone());
+    let m = reckon_metrics::Metrics::new();
+    c.metrics = Some(m.clone());
+    // acme's audit time is 06:00 in New York, the morning after DAY; an hour later it is due.
+    let due_at = END + 6.0 * 3600.0;
+    let done = run_due(&c, due_at + 3600.0).await.unwrap();
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].run.run.status, "failed");
+    let text = m.text();
+    for line in [
+        "reckon_audit_runs_total{provider=\"*\",status=\"failed\",tenant=\"acme\"} 1",
+        "reckon_audit_runs_total{provider=\"*\",status=\"complete\",tenant=\"acme\"} 0",
+        "reckon_audit_runs_total{provider=\"*\",status=\"failed\",tenant=\"beta\"} 0",
+        &format!("reckon_audit_scheduled_timestamp_seconds{{tenant=\"acme\"}} {due_at}"),
+        "reckon_audit_scheduled_day_complete{tenant=\"acme\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    assert!(
+        !text.contains("reckon_audit_scheduled_day_complete{tenant=\"beta\"}"),
+        "{text}"
+    );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_completed_nightly_run_marks_its_day_complete() {
+    let w = World::sqlite().await;
+    let (t, _) = planted_world(&w).await;
+    set_settings(w.ledger.as_ref(), t, Some("UTC"), Some("06:00"))
+        .await
+        .unwrap();
+    let at_0600 = 1_795_910_400.0 + 6.0 * 3600.0;
+    let mut c = ctx(w.ledger.clone());
+    let m = reckon_metrics::Metrics::new();
+    c.metrics = Some(m.clone());
+    let done = run_due(&c, at_0600 + 60.0).await.unwrap();
+    assert_eq!(done[0].run.run.status, "complete");
+    let text = m.text();
+    for line in [
+        &format!("reckon_audit_scheduled_timestamp_seconds{{tenant=\"acme\"}} {at_0600}"),
+        "reckon_audit_scheduled_day_complete{tenant=\"acme\"} 1",
+        "reckon_audit_runs_total{provider=\"*\",status=\"complete\",tenant=\"acme\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    w.finish().await;
+}
+
+#[tokio::test]
 async fn bad_settings_and_dates_are_refused_with_a_clear_error() {
     let w = World::sqlite().await;
     let (t, _) = tenant_with_source(w.ledger.as_ref(), "acme").await;

@@ -40,7 +40,8 @@ impl ReconcileOutcome {
 pub enum ProviderStatus {
     /// A 2xx answer that parsed.
     Ok,
-    /// 404 and friends: a complete answer, not an error of the provider.
+    /// A 404: reckon asks only for what should exist (an http provider's lookup endpoint,
+    /// an id Stripe issued), so this is a failed answer, and the effect is parked for a person.
     NotFound,
     RateLimited,
     ClientError,
@@ -66,10 +67,10 @@ impl ProviderStatus {
         }
     }
 
-    /// Whether this status counts as a provider error in alerts (everything that is not
-    /// a complete answer).
+    /// Whether this status counts as a provider error in alerts: everything that is not a
+    /// 2xx answer, a 404 included (`status!="ok"` in deploy/prometheus/alerts.yml).
     pub fn is_error(self) -> bool {
-        !matches!(self, ProviderStatus::Ok | ProviderStatus::NotFound)
+        !matches!(self, ProviderStatus::Ok)
     }
 }
 
@@ -91,6 +92,9 @@ pub struct Metrics {
     http_duration: HistogramVec,
     audit_findings: GaugeVec,
     audit_last_run: GaugeVec,
+    audit_runs: IntCounterVec,
+    audit_scheduled: GaugeVec,
+    audit_scheduled_complete: GaugeVec,
     build_info: Gauge,
 }
 
@@ -169,6 +173,30 @@ impl Metrics {
             &["tenant"],
         )
         .expect("valid metric");
+        let audit_runs = IntCounterVec::new(
+            Opts::new(
+                "reckon_audit_runs_total",
+                "Audit runs this instance stored, by provider (`*`: every provider of the tenant, as the nightly run) and status (complete, failed).",
+            ),
+            &["tenant", "provider", "status"],
+        )
+        .expect("valid metric");
+        let audit_scheduled = GaugeVec::new(
+            Opts::new(
+                "reckon_audit_scheduled_timestamp_seconds",
+                "Unix time the tenant's latest nightly audit was due (its audit time in its zone, at or before now). Absent for a tenant with no provider.",
+            ),
+            &["tenant"],
+        )
+        .expect("valid metric");
+        let audit_scheduled_complete = GaugeVec::new(
+            Opts::new(
+                "reckon_audit_scheduled_day_complete",
+                "1 if the day audited by the latest nightly run that was due has a complete scheduled run, 0 if not (yet).",
+            ),
+            &["tenant"],
+        )
+        .expect("valid metric");
         let build_info = Gauge::with_opts(
             Opts::new(
                 "reckon_build_info",
@@ -188,6 +216,9 @@ impl Metrics {
             http_duration,
             audit_findings,
             audit_last_run,
+            audit_runs,
+            audit_scheduled,
+            audit_scheduled_complete,
             build_info,
         };
         for c in m.collectors() {
@@ -206,6 +237,9 @@ impl Metrics {
             Box::new(self.http_duration.clone()),
             Box::new(self.audit_findings.clone()),
             Box::new(self.audit_last_run.clone()),
+            Box::new(self.audit_runs.clone()),
+            Box::new(self.audit_scheduled.clone()),
+            Box::new(self.audit_scheduled_complete.clone()),
             Box::new(self.build_info.clone()),
         ]
     }
@@ -213,6 +247,16 @@ impl Metrics {
     /// The registry to render (`prometheus::TextEncoder`).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// This registry alone in the text format: for tests and tools (the server renders it
+    /// next to the ledger's gauges).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        prometheus::TextEncoder::new()
+            .encode_utf8(&self.registry.gather(), &mut out)
+            .expect("the text format of our own families encodes");
+        out
     }
 
     /// Every metric name this type defines, from the metrics' own descriptors (so a name
@@ -277,6 +321,38 @@ impl Metrics {
             .set(finished_at);
     }
 
+    /// For the audit: one run stored (`status` is the run's: `complete` or `failed`).
+    pub fn record_audit_run(&self, tenant: &str, provider: &str, status: &str) {
+        self.audit_runs
+            .with_label_values(&[tenant, provider, status])
+            .inc();
+    }
+
+    /// Make the nightly run's counters (`provider` `*`) exist at zero, so a first failure is
+    /// an increase rather than a new series.
+    pub fn touch_audit_runs(&self, tenant: &str) {
+        for status in ["complete", "failed"] {
+            self.audit_runs.with_label_values(&[tenant, "*", status]);
+        }
+    }
+
+    /// For the audit schedule: the latest instant the tenant's nightly audit was due, and
+    /// whether the day it audits has a complete scheduled run.
+    pub fn record_audit_schedule(&self, tenant: &str, due_at: f64, complete: bool) {
+        self.audit_scheduled
+            .with_label_values(&[tenant])
+            .set(due_at);
+        self.audit_scheduled_complete
+            .with_label_values(&[tenant])
+            .set(if complete { 1.0 } else { 0.0 });
+    }
+
+    /// A tenant with nothing to audit (no provider): no schedule to be late for.
+    pub fn forget_audit_schedule(&self, tenant: &str) {
+        let _ = self.audit_scheduled.remove_label_values(&[tenant]);
+        let _ = self.audit_scheduled_complete.remove_label_values(&[tenant]);
+    }
+
     /// One HTTP request; `route` must be a route template (`MatchedPath`) or `unmatched`.
     pub fn record_http(&self, method: &str, route: &str, status: u16, took: Duration) {
         self.http_requests
@@ -315,6 +391,9 @@ mod tests {
             Duration::from_millis(30),
         );
         m.record_audit("acme", &[("duplicate", 2), ("orphan", 0)], 1700000000.0);
+        m.touch_audit_runs("acme");
+        m.record_audit_run("acme", "*", "failed");
+        m.record_audit_schedule("acme", 1700020000.0, false);
         let text = render(&m);
         for line in [
             "reckon_records_ingested_total{source=\"shop\",tenant=\"acme\"} 5",
@@ -325,6 +404,10 @@ mod tests {
             "reckon_audit_findings{kind=\"duplicate\",tenant=\"acme\"} 2",
             "reckon_audit_findings{kind=\"orphan\",tenant=\"acme\"} 0",
             "reckon_audit_last_run_timestamp_seconds{tenant=\"acme\"} 1700000000",
+            "reckon_audit_runs_total{provider=\"*\",status=\"complete\",tenant=\"acme\"} 0",
+            "reckon_audit_runs_total{provider=\"*\",status=\"failed\",tenant=\"acme\"} 1",
+            "reckon_audit_scheduled_timestamp_seconds{tenant=\"acme\"} 1700020000",
+            "reckon_audit_scheduled_day_complete{tenant=\"acme\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
@@ -335,6 +418,24 @@ mod tests {
         let names = Metrics::new().metric_names();
         assert!(names.contains(&"reckon_reconcile_outcomes_total".to_owned()));
         assert!(names.contains(&"reckon_provider_request_duration_seconds".to_owned()));
-        assert_eq!(names.len(), 9);
+        assert_eq!(names.len(), 12);
+    }
+
+    #[test]
+    fn every_answer_but_a_2xx_is_a_provider_error_a_404_included() {
+        assert!(!ProviderStatus::Ok.is_error());
+        assert!(ProviderStatus::NotFound.is_error());
+        assert!(ProviderStatus::ServerError.is_error());
+    }
+
+    #[test]
+    fn a_tenant_without_providers_has_no_audit_schedule() {
+        let m = Metrics::new();
+        m.record_audit_schedule("acme", 1700020000.0, true);
+        m.record_audit_schedule("beta", 1700020000.0, false);
+        m.forget_audit_schedule("beta");
+        let text = render(&m);
+        assert!(text.contains("reckon_audit_scheduled_day_complete{tenant=\"acme\"} 1"));
+        assert!(!text.contains("tenant=\"beta\""), "{text}");
     }
 }

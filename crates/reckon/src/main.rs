@@ -7,6 +7,7 @@ mod config;
 mod demo;
 mod healthcheck;
 mod keys;
+mod logging;
 mod output;
 mod reconcile_cmd;
 mod serve;
@@ -211,15 +212,6 @@ enum SourceCmd {
     },
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RECKON_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>> {
     let url = settings.database_url.as_deref();
     let dir = &settings.data_dir;
@@ -263,7 +255,7 @@ pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>>
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    init_tracing();
+    logging::init()?;
     let cli = Cli::parse();
     let listen = match &cli.cmd {
         Cmd::Serve { listen } | Cmd::Demo { listen, .. } => listen.clone(),
