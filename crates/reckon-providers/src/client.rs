@@ -253,7 +253,7 @@ fn transport(e: reqwest::Error) -> Fault {
 /// the provider varies by a few milliseconds (a pooled or a new connection, the
 /// scheduler), and the provider counts arrivals, so a second as reckon measures it must
 /// hold what any second as the provider measures it may hold.
-const PACE_MARGIN: Duration = Duration::from_millis(50);
+const PACE_MARGIN: Duration = Duration::from_millis(30);
 /// After a 429 the pace halves, and grows back by this share of the budget per second.
 const PACE_RECOVERY_PER_SEC: f64 = 0.1;
 /// The pace never drops below this share of the budget.
@@ -275,6 +275,10 @@ struct PaceState {
     /// The rate allowed now (the budget, or less after a 429).
     rate: f64,
     updated: std::time::Instant,
+    /// When the next request is due on an evenly spaced schedule. A request may go up to
+    /// half a spacing early, so a timer that wakes late does not slow the schedule down
+    /// (the window above still caps every second).
+    due: Option<std::time::Instant>,
 }
 
 impl Pace {
@@ -285,6 +289,7 @@ impl Pace {
                 sent: Default::default(),
                 rate: rate_per_sec,
                 updated: std::time::Instant::now(),
+                due: None,
             }),
         }
     }
@@ -331,12 +336,13 @@ impl Pace {
                 } else {
                     None
                 };
-                let by_spacing = st.sent.back().map(|t| *t + spacing);
+                let by_spacing = st.due.map(|d| d.checked_sub(spacing / 2).unwrap_or(d));
                 let at = by_window.into_iter().chain(by_spacing).max();
                 match at {
                     Some(at) if at > now => at - now,
                     _ => {
                         st.sent.push_back(now);
+                        st.due = Some(st.due.map_or(now, |d| d.max(now)) + spacing);
                         return;
                     }
                 }

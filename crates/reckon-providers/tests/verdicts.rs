@@ -374,3 +374,28 @@ async fn the_providers_own_rate_limit_on_page_three_never_leaves_applied_final()
     );
     assert!(sim.log().iter().any(|l| l.status == 429));
 }
+
+/// Lookups of 30 effects, 16 at a time, against an account whose budget is 20 requests a
+/// second: no second at the provider, as it counts arrivals, holds more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_second_at_the_provider_holds_more_than_the_budget() {
+    use futures::StreamExt;
+    let effects = reckon_sim::random_world(7, 30, now() - 7200.0);
+    let sim = Sim::start(&effects, WorldConfig::default()).await.unwrap();
+    let p = stripe(
+        &sim,
+        json!({"rate_per_sec": 20, "use_events": false, "use_search": false}),
+    );
+    let verdicts: Vec<Classification> = futures::stream::iter(&effects)
+        .map(|e| look(&p, &sim, e))
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert_eq!(verdicts.len(), 30);
+    assert!(sim.log().len() > 40, "{} requests", sim.log().len());
+    assert!(
+        sim.busiest_second() <= 20,
+        "{} requests in the busiest second",
+        sim.busiest_second()
+    );
+}
