@@ -14,6 +14,7 @@ pub mod error;
 mod extract;
 pub mod headers;
 pub mod metrics;
+mod nul;
 pub mod password;
 pub mod routes;
 pub mod web;
@@ -77,6 +78,11 @@ pub fn app(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             routes::guard,
+        ))
+        // Before the guard: a NUL must not reach even its lookups (nul.rs).
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            nul::refuse_nul,
         ))
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(
