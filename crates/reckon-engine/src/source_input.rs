@@ -172,33 +172,6 @@ impl SourceEdit {
         .filter_map(|(n, set)| set.then_some(n))
         .collect()
     }
-
-    /// Every secret this edit carries, raw and percent-decoded, for scrubbing messages.
-    pub fn secrets(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some(d) = &self.dsn {
-            out.push(d.clone());
-            if let Some(p) = url::Url::parse(d)
-                .ok()
-                .and_then(|u| u.password().map(str::to_owned))
-            {
-                out.push(decode_lossy(&p));
-                out.push(p);
-            }
-        }
-        if let Some(p) = &self.password {
-            out.push(p.clone());
-        }
-        out.retain(|s| !s.is_empty());
-        out
-    }
-}
-
-fn decode_lossy(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
 }
 
 /// Validate an edit of a source of `kind` whose stored DSN is `stored` (decrypted; `None`
@@ -298,6 +271,13 @@ pub fn source_change(
 mod tests {
     use super::*;
     use secrecy::ExposeSecret;
+
+    fn decode_lossy(s: &str) -> String {
+        url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    }
 
     fn stored() -> SecretString {
         SecretString::from("postgres://app:s3cr%40t@db.example.com:5432/shop".to_owned())
