@@ -112,6 +112,11 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     /// Cheap liveness query for `/readyz`.
     async fn ping(&self) -> Result<()>;
 
+    /// This ledger's identity, a random value made when it was created (migration 0016,
+    /// `reckon_instance`). A tenant's source connection that can see it has reached
+    /// reckon's own database and is refused (`EgressPolicy::with_own_identity`).
+    async fn instance_identity(&self) -> Result<String>;
+
     // ---- tenants and tokens ----
     async fn create_tenant(&self, slug: &str) -> Result<Tenant>;
     async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant>;

@@ -8,7 +8,10 @@
 //!   allow-lists the network in configuration. An IPv6 address that carries an IPv4
 //!   address (IPv4-mapped, IPv4-compatible, SIIT, 6to4, Teredo, NAT64) is judged by the
 //!   IPv4 address it carries as well, since that is where it leads.
-//! - reckon's own database (host and port, or file) is refused even when allow-listed.
+//! - reckon's own database is refused even when allow-listed: by host and port, or file,
+//!   before connecting, and by identity once connected (a connection that can see the
+//!   ledger's `reckon_instance` identity is closed, see `own.rs`), since another address,
+//!   a port forward or a link to the same database is not recognisable by its address.
 //! - SQLite sources must be files inside their tenant's own directory,
 //!   `{sqlite_source_dir}/{tenant-slug}/`, after resolving symlinks and `..`
 //!   (canonicalised), so no path or link leads outside it, and no tenant reaches another's
@@ -250,6 +253,8 @@ pub struct EgressPolicy {
     /// files live in `{sqlite_root}/{tenant}/`. `None`: every SQLite source is refused.
     tenant: Option<String>,
     own: Vec<OwnDatabase>,
+    /// reckon's ledger identity ([`EgressPolicy::with_own_identity`]).
+    own_identity: Option<String>,
     /// `None`: the system resolver.
     resolver: Option<Arc<dyn Resolver>>,
 }
@@ -271,6 +276,7 @@ impl EgressPolicy {
             sqlite_root,
             tenant: None,
             own: Vec::new(),
+            own_identity: None,
             resolver: None,
         })
     }
@@ -317,6 +323,22 @@ impl EgressPolicy {
     pub fn with_own_database(mut self, own: OwnDatabase) -> EgressPolicy {
         self.own.push(own);
         self
+    }
+
+    /// reckon's own database by identity: `identity` is the value the ledger keeps in its
+    /// `reckon_instance` row (`Ledger::instance_identity`). Every source connection
+    /// ([`crate::SourceConn::open`], [`crate::SourceWriter::open`]) looks for it once
+    /// connected and is refused if it can see it, so no address, port, proxy or alias that
+    /// leads to reckon's database gets through; the address check of
+    /// [`EgressPolicy::with_own_database`] only refuses the obvious ones before connecting.
+    pub fn with_own_identity(mut self, identity: String) -> EgressPolicy {
+        self.own_identity = Some(identity);
+        self
+    }
+
+    /// The identity set by [`EgressPolicy::with_own_identity`], if any.
+    pub fn own_identity(&self) -> Option<&str> {
+        self.own_identity.as_deref()
     }
 
     fn allowed(&self, ip: IpAddr) -> bool {
@@ -865,7 +887,7 @@ mod tests {
         let dsn =
             SourceDsn::parse(Dialect::Mysql, "mysql://root@rebind.invalid:3306/test").unwrap();
         let pinned = p.pin(&dsn).await.unwrap();
-        let conn = crate::SourceConn::open(&pinned, "justonce_keys")
+        let conn = crate::SourceConn::open(&pinned, "justonce_keys", &p)
             .await
             .expect("MariaDB on 127.0.0.1:3306 (root, no password) is needed for this test");
         conn.close().await;

@@ -8,6 +8,8 @@
 //! by `reckon_domain::validate_row`.
 
 use crate::dsn::{Dialect, SourceDsn, validate_table_name};
+use crate::egress::EgressPolicy;
+use crate::own;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use reckon_domain::{RawNum, RawRow};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
@@ -78,7 +80,15 @@ pub(crate) fn quote(dialect: Dialect, table: &str) -> String {
 }
 
 impl SourceConn {
-    pub async fn open(dsn: &SourceDsn, table: &str) -> Result<SourceConn, ScanError> {
+    /// Open `dsn` (as [`EgressPolicy::pin`] returned it) for reading `table`. Once
+    /// connected, a connection that can see reckon's ledger identity
+    /// ([`EgressPolicy::with_own_identity`] of `egress`) is closed and refused.
+    pub async fn open(
+        dsn: &SourceDsn,
+        table: &str,
+        egress: &EgressPolicy,
+    ) -> Result<SourceConn, ScanError> {
+        let own = egress.own_identity();
         validate_table_name(table).map_err(|e| ScanError::Invalid(e.to_string()))?;
         let table = quote(dsn.dialect(), table);
         let connect_err = |e: sqlx::Error| ScanError::Connect(describe(&e));
@@ -100,6 +110,14 @@ impl SourceConn {
                 let mut conn = opts.connect().await.map_err(connect_err)?;
                 // A deferred read transaction: every query of this scan sees one snapshot.
                 conn.execute("BEGIN").await.map_err(query_err)?;
+                if let Some(id) = own
+                    && own::sees_identity_sqlite(&mut conn, id)
+                        .await
+                        .map_err(query_err)?
+                {
+                    own::close_quietly(conn).await;
+                    return Err(ScanError::Invalid(own::REFUSED.into()));
+                }
                 Inner::Sqlite(conn)
             }
             SourceDsn::Network {
@@ -136,6 +154,14 @@ impl SourceConn {
                 )
                 .await
                 .map_err(query_err)?;
+                if let Some(id) = own
+                    && own::sees_identity_pg(&mut conn, id, true)
+                        .await
+                        .map_err(query_err)?
+                {
+                    own::close_quietly(conn).await;
+                    return Err(ScanError::Invalid(own::REFUSED.into()));
+                }
                 Inner::Postgres(conn)
             }
             SourceDsn::Network {
@@ -171,6 +197,14 @@ impl SourceConn {
                 conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
                     .await
                     .map_err(query_err)?;
+                if let Some(id) = own
+                    && own::sees_identity_mysql(&mut conn, id)
+                        .await
+                        .map_err(query_err)?
+                {
+                    own::close_quietly(conn).await;
+                    return Err(ScanError::Invalid(own::REFUSED.into()));
+                }
                 Inner::Mysql(conn)
             }
         };

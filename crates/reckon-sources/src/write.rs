@@ -18,6 +18,7 @@
 
 use crate::dsn::{Dialect, SourceDsn, validate_table_name};
 use crate::egress::EgressPolicy;
+use crate::own;
 use crate::scan::{describe, quote};
 use reckon_ledger::{Source, WritebackPolicy};
 use secrecy::{ExposeSecret, SecretString};
@@ -196,12 +197,30 @@ impl SourceWriter {
                 Inner::Mysql(conn)
             }
         };
-        Ok(SourceWriter {
+        let mut writer = SourceWriter {
             inner,
             table,
             policy,
             source: source.name.clone(),
-        })
+        };
+        // Never reckon's own database, whatever led there (see `own.rs`).
+        if let Some(id) = egress.own_identity() {
+            let seen = match &mut writer.inner {
+                Inner::Sqlite(c) => own::sees_identity_sqlite(c, id).await,
+                Inner::Postgres(c) => own::sees_identity_pg(c, id, false).await,
+                Inner::Mysql(c) => own::sees_identity_mysql(c, id).await,
+            };
+            let refused = match seen {
+                Ok(false) => None,
+                Ok(true) => Some(WriteError::Egress(own::REFUSED.into())),
+                Err(e) => Some(query_err(e)),
+            };
+            if let Some(e) = refused {
+                let _ = tokio::time::timeout(Duration::from_secs(2), writer.close()).await;
+                return Err(e);
+            }
+        }
+        Ok(writer)
     }
 
     /// The source's not_applied policy, as it was when the writer was opened.

@@ -149,8 +149,12 @@ impl Settings {
 
 impl Settings {
     /// The egress policy for tenants' sources: the operator's allow-list and SQLite
-    /// directory, and reckon's own database, which no source may name.
-    pub fn egress_policy(&self) -> anyhow::Result<reckon_sources::EgressPolicy> {
+    /// directory, and reckon's own database, which no source may name (by address before
+    /// connecting, and by `ledger`'s identity once connected).
+    pub async fn egress_policy(
+        &self,
+        ledger: &dyn reckon_ledger::Ledger,
+    ) -> anyhow::Result<reckon_sources::EgressPolicy> {
         use reckon_sources::{EgressPolicy, OwnDatabase};
         let mut p = EgressPolicy::new(&self.egress_allow, self.sqlite_source_dir.clone())
             .map_err(|e| anyhow::anyhow!("egress_allow: {e}"))?
@@ -164,7 +168,11 @@ impl Settings {
                 database: o.get_database().unwrap_or_default().to_owned(),
             });
         }
-        Ok(p)
+        let identity = ledger
+            .instance_identity()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the ledger's identity: {e}"))?;
+        Ok(p.with_own_identity(identity))
     }
 }
 

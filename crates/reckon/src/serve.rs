@@ -57,7 +57,7 @@ pub async fn run_with(
         ),
         None => None,
     };
-    let egress = Arc::new(settings.egress_policy()?);
+    let egress = Arc::new(settings.egress_policy(&*ledger).await?);
     // `work` stops the scheduler taking new work; `stop` ends the HTTP servers. In-flight
     // scans and reconcile steps run to their end (or hand their leases back) in between.
     let work = CancellationToken::new();

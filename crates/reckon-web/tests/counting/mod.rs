@@ -38,6 +38,9 @@ impl Ledger for CountingLedger {
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }
+    async fn instance_identity(&self) -> Result<String> {
+        self.inner.instance_identity().await
+    }
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         self.inner.create_tenant(slug).await
     }
