@@ -11,6 +11,7 @@ mod crypto;
 mod keys;
 // Dashboard (issue 7, branch dash): the unresolved queue, counts by kind, chart snapshots.
 mod dashboard;
+mod files;
 mod metrics;
 mod model;
 mod plan;

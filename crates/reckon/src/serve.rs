@@ -521,10 +521,12 @@ fn lock_sqlite_ledger(settings: &Settings) -> anyhow::Result<Option<std::fs::Fil
         Some(_) => return Ok(None),
     };
     let lock_path = db.with_extension("db.serve-lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
+    let mut open = std::fs::OpenOptions::new();
+    open.create(true).truncate(false).write(true);
+    // Private like the ledger beside it (reckon_ledger::create_private_file).
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    let file = open
         .open(&lock_path)
         .with_context(|| format!("cannot open lock file {}", lock_path.display()))?;
     match file.try_lock() {
