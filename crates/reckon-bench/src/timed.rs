@@ -726,6 +726,20 @@ impl reckon_ledger::Accounts for TimedLedger {
             .throttle_record_failure(scope, key, now, window)
             .await
     }
+    async fn throttle_admit(
+        &self,
+        account: &str,
+        address: &str,
+        now: f64,
+        policy: &reckon_ledger::ThrottlePolicy,
+    ) -> reckon_ledger::Result<reckon_ledger::Admission> {
+        self.inner
+            .throttle_admit(account, address, now, policy)
+            .await
+    }
+    async fn throttle_succeeded(&self, account: &str, address: &str) -> reckon_ledger::Result<()> {
+        self.inner.throttle_succeeded(account, address).await
+    }
     async fn throttle_reset(&self, scope: &str, key: &str) -> reckon_ledger::Result<()> {
         self.inner.throttle_reset(scope, key).await
     }

@@ -23,7 +23,8 @@ mod sqlite;
 mod writeback;
 
 pub use accounts::{
-    Accounts, NewSession, SessionGrant, TokenCreator, TokenInfo, User, UserCredentials,
+    Accounts, Admission, NewSession, SessionGrant, ThrottlePolicy, TokenCreator, TokenInfo, User,
+    UserCredentials,
 };
 pub use actions::{Action, NewAction};
 // ---- audit (issue 6) ----

@@ -8,6 +8,7 @@ pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod authz;
+pub mod client_addr;
 // Dashboard pages (issue 7, branch dash)
 pub mod dash;
 pub mod error;
@@ -46,6 +47,8 @@ pub struct AppState {
     /// Set on SIGTERM: `/readyz` answers 503 so load balancers stop sending while
     /// in-flight requests and work finish.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The proxies whose forwarding header names the client (sign-in throttle).
+    pub client_address: client_addr::ClientAddress,
     // ---- dashboard (issue 7, branch `dash`): the overview's short-lived counts cache ----
     pub dash: dash::DashState,
 }
@@ -58,6 +61,7 @@ impl AppState {
             metrics: metrics::MetricsState::default(),
             egress: Arc::new(reckon_sources::EgressPolicy::default()),
             draining: Arc::default(),
+            client_address: client_addr::ClientAddress::default(),
             dash: dash::DashState::default(),
         }
     }

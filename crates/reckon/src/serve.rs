@@ -98,6 +98,7 @@ pub async fn run_with(
         metrics,
         egress,
         draining: draining.clone(),
+        client_address: settings.client_address()?,
         ..reckon_web::AppState::new(ledger)
     };
     if let Some(l) = metrics_listener {

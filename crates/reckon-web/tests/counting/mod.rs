@@ -504,6 +504,20 @@ impl Accounts for CountingLedger {
             .throttle_record_failure(scope, key, now, window)
             .await
     }
+    async fn throttle_admit(
+        &self,
+        account: &str,
+        address: &str,
+        now: f64,
+        policy: &reckon_ledger::ThrottlePolicy,
+    ) -> Result<reckon_ledger::Admission> {
+        self.inner
+            .throttle_admit(account, address, now, policy)
+            .await
+    }
+    async fn throttle_succeeded(&self, account: &str, address: &str) -> Result<()> {
+        self.inner.throttle_succeeded(account, address).await
+    }
     async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()> {
         self.inner.throttle_reset(scope, key).await
     }
