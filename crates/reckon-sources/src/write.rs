@@ -18,6 +18,7 @@
 
 use crate::dsn::{Dialect, SourceDsn, validate_table_name};
 use crate::egress::EgressPolicy;
+use crate::limits::{CancelOnDrop, Canceller};
 use crate::own;
 use crate::scan::{describe, quote};
 use reckon_ledger::{Source, WritebackPolicy};
@@ -82,6 +83,8 @@ enum Inner {
 /// A read-write connection to the table of one source that opted in to write-back.
 pub struct SourceWriter {
     inner: Inner,
+    /// Cancels the running statement on the server if this is dropped unclosed.
+    cancel: CancelOnDrop,
     table: String,
     policy: WritebackPolicy,
     source: String,
@@ -116,6 +119,7 @@ impl SourceWriter {
         validate_table_name(&source.table_name).map_err(|e| WriteError::Invalid(e.to_string()))?;
         let table = quote(dialect, &source.table_name);
         let connect_err = |e: sqlx::Error| WriteError::Connect(describe(&e));
+        let mut cancel = CancelOnDrop::default();
         let inner = match &dsn {
             SourceDsn::Sqlite { path } => {
                 if !path.is_file() {
@@ -128,7 +132,7 @@ impl SourceWriter {
                     .filename(path)
                     .create_if_missing(false)
                     .pragma("trusted_schema", "OFF")
-                    .busy_timeout(Duration::from_secs(10));
+                    .busy_timeout(Duration::from_secs(5));
                 Inner::Sqlite(opts.connect().await.map_err(connect_err)?)
             }
             SourceDsn::Network {
@@ -158,10 +162,15 @@ impl SourceWriter {
                     .map_err(|_| WriteError::Connect("timed out after 15s".into()))?
                     .map_err(connect_err)?;
                 // One row by primary key: anything slower is waiting on the application's
-                // lock, and giving up leaves the row as it was.
-                conn.execute("SET statement_timeout = '30s'; SET lock_timeout = '10s'")
+                // lock, and giving up leaves the row as it was (limits.rs).
+                conn.execute(crate::limits::PG_TIMEOUTS_SESSION)
                     .await
                     .map_err(query_err)?;
+                cancel = CancelOnDrop::new(
+                    Canceller::postgres(&mut conn, &opts)
+                        .await
+                        .map_err(query_err)?,
+                );
                 Inner::Postgres(conn)
             }
             SourceDsn::Network {
@@ -191,14 +200,20 @@ impl SourceWriter {
                     .await
                     .map_err(|_| WriteError::Connect("timed out after 15s".into()))?
                     .map_err(connect_err)?;
-                conn.execute("SET SESSION innodb_lock_wait_timeout = 10")
+                crate::limits::mysql_timeouts(&mut conn)
                     .await
                     .map_err(query_err)?;
+                cancel = CancelOnDrop::new(
+                    Canceller::mysql(&mut conn, &opts)
+                        .await
+                        .map_err(query_err)?,
+                );
                 Inner::Mysql(conn)
             }
         };
         let mut writer = SourceWriter {
             inner,
+            cancel,
             table,
             policy,
             source: source.name.clone(),
@@ -420,7 +435,8 @@ impl SourceWriter {
         Ok(done)
     }
 
-    pub async fn close(self) {
+    pub async fn close(mut self) {
+        self.cancel.disarm();
         match self.inner {
             Inner::Sqlite(c) => {
                 let _ = c.close().await;
