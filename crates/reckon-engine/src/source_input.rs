@@ -174,6 +174,22 @@ impl SourceEdit {
     }
 }
 
+/// Whether two network DSNs name the same server, user and database (where a password is
+/// sent). Unparseable ones are not the same.
+fn same_target(dialect: Dialect, a: &str, b: &str) -> bool {
+    let target = |d: &str| match SourceDsn::parse(dialect, d) {
+        Ok(SourceDsn::Network {
+            host,
+            port,
+            user,
+            database,
+            ..
+        }) => Some((host.to_ascii_lowercase(), port, user, database)),
+        _ => None,
+    };
+    matches!((target(a), target(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Validate an edit of a source of `kind` whose stored DSN is `stored` (decrypted; `None`
 /// for a push source) and turn it into the ledger's change. The same checks as
 /// [`new_source`] apply to every field given. Errors never quote a DSN or a password.
@@ -223,12 +239,22 @@ pub fn source_change(
                     }
                     None if url.password().is_none() => {
                         // The stored password stays (T16: an edit never drops a secret it
-                        // was not given).
+                        // was not given), but only where it already went: a new host,
+                        // port, user or database needs it given again, or whoever may
+                        // edit the source could send it to a server of their own.
                         let kept = stored.and_then(|s| {
                             url::Url::parse(s.expose_secret())
                                 .ok()
                                 .and_then(|u| u.password().map(str::to_owned))
                         });
+                        if kept.is_some()
+                            && let Some(stored) = stored
+                            && !same_target(dialect, stored.expose_secret(), url.as_str())
+                        {
+                            return Err("the DSN's host, port, user or database changed: give \
+                                        the password again (in the DSN or as password)"
+                                .into());
+                        }
                         if let Some(kept) = kept {
                             url.set_password(Some(&kept))
                                 .map_err(|()| "invalid DSN: it cannot carry a password")?;
@@ -286,15 +312,41 @@ mod tests {
     #[test]
     fn an_edit_without_a_password_keeps_the_stored_one() {
         let edit = SourceEdit {
-            dsn: Some("postgres://app@db2.example.com:5432/shop".into()),
+            dsn: Some("postgres://app@DB.example.com/shop?sslmode=require".into()),
             ..Default::default()
         };
         let c = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap();
         assert_eq!(
             c.dsn.unwrap().expose_secret(),
-            "postgres://app:s3cr%40t@db2.example.com:5432/shop"
+            "postgres://app:s3cr%40t@DB.example.com/shop?sslmode=require"
         );
         assert!(!c.dsn_display.unwrap().contains("s3cr"));
+    }
+
+    /// The stored password goes only where it went before: a DSN naming another host,
+    /// port, user or database without a password is refused, and with one is taken.
+    #[test]
+    fn a_new_host_port_user_or_database_needs_the_password_again() {
+        for dsn in [
+            "postgres://app@db2.example.com:5432/shop",
+            "postgres://app@db.example.com:6432/shop",
+            "postgres://postgres@db.example.com:5432/shop",
+            "postgres://app@db.example.com:5432/other",
+        ] {
+            let edit = SourceEdit {
+                dsn: Some(dsn.into()),
+                ..Default::default()
+            };
+            let e = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap_err();
+            assert!(e.contains("password again"), "{dsn}: {e}");
+            let edit = SourceEdit {
+                dsn: Some(dsn.into()),
+                password: Some("n3w".into()),
+                ..Default::default()
+            };
+            let c = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap();
+            assert!(!c.dsn.unwrap().expose_secret().contains("s3cr"), "{dsn}");
+        }
     }
 
     #[test]
