@@ -174,9 +174,10 @@ impl SourceEdit {
     }
 }
 
-/// Whether two network DSNs name the same server, user and database (where a password is
-/// sent). Unparseable ones are not the same.
-fn same_target(dialect: Dialect, a: &str, b: &str) -> bool {
+/// Whether the network DSN `new` names another server, user or database (where a password
+/// is sent) than `stored`. A `new` that does not parse is refused later with its own reason,
+/// so it is not judged here; a `stored` that does not parse is not the same as anything.
+fn moves_elsewhere(dialect: Dialect, stored: &str, new: &str) -> bool {
     let target = |d: &str| match SourceDsn::parse(dialect, d) {
         Ok(SourceDsn::Network {
             host,
@@ -187,7 +188,10 @@ fn same_target(dialect: Dialect, a: &str, b: &str) -> bool {
         }) => Some((host.to_ascii_lowercase(), port, user, database)),
         _ => None,
     };
-    matches!((target(a), target(b)), (Some(x), Some(y)) if x == y)
+    match target(new) {
+        None => false,
+        Some(n) => target(stored) != Some(n),
+    }
 }
 
 /// Validate an edit of a source of `kind` whose stored DSN is `stored` (decrypted; `None`
@@ -249,7 +253,7 @@ pub fn source_change(
                         });
                         if kept.is_some()
                             && let Some(stored) = stored
-                            && !same_target(dialect, stored.expose_secret(), url.as_str())
+                            && moves_elsewhere(dialect, stored.expose_secret(), url.as_str())
                         {
                             return Err("the DSN's host, port, user or database changed: give \
                                         the password again (in the DSN or as password)"
