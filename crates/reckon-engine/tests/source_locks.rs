@@ -1,7 +1,8 @@
 //! A source that cannot answer fails in seconds with the database's message in its health:
 //! with the tenant's table locked by the application, the scan and the probe give up on
-//! the lock within seconds instead of waiting (for 15 minutes, or forever on MySQL), and a
-//! connection reckon abandons mid-statement has that statement cancelled on the server.
+//! the lock within seconds (the servers' own defaults would wait for as long as the lock is
+//! held), and a connection reckon abandons mid-statement has that statement cancelled on
+//! the server.
 
 #[allow(dead_code)]
 mod common;
