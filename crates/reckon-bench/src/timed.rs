@@ -97,6 +97,9 @@ impl Ledger for TimedLedger {
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }
+    async fn instance_identity(&self) -> Result<String> {
+        self.inner.instance_identity().await
+    }
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         self.inner.create_tenant(slug).await
     }
@@ -725,6 +728,20 @@ impl reckon_ledger::Accounts for TimedLedger {
         self.inner
             .throttle_record_failure(scope, key, now, window)
             .await
+    }
+    async fn throttle_admit(
+        &self,
+        account: &str,
+        address: &str,
+        now: f64,
+        policy: &reckon_ledger::ThrottlePolicy,
+    ) -> reckon_ledger::Result<reckon_ledger::Admission> {
+        self.inner
+            .throttle_admit(account, address, now, policy)
+            .await
+    }
+    async fn throttle_succeeded(&self, account: &str, address: &str) -> reckon_ledger::Result<()> {
+        self.inner.throttle_succeeded(account, address).await
     }
     async fn throttle_reset(&self, scope: &str, key: &str) -> reckon_ledger::Result<()> {
         self.inner.throttle_reset(scope, key).await

@@ -119,9 +119,11 @@ impl Default for Limits {
 /// Timestamps outside [1970, 3000) are not something `time.time()` wrote.
 const MAX_EPOCH: f64 = 32_503_680_000.0;
 
+/// Excerpts are stored as text, which on PostgreSQL cannot hold U+0000: a NUL is shown as
+/// U+FFFD, like bytes that are not UTF-8 (the raw key is kept in `key_bytes`).
 fn lossy_excerpt(bytes: &[u8], max: usize) -> String {
     let cut = &bytes[..bytes.len().min(max)];
-    let mut s = String::from_utf8_lossy(cut).into_owned();
+    let mut s = String::from_utf8_lossy(cut).replace('\0', "\u{FFFD}");
     if bytes.len() > max {
         s.push('…');
     }
@@ -475,6 +477,20 @@ mod tests {
         let mut r = good();
         r.key = Some(b"a\0b".to_vec());
         assert_eq!(reason(r), QuarantineReason::NulByte);
+    }
+
+    /// Excerpts are stored as text, which PostgreSQL refuses with a NUL in it.
+    #[test]
+    fn excerpts_of_a_row_with_a_nul_hold_none() {
+        let mut r = good();
+        r.key = Some(b"charge:v1:a\0b".to_vec());
+        let rej = validate_row(&r, &Limits::default()).unwrap_err();
+        assert_eq!(rej.reason, QuarantineReason::NulByte);
+        for text in [&rej.key_excerpt, &rej.excerpt, &rej.detail] {
+            assert!(!text.contains('\0'), "{text:?}");
+        }
+        assert_eq!(rej.key_excerpt, "charge:v1:a\u{FFFD}b");
+        assert_eq!(rej.key_bytes.as_deref(), Some(&b"charge:v1:a\0b"[..]));
     }
 
     #[test]

@@ -156,7 +156,8 @@ pub async fn open_source(
         .pin(&dsn)
         .await
         .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;
-    Ok(SourceConn::open(&dsn, &source.table_name).await?)
+    // Connected, it is refused if it can see reckon's own ledger identity.
+    Ok(SourceConn::open(&dsn, &source.table_name, egress).await?)
 }
 
 fn cursor_of(raw: &RawRow) -> Option<Cursor> {

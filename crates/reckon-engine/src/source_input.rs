@@ -172,33 +172,26 @@ impl SourceEdit {
         .filter_map(|(n, set)| set.then_some(n))
         .collect()
     }
-
-    /// Every secret this edit carries, raw and percent-decoded, for scrubbing messages.
-    pub fn secrets(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some(d) = &self.dsn {
-            out.push(d.clone());
-            if let Some(p) = url::Url::parse(d)
-                .ok()
-                .and_then(|u| u.password().map(str::to_owned))
-            {
-                out.push(decode_lossy(&p));
-                out.push(p);
-            }
-        }
-        if let Some(p) = &self.password {
-            out.push(p.clone());
-        }
-        out.retain(|s| !s.is_empty());
-        out
-    }
 }
 
-fn decode_lossy(s: &str) -> String {
-    url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
+/// Whether the network DSN `new` names another server, user or database (where a password
+/// is sent) than `stored`. A `new` that does not parse is refused later with its own reason,
+/// so it is not judged here; a `stored` that does not parse is not the same as anything.
+fn moves_elsewhere(dialect: Dialect, stored: &str, new: &str) -> bool {
+    let target = |d: &str| match SourceDsn::parse(dialect, d) {
+        Ok(SourceDsn::Network {
+            host,
+            port,
+            user,
+            database,
+            ..
+        }) => Some((host.to_ascii_lowercase(), port, user, database)),
+        _ => None,
+    };
+    match target(new) {
+        None => false,
+        Some(n) => target(stored) != Some(n),
+    }
 }
 
 /// Validate an edit of a source of `kind` whose stored DSN is `stored` (decrypted; `None`
@@ -250,12 +243,22 @@ pub fn source_change(
                     }
                     None if url.password().is_none() => {
                         // The stored password stays (T16: an edit never drops a secret it
-                        // was not given).
+                        // was not given), but only where it already went: a new host,
+                        // port, user or database needs it given again, or whoever may
+                        // edit the source could send it to a server of their own.
                         let kept = stored.and_then(|s| {
                             url::Url::parse(s.expose_secret())
                                 .ok()
                                 .and_then(|u| u.password().map(str::to_owned))
                         });
+                        if kept.is_some()
+                            && let Some(stored) = stored
+                            && moves_elsewhere(dialect, stored.expose_secret(), url.as_str())
+                        {
+                            return Err("the DSN's host, port, user or database changed: give \
+                                        the password again (in the DSN or as password)"
+                                .into());
+                        }
                         if let Some(kept) = kept {
                             url.set_password(Some(&kept))
                                 .map_err(|()| "invalid DSN: it cannot carry a password")?;
@@ -299,6 +302,13 @@ mod tests {
     use super::*;
     use secrecy::ExposeSecret;
 
+    fn decode_lossy(s: &str) -> String {
+        url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    }
+
     fn stored() -> SecretString {
         SecretString::from("postgres://app:s3cr%40t@db.example.com:5432/shop".to_owned())
     }
@@ -306,15 +316,41 @@ mod tests {
     #[test]
     fn an_edit_without_a_password_keeps_the_stored_one() {
         let edit = SourceEdit {
-            dsn: Some("postgres://app@db2.example.com:5432/shop".into()),
+            dsn: Some("postgres://app@DB.example.com/shop?sslmode=require".into()),
             ..Default::default()
         };
         let c = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap();
         assert_eq!(
             c.dsn.unwrap().expose_secret(),
-            "postgres://app:s3cr%40t@db2.example.com:5432/shop"
+            "postgres://app:s3cr%40t@DB.example.com/shop?sslmode=require"
         );
         assert!(!c.dsn_display.unwrap().contains("s3cr"));
+    }
+
+    /// The stored password goes only where it went before: a DSN naming another host,
+    /// port, user or database without a password is refused, and with one is taken.
+    #[test]
+    fn a_new_host_port_user_or_database_needs_the_password_again() {
+        for dsn in [
+            "postgres://app@db2.example.com:5432/shop",
+            "postgres://app@db.example.com:6432/shop",
+            "postgres://postgres@db.example.com:5432/shop",
+            "postgres://app@db.example.com:5432/other",
+        ] {
+            let edit = SourceEdit {
+                dsn: Some(dsn.into()),
+                ..Default::default()
+            };
+            let e = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap_err();
+            assert!(e.contains("password again"), "{dsn}: {e}");
+            let edit = SourceEdit {
+                dsn: Some(dsn.into()),
+                password: Some("n3w".into()),
+                ..Default::default()
+            };
+            let c = source_change(SourceKind::Postgres, Some(&stored()), edit).unwrap();
+            assert!(!c.dsn.unwrap().expose_secret().contains("s3cr"), "{dsn}");
+        }
     }
 
     #[test]

@@ -41,6 +41,45 @@ impl Scope<'_> {
     }
 }
 
+/// The sign-in throttle's limits (see [`Accounts::throttle_admit`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ThrottlePolicy {
+    /// Failed attempts an account may make before it is locked.
+    pub account_free: i64,
+    /// The first lock; each further failure doubles it...
+    pub lock_secs: f64,
+    /// ...up to this.
+    pub max_lock_secs: f64,
+    /// An account's failures are forgotten after this long without an attempt.
+    pub forget_after_secs: f64,
+    /// Attempts one client address may have in flight or failed in a window...
+    pub address_limit: i64,
+    /// ...of this length.
+    pub address_window_secs: f64,
+}
+
+impl ThrottlePolicy {
+    /// How long an account is locked after its `failures`-th consecutive failure (0: not).
+    pub fn lock_after(&self, failures: i64) -> f64 {
+        if failures < self.account_free {
+            return 0.0;
+        }
+        let doublings = (failures - self.account_free).min(30) as i32;
+        (self.lock_secs * 2f64.powi(doublings)).min(self.max_lock_secs)
+    }
+}
+
+/// Whether a sign-in attempt may be checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Admission {
+    /// Checked, and already counted as a failure until [`Accounts::throttle_succeeded`].
+    Admitted,
+    /// The account is locked until this time (epoch seconds).
+    AccountLocked(f64),
+    /// The client address has used its attempts of the window.
+    AddressLimited,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct User {
     pub id: i64,
@@ -169,6 +208,24 @@ pub trait Accounts: Send + Sync {
         window: f64,
     ) -> Result<()>;
     async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()>;
+
+    /// Admit one sign-in attempt of `account` from `address`, or refuse it, and count it,
+    /// in one ledger transaction: an admitted attempt counts as a failure from the start
+    /// (the account's consecutive failures, and an attempt of the address's window), so
+    /// however many attempts race, on however many replicas, at most
+    /// `policy.account_free` of an unlocked account are admitted before it locks. The
+    /// account's lock is `policy.lock_after(failures)`. Nothing is counted for a refusal.
+    async fn throttle_admit(
+        &self,
+        account: &str,
+        address: &str,
+        now: f64,
+        policy: &ThrottlePolicy,
+    ) -> Result<Admission>;
+
+    /// An admitted attempt signed in: the account's failures and lock are cleared, and the
+    /// address gets its attempt back.
+    async fn throttle_succeeded(&self, account: &str, address: &str) -> Result<()>;
 
     /// A token made by `creator`. A person may not make a token above their own role.
     async fn create_token_by(
@@ -575,6 +632,108 @@ macro_rules! impl_accounts {
                 .bind(key)
                 .bind(now)
                 .bind(now - window)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn throttle_admit(
+                &self,
+                account: &str,
+                address: &str,
+                now: f64,
+                policy: &$crate::accounts::ThrottlePolicy,
+            ) -> $crate::Result<$crate::accounts::Admission> {
+                use $crate::accounts::Admission;
+                // One write transaction (SQLite: the write lock from BEGIN; PostgreSQL:
+                // the rows' locks, taken by the first UPDATE of each and held to commit,
+                // and a concurrent UPDATE re-reads the row it waited for). A refusal rolls
+                // back whatever this attempt had counted.
+                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
+                for (scope, key) in [("address", address), ("account", account)] {
+                    sqlx::query(
+                        "INSERT INTO auth_throttle (scope, key, failures, window_start, \
+                         locked_until) VALUES ($1, $2, 0, $3, 0) \
+                         ON CONFLICT (scope, key) DO NOTHING",
+                    )
+                    .bind(scope)
+                    .bind(key)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                let window_from = now - policy.address_window_secs;
+                let by_address: Option<i64> = sqlx::query_scalar(
+                    "UPDATE auth_throttle SET \
+                     failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
+                     window_start = CASE WHEN window_start > $3 THEN window_start ELSE $2 END \
+                     WHERE scope = 'address' AND key = $1 \
+                     AND (window_start <= $3 OR failures < $4) \
+                     RETURNING failures",
+                )
+                .bind(address)
+                .bind(now)
+                .bind(window_from)
+                .bind(policy.address_limit)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if by_address.is_none() {
+                    tx.rollback().await?;
+                    return Ok(Admission::AddressLimited);
+                }
+                // `window_start` of an account row: its last admitted attempt.
+                let forget_from = now - policy.forget_after_secs;
+                let failures: Option<i64> = sqlx::query_scalar(
+                    "UPDATE auth_throttle SET \
+                     failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
+                     window_start = $2 \
+                     WHERE scope = 'account' AND key = $1 AND locked_until <= $2 \
+                     RETURNING failures",
+                )
+                .bind(account)
+                .bind(now)
+                .bind(forget_from)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(failures) = failures else {
+                    let until: f64 = sqlx::query_scalar(
+                        "SELECT locked_until FROM auth_throttle \
+                         WHERE scope = 'account' AND key = $1",
+                    )
+                    .bind(account)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    tx.rollback().await?;
+                    return Ok(Admission::AccountLocked(until));
+                };
+                let lock = policy.lock_after(failures);
+                if lock > 0.0 {
+                    sqlx::query(
+                        "UPDATE auth_throttle SET locked_until = $2 \
+                         WHERE scope = 'account' AND key = $1",
+                    )
+                    .bind(account)
+                    .bind(now + lock)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(Admission::Admitted)
+            }
+
+            async fn throttle_succeeded(&self, account: &str, address: &str) -> $crate::Result<()> {
+                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
+                sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
+                    .bind(account)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "UPDATE auth_throttle SET \
+                     failures = CASE WHEN failures > 0 THEN failures - 1 ELSE 0 END \
+                     WHERE scope = 'address' AND key = $1",
+                )
+                .bind(address)
                 .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;

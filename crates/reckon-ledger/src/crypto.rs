@@ -101,7 +101,7 @@ impl Keyring {
             source,
         };
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io)?;
+            crate::files::create_private_dir(dir).map_err(io)?;
         }
         write_private(path, key_b64.as_bytes()).map_err(io)
     }

@@ -11,6 +11,7 @@ mod crypto;
 mod keys;
 // Dashboard (issue 7, branch dash): the unresolved queue, counts by kind, chart snapshots.
 mod dashboard;
+mod files;
 mod metrics;
 mod model;
 mod plan;
@@ -22,7 +23,8 @@ mod sqlite;
 mod writeback;
 
 pub use accounts::{
-    Accounts, NewSession, SessionGrant, TokenCreator, TokenInfo, User, UserCredentials,
+    Accounts, Admission, NewSession, SessionGrant, ThrottlePolicy, TokenCreator, TokenInfo, User,
+    UserCredentials,
 };
 pub use actions::{Action, NewAction};
 // ---- audit (issue 6) ----
@@ -111,6 +113,11 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
 
     /// Cheap liveness query for `/readyz`.
     async fn ping(&self) -> Result<()>;
+
+    /// This ledger's identity, a random value made when it was created (migration 0016,
+    /// `reckon_instance`). A tenant's source connection that can see it has reached
+    /// reckon's own database and is refused (`EgressPolicy::with_own_identity`).
+    async fn instance_identity(&self) -> Result<String>;
 
     // ---- tenants and tokens ----
     async fn create_tenant(&self, slug: &str) -> Result<Tenant>;

@@ -399,6 +399,14 @@ impl Ledger for PgLedger {
         Ok(())
     }
 
+    async fn instance_identity(&self) -> Result<String> {
+        Ok(
+            sqlx::query_scalar("SELECT identity FROM reckon_instance WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         check_name("tenant slug", slug)?;
         let row = sqlx::query(

@@ -35,7 +35,7 @@ pub struct SqliteLedger {
 impl SqliteLedger {
     pub async fn open_file(path: &Path, keyring: Keyring) -> Result<SqliteLedger> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            crate::files::create_private_dir(dir).map_err(|e| {
                 LedgerError::Invalid(format!("cannot create data directory {dir:?}: {e}"))
             })?;
         }
@@ -48,6 +48,14 @@ impl SqliteLedger {
     }
 
     async fn open_options(opts: SqliteConnectOptions, keyring: Keyring) -> Result<SqliteLedger> {
+        // Made 0600 before SQLite creates it 0644 (see files.rs); its -wal and -shm follow.
+        let file = opts.get_filename();
+        let name = file.to_string_lossy();
+        if !name.is_empty() && !name.contains(":memory:") && !name.starts_with("file:") {
+            crate::files::create_private_file(file).map_err(|e| {
+                LedgerError::Invalid(format!("cannot create the ledger file {file:?}: {e}"))
+            })?;
+        }
         let opts = opts
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -199,6 +207,14 @@ impl Ledger for SqliteLedger {
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    async fn instance_identity(&self) -> Result<String> {
+        Ok(
+            sqlx::query_scalar("SELECT identity FROM reckon_instance WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {

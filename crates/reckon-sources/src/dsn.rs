@@ -123,8 +123,7 @@ impl SourceDsn {
                 };
                 if !schemes.contains(&url.scheme()) {
                     return Err(DsnError(format!(
-                        "scheme {:?} does not match the source kind (expected {})",
-                        url.scheme(),
+                        "the scheme does not match the source kind (expected {})",
                         schemes.join(" or ")
                     )));
                 }
@@ -148,21 +147,34 @@ impl SourceDsn {
                 if database.is_empty() || database.contains('/') {
                     return Err(err("a database name is required"));
                 }
+                // The messages below are fixed text: a parameter's name or value is never
+                // repeated, so no answer can depend on what a DSN holds beyond its shape
+                // (a caller that cut a stored password out of an echoed name would say
+                // whether the name was that password).
+                let (only, modes): (&str, &[&str]) = match dialect {
+                    Dialect::Postgres => ("sslmode", &PG_SSL_MODES),
+                    _ => ("ssl-mode", &MYSQL_SSL_MODES),
+                };
                 let mut ssl_mode = None;
                 for (k, v) in url.query_pairs() {
-                    let allowed = match (dialect, k.as_ref()) {
-                        (Dialect::Postgres, "sslmode") => PG_SSL_MODES.contains(&v.as_ref()),
-                        (Dialect::Mysql, "ssl-mode") => {
-                            MYSQL_SSL_MODES.contains(&v.to_ascii_lowercase().as_str())
-                        }
-                        _ => {
-                            return Err(DsnError(format!(
-                                "parameter {k:?} is not allowed (only sslmode / ssl-mode)"
-                            )));
-                        }
+                    if k != only {
+                        return Err(DsnError(format!(
+                            "the DSN has a parameter that is not allowed: only {only} is \
+                             accepted"
+                        )));
+                    }
+                    if ssl_mode.is_some() {
+                        return Err(DsnError(format!("{only} is given more than once")));
+                    }
+                    let known = match dialect {
+                        Dialect::Postgres => modes.contains(&v.as_ref()),
+                        _ => modes.contains(&v.to_ascii_lowercase().as_str()),
                     };
-                    if !allowed {
-                        return Err(DsnError(format!("{k} value {v:?} is not recognised")));
+                    if !known {
+                        return Err(DsnError(format!(
+                            "{only} is not one of {}",
+                            modes.join(", ")
+                        )));
                     }
                     ssl_mode = Some(v.into_owned());
                 }
@@ -247,9 +259,11 @@ pub fn validate_table_name(name: &str) -> Result<(), DsnError> {
     if parts.len() <= 2 && parts.iter().all(|p| ident(p)) {
         Ok(())
     } else {
-        Err(DsnError(format!(
-            "table name {name:?} must be an identifier (letters, digits, '_'), optionally schema.table"
-        )))
+        Err(DsnError(
+            "the table name must be an identifier (letters, digits, '_', up to 63), \
+             optionally schema.table"
+                .into(),
+        ))
     }
 }
 
@@ -286,6 +300,32 @@ mod tests {
         }
         assert!(SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?local_infile=1").is_err());
         assert!(SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?ssl-mode=REQUIRED").is_ok());
+    }
+
+    /// No refusal repeats what the DSN holds: the message for an unknown parameter is the
+    /// same whatever its name and value, so nothing cut out of it later can tell a caller
+    /// what was there.
+    #[test]
+    fn refusals_never_repeat_a_parameter_name_or_value() {
+        let said = |dialect, dsn: &str| SourceDsn::parse(dialect, dsn).unwrap_err().0;
+        let one = said(Dialect::Postgres, "postgres://u:hunter2@h/db?hunter2=1");
+        let other = said(Dialect::Postgres, "postgres://u:hunter2@h/db?GUESS=zz");
+        assert_eq!(one, other);
+        assert!(!one.contains("hunter2") && !one.contains("GUESS"), "{one}");
+        let value = said(Dialect::Postgres, "postgres://u:p@h/db?sslmode=hunter2");
+        assert!(!value.contains("hunter2"), "{value}");
+        assert!(value.contains("verify-full"), "{value}");
+        let m = said(Dialect::Mysql, "mysql://u:p@h/db?local_infile=hunter2");
+        assert!(!m.contains("local_infile") && !m.contains("hunter2"), "{m}");
+        let twice = said(
+            Dialect::Postgres,
+            "postgres://u:p@h/db?sslmode=require&sslmode=disable",
+        );
+        assert!(twice.contains("more than once"), "{twice}");
+        let scheme = said(Dialect::Postgres, "hunter2://u:p@h/db");
+        assert!(!scheme.contains("hunter2"), "{scheme}");
+        let table = validate_table_name("hunter2;x").unwrap_err().0;
+        assert!(!table.contains("hunter2"), "{table}");
     }
 
     #[test]

@@ -3,10 +3,15 @@
 //! the private network (and read the answer back through error messages).
 //!
 //! - PostgreSQL / MySQL hosts are resolved and EVERY address checked: loopback, private
-//!   (RFC 1918, CGNAT, ULA), link-local (incl. 169.254.169.254), unspecified, multicast,
-//!   broadcast and documentation ranges, and IPv4-mapped forms of all of these, are refused
-//!   unless the operator allow-lists the network in configuration.
-//! - reckon's own database (host and port, or file) is refused even when allow-listed.
+//!   (RFC 1918, CGNAT, ULA, site-local), link-local (incl. 169.254.169.254), unspecified,
+//!   multicast, broadcast and documentation ranges are refused unless the operator
+//!   allow-lists the network in configuration. An IPv6 address that carries an IPv4
+//!   address (IPv4-mapped, IPv4-compatible, SIIT, 6to4, Teredo, NAT64) is judged by the
+//!   IPv4 address it carries as well, since that is where it leads.
+//! - reckon's own database is refused even when allow-listed: by host and port, or file,
+//!   before connecting, and by identity once connected (a connection that can see the
+//!   ledger's `reckon_instance` identity is closed, see `own.rs`), since another address,
+//!   a port forward or a link to the same database is not recognisable by its address.
 //! - SQLite sources must be files inside their tenant's own directory,
 //!   `{sqlite_source_dir}/{tenant-slug}/`, after resolving symlinks and `..`
 //!   (canonicalised), so no path or link leads outside it, and no tenant reaches another's
@@ -29,8 +34,9 @@
 //! any credential is sent. The resolver is injectable ([`Resolver`]) so tests can rebind.
 
 use crate::dsn::SourceDsn;
+use ipnet::IpNet;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -49,56 +55,34 @@ pub trait Resolver: Send + Sync + std::fmt::Debug {
 #[error("{0}")]
 pub struct EgressError(pub String);
 
-/// A network `addr/prefix`.
+/// A network `addr/prefix` (or a bare address: that one address), parsed by `ipnet`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Network {
-    addr: IpAddr,
-    prefix: u8,
-}
+pub struct Network(IpNet);
 
 impl Network {
     pub fn parse(s: &str) -> Result<Network, EgressError> {
-        let bad = || {
-            EgressError(format!(
-                "{s:?} is not a network (like 10.1.0.0/16 or ::1/128)"
-            ))
-        };
-        let (a, p) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
-        };
-        let addr: IpAddr = a.trim().parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match p {
-            Some(p) => p.trim().parse::<u8>().map_err(|_| bad())?,
-            None => max,
-        };
-        if prefix > max {
-            return Err(bad());
-        }
-        Ok(Network { addr, prefix })
+        let s = s.trim();
+        let net = s
+            .parse::<IpNet>()
+            .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+            .map_err(|_| {
+                EgressError(format!(
+                    "{s:?} is not a network (like 10.1.0.0/16 or ::1/128)"
+                ))
+            })?;
+        Ok(Network(net.trunc()))
     }
 
+    /// Whether `ip` is in this network. An IPv4-mapped or -compatible IPv6 address is the
+    /// IPv4 address it carries, so `10.0.0.0/8` also covers `::ffff:10.0.0.1`.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, canonical(ip)) {
-            (IpAddr::V4(n), IpAddr::V4(i)) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u32::from(n) & mask == u32::from(i) & mask
-            }
-            (IpAddr::V6(n), IpAddr::V6(i)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix))
-                    .unwrap_or(0);
-                u128::from(n) & mask == u128::from(i) & mask
-            }
-            _ => false,
-        }
+        self.0.contains(&ip) || self.0.contains(&canonical(ip))
     }
 }
 
-/// IPv4-mapped and -compatible IPv6 addresses are judged as the IPv4 address they carry.
+/// IPv4-mapped (`::ffff:a.b.c.d`) and IPv4-compatible (`::a.b.c.d`) IPv6 addresses are the
+/// IPv4 address they carry: the kernel connects to that address, so reckon connects to it
+/// as IPv4 and judges it as such.
 fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -106,12 +90,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
             None => {
                 let s = v6.segments();
                 if s[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
-                    IpAddr::V4(Ipv4Addr::new(
-                        (s[6] >> 8) as u8,
-                        s[6] as u8,
-                        (s[7] >> 8) as u8,
-                        s[7] as u8,
-                    ))
+                    IpAddr::V4(v4_at(v6, 96))
                 } else {
                     IpAddr::V6(v6)
                 }
@@ -121,53 +100,135 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Why an address is not a public one, or `None` when it is.
-pub fn forbidden_reason(ip: IpAddr) -> Option<&'static str> {
-    match canonical(ip) {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            if v4.is_loopback() {
-                Some("loopback")
-            } else if v4.is_unspecified() || o[0] == 0 {
-                Some("unspecified")
-            } else if v4.is_private() {
-                Some("private")
-            } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
-                Some("shared (CGNAT)")
-            } else if v4.is_link_local() {
-                Some("link-local (cloud metadata)")
-            } else if v4.is_multicast() || v4.is_broadcast() || o[0] >= 240 {
-                Some("multicast or reserved")
-            } else if v4.is_documentation() || (o[0] == 198 && (o[1] & 0xfe) == 18) {
-                Some("documentation or benchmarking")
-            } else if o[0] == 192 && o[1] == 0 && o[2] == 0 {
-                Some("IETF protocol assignment")
-            } else {
-                None
+/// The 32 bits of `v6` starting at bit `at` (0 = most significant), as an IPv4 address.
+fn v4_at(v6: Ipv6Addr, at: u32) -> Ipv4Addr {
+    Ipv4Addr::from((u128::from(v6) >> (96 - at)) as u32)
+}
+
+/// The IPv4 addresses an IPv6 address leads to through a translation or tunnelling
+/// mechanism, each with the mechanism's name. Such an address reaches the IPv4 address it
+/// carries (a 6to4 relay, a Teredo relay, a SIIT or NAT64 translator does the rest), so
+/// what it carries is judged like any IPv4 address: `2002:7f00:1::` is 127.0.0.1.
+/// (IPv4-mapped and -compatible forms are turned into IPv4 by [`canonical`] first.)
+fn embedded_v4(v6: Ipv6Addr) -> Vec<(&'static str, Ipv4Addr)> {
+    let s = v6.segments();
+    let bits = u128::from(v6);
+    let mut out = Vec::new();
+    if s[0] == 0x2002 {
+        // 6to4 (RFC 3056): 2002:AABB:CCDD::/48, the site's IPv4 address in bits 16..48.
+        out.push(("6to4", v4_at(v6, 16)));
+    }
+    if s[0] == 0x2001 && s[1] == 0 {
+        // Teredo (RFC 4380): the client's address in the last 32 bits, every bit flipped;
+        // the Teredo server's address in bits 32..64.
+        out.push(("Teredo", Ipv4Addr::from(!(bits as u32))));
+        out.push(("Teredo server", v4_at(v6, 32)));
+    }
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] {
+        // SIIT's IPv4-translated form (RFC 2765): ::ffff:0:a.b.c.d.
+        out.push(("SIIT", v4_at(v6, 96)));
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        // The well-known NAT64 prefix (RFC 6052): 64:ff9b::/96.
+        out.push(("NAT64", v4_at(v6, 96)));
+    }
+    if s[..3] == [0x64, 0xff9b, 1] {
+        // The local-use NAT64 prefix (RFC 8215) 64:ff9b:1::/48 may be used with any prefix
+        // length RFC 6052 allows, and which one a site uses cannot be known from here, so
+        // every position the IPv4 address could sit at is judged (bits 64..72 are the
+        // reserved "u" octet, skipped), the common /96 first so a refusal names it. An
+        // operator whose translator uses this prefix allow-lists it (or the part in use).
+        for prefix in [96u32, 80, 72, 64, 56, 48] {
+            let mut v4 = 0u32;
+            let mut got = 0;
+            let mut bit = prefix;
+            while got < 32 {
+                if !(64..72).contains(&bit) {
+                    v4 = (v4 << 1) | ((bits >> (127 - bit)) & 1) as u32;
+                    got += 1;
+                }
+                bit += 1;
             }
-        }
-        IpAddr::V6(v6) => {
-            let s = v6.segments();
-            if v6.is_loopback() {
-                Some("loopback")
-            } else if v6.is_unspecified() {
-                Some("unspecified")
-            } else if (s[0] & 0xfe00) == 0xfc00 {
-                Some("private (unique local)")
-            } else if (s[0] & 0xffc0) == 0xfe80 {
-                Some("link-local")
-            } else if v6.is_multicast() {
-                Some("multicast")
-            } else if s[0] == 0x2001 && s[1] == 0x0db8 {
-                Some("documentation")
-            } else if s[0] == 0x64 && s[1] == 0xff9b {
-                // NAT64 could reach any IPv4 address, private ones included.
-                Some("NAT64")
-            } else {
-                None
-            }
+            out.push(("NAT64", Ipv4Addr::from(v4)));
         }
     }
+    out
+}
+
+fn forbidden_v4(v4: Ipv4Addr) -> Option<&'static str> {
+    let o = v4.octets();
+    if v4.is_loopback() {
+        Some("loopback")
+    } else if v4.is_unspecified() || o[0] == 0 {
+        Some("unspecified")
+    } else if v4.is_private() {
+        Some("private")
+    } else if o[0] == 100 && (o[1] & 0xc0) == 64 {
+        Some("shared (CGNAT)")
+    } else if v4.is_link_local() {
+        Some("link-local (cloud metadata)")
+    } else if v4.is_multicast() || v4.is_broadcast() || o[0] >= 240 {
+        Some("multicast or reserved")
+    } else if v4.is_documentation() || (o[0] == 198 && (o[1] & 0xfe) == 18) {
+        Some("documentation or benchmarking")
+    } else if o[0] == 192 && o[1] == 0 && o[2] == 0 {
+        Some("IETF protocol assignment")
+    } else {
+        None
+    }
+}
+
+fn forbidden_v6(v6: Ipv6Addr) -> Option<&'static str> {
+    let s = v6.segments();
+    if v6.is_loopback() {
+        Some("loopback")
+    } else if v6.is_unspecified() {
+        Some("unspecified")
+    } else if (s[0] & 0xfe00) == 0xfc00 {
+        Some("private (unique local)")
+    } else if (s[0] & 0xffc0) == 0xfe80 {
+        Some("link-local")
+    } else if (s[0] & 0xffc0) == 0xfec0 {
+        // Deprecated (RFC 3879) but still routed inside some sites: private, like ULA.
+        Some("private (site-local)")
+    } else if v6.is_multicast() {
+        Some("multicast")
+    } else if s[0] == 0x2001 && s[1] == 0x0db8 {
+        Some("documentation")
+    } else {
+        None
+    }
+}
+
+/// Every reason `ip` is not a public address, each with the address it is about: the
+/// address itself, and each IPv4 address it carries ([`embedded_v4`]) named by its form.
+/// Empty when it is public through and through.
+fn judgements(ip: IpAddr) -> Vec<(IpAddr, String)> {
+    match canonical(ip) {
+        IpAddr::V4(v4) => forbidden_v4(v4)
+            .map(|why| (IpAddr::V4(v4), why.to_owned()))
+            .into_iter()
+            .collect(),
+        IpAddr::V6(v6) => {
+            let mut out: Vec<(IpAddr, String)> = forbidden_v6(v6)
+                .map(|why| (IpAddr::V6(v6), why.to_owned()))
+                .into_iter()
+                .collect();
+            for (form, v4) in embedded_v4(v6) {
+                if let Some(why) = forbidden_v4(v4) {
+                    out.push((IpAddr::V4(v4), format!("{form} form of {v4}, a {why}")));
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Why an address is not a public one, or `None` when it is. An IPv6 address carrying an
+/// IPv4 address (6to4, Teredo, SIIT, NAT64, mapped, compatible) is judged by what it
+/// carries too.
+pub fn forbidden_reason(ip: IpAddr) -> Option<String> {
+    judgements(ip).into_iter().next().map(|(_, why)| why)
 }
 
 /// reckon's own database, which no source may name.
@@ -192,6 +253,8 @@ pub struct EgressPolicy {
     /// files live in `{sqlite_root}/{tenant}/`. `None`: every SQLite source is refused.
     tenant: Option<String>,
     own: Vec<OwnDatabase>,
+    /// reckon's ledger identity ([`EgressPolicy::with_own_identity`]).
+    own_identity: Option<String>,
     /// `None`: the system resolver.
     resolver: Option<Arc<dyn Resolver>>,
 }
@@ -213,6 +276,7 @@ impl EgressPolicy {
             sqlite_root,
             tenant: None,
             own: Vec::new(),
+            own_identity: None,
             resolver: None,
         })
     }
@@ -259,6 +323,22 @@ impl EgressPolicy {
     pub fn with_own_database(mut self, own: OwnDatabase) -> EgressPolicy {
         self.own.push(own);
         self
+    }
+
+    /// reckon's own database by identity: `identity` is the value the ledger keeps in its
+    /// `reckon_instance` row (`Ledger::instance_identity`). Every source connection
+    /// ([`crate::SourceConn::open`], [`crate::SourceWriter::open`]) looks for it once
+    /// connected and is refused if it can see it, so no address, port, proxy or alias that
+    /// leads to reckon's database gets through; the address check of
+    /// [`EgressPolicy::with_own_database`] only refuses the obvious ones before connecting.
+    pub fn with_own_identity(mut self, identity: String) -> EgressPolicy {
+        self.own_identity = Some(identity);
+        self
+    }
+
+    /// The identity set by [`EgressPolicy::with_own_identity`], if any.
+    pub fn own_identity(&self) -> Option<&str> {
+        self.own_identity.as_deref()
     }
 
     fn allowed(&self, ip: IpAddr) -> bool {
@@ -424,20 +504,27 @@ impl EgressPolicy {
     }
 
     /// `Err` naming why when `ip` (an address of `host`) is not public and not allowed.
+    /// An address that carries another (6to4, Teredo, NAT64, ...) passes only when the
+    /// address and everything it carries are public or allow-listed, each on its own.
+    /// An address the operator allow-listed as such passes whatever it carries.
     fn refuse_forbidden(&self, host: &str, ip: IpAddr) -> Result<(), EgressError> {
-        match forbidden_reason(ip) {
-            Some(why) if !self.allowed(ip) => {
-                let what = if host.parse::<IpAddr>().is_ok_and(|h| canonical(h) == ip) {
-                    format!("host {host} is a {why} address")
-                } else {
-                    format!("host {host:?} resolves to {ip}, a {why} address")
-                };
-                Err(EgressError(format!(
-                    "{what}, not allowed by the operator's egress policy (egress_allow)"
-                )))
-            }
-            _ => Ok(()),
+        if self.allowed(ip) {
+            return Ok(());
         }
+        for (about, why) in judgements(ip) {
+            if self.allowed(about) {
+                continue;
+            }
+            let what = if host.parse::<IpAddr>().is_ok_and(|h| canonical(h) == ip) {
+                format!("host {host} is a {why} address")
+            } else {
+                format!("host {host:?} resolves to {ip}, a {why} address")
+            };
+            return Err(EgressError(format!(
+                "{what}, not allowed by the operator's egress policy (egress_allow)"
+            )));
+        }
+        Ok(())
     }
 
     /// The addresses a provider's host may be connected at: resolved (with this policy's
@@ -528,7 +615,6 @@ fn outside(dir: &Path) -> EgressError {
 mod tests {
     use super::*;
     use crate::dsn::Dialect;
-    use std::net::Ipv6Addr;
 
     fn pg(dsn: &str) -> SourceDsn {
         SourceDsn::parse(Dialect::Postgres, dsn).unwrap()
@@ -801,13 +887,184 @@ mod tests {
         let dsn =
             SourceDsn::parse(Dialect::Mysql, "mysql://root@rebind.invalid:3306/test").unwrap();
         let pinned = p.pin(&dsn).await.unwrap();
-        let conn = crate::SourceConn::open(&pinned, "justonce_keys")
+        let conn = crate::SourceConn::open(&pinned, "justonce_keys", &p)
             .await
             .expect("MariaDB on 127.0.0.1:3306 (root, no password) is needed for this test");
         conn.close().await;
         assert_eq!(dns.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
         let e = p.pin(&dsn).await.unwrap_err();
         assert!(e.0.contains("link-local"), "{e}");
+    }
+
+    /// Checks that `host` (an IPv6 literal) is refused by the default policy with a reason
+    /// containing `why`, and that `public` (the same form carrying a public IPv4 address)
+    /// is accepted.
+    async fn judged_by_what_it_carries(host: &str, why: &str, public: &str) {
+        let strict = EgressPolicy::default();
+        let e = strict
+            .check(&pg(&format!("postgres://u:pw@[{host}]/db")))
+            .await
+            .expect_err(host);
+        assert!(e.0.contains(why), "{host}: {e}");
+        assert!(e.0.contains("egress_allow"), "{host}: {e}");
+        strict
+            .check(&pg(&format!("postgres://u:pw@[{public}]/db")))
+            .await
+            .unwrap_or_else(|e| panic!("{public}: {e}"));
+    }
+
+    #[tokio::test]
+    async fn six_to_four_addresses_are_judged_by_the_ipv4_address_they_carry() {
+        judged_by_what_it_carries(
+            "2002:7f00:1::",
+            "6to4 form of 127.0.0.1, a loopback",
+            "2002:5db8:d822::1",
+        )
+        .await;
+        judged_by_what_it_carries(
+            "2002:a9fe:a9fe::",
+            "6to4 form of 169.254.169.254, a link-local",
+            "2002:808:808::",
+        )
+        .await;
+        judged_by_what_it_carries(
+            "2002:0a00:0001:1::5",
+            "6to4 form of 10.0.0.1, a private",
+            "2002:808:808::",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn teredo_addresses_are_judged_by_the_client_address_they_carry() {
+        // Client 127.0.0.1 is stored as its complement, 0x80fffffe; server 65.54.227.120.
+        judged_by_what_it_carries(
+            "2001:0:4136:e378:8000:63bf:80ff:fffe",
+            "Teredo form of 127.0.0.1, a loopback",
+            "2001:0:4136:e378:8000:63bf:a247:f7f7",
+        )
+        .await;
+        // Client 169.254.169.254 (complement 0x56015601).
+        judged_by_what_it_carries(
+            "2001:0:4136:e378:8000:63bf:5601:5601",
+            "Teredo form of 169.254.169.254",
+            "2001:0:4136:e378:8000:63bf:a247:f7f7",
+        )
+        .await;
+        // A private Teredo server is refused too.
+        judged_by_what_it_carries(
+            "2001:0:a00:1:8000:63bf:a247:f7f7",
+            "Teredo server form of 10.0.0.1",
+            "2001:0:4136:e378:8000:63bf:a247:f7f7",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn siit_translated_addresses_are_judged_by_the_ipv4_address_they_carry() {
+        judged_by_what_it_carries(
+            "::ffff:0:127.0.0.1",
+            "SIIT form of 127.0.0.1, a loopback",
+            "::ffff:0:8.8.8.8",
+        )
+        .await;
+        judged_by_what_it_carries(
+            "::ffff:0:169.254.169.254",
+            "SIIT form of 169.254.169.254",
+            "::ffff:0:8.8.8.8",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn nat64_addresses_are_judged_by_the_ipv4_address_they_carry() {
+        // The well-known prefix: a public address through NAT64 is a public address.
+        judged_by_what_it_carries(
+            "64:ff9b::127.0.0.1",
+            "NAT64 form of 127.0.0.1, a loopback",
+            "64:ff9b::8.8.8.8",
+        )
+        .await;
+        judged_by_what_it_carries(
+            "64:ff9b::169.254.169.254",
+            "NAT64 form of 169.254.169.254",
+            "64:ff9b::8.8.8.8",
+        )
+        .await;
+        judged_by_what_it_carries(
+            "64:ff9b::10.1.2.3",
+            "NAT64 form of 10.1.2.3, a private",
+            "64:ff9b::8.8.8.8",
+        )
+        .await;
+        // The local-use prefix with a /96 translator, and with a /48 one (the address split
+        // around the reserved octet: 10.0 in bits 48..64, 0.1 in bits 72..88). A public
+        // address in every position it could be read from passes.
+        judged_by_what_it_carries(
+            "64:ff9b:1::10.0.0.1",
+            "NAT64 form of 10.0.0.1, a private",
+            "64:ff9b:1:808:8:808:808:808",
+        )
+        .await;
+        judged_by_what_it_carries(
+            "64:ff9b:1:a00:0:100::",
+            "NAT64 form of",
+            "64:ff9b:1:808:8:808:808:808",
+        )
+        .await;
+        let at_48: Ipv6Addr = "64:ff9b:1:a9fe:a9:fe00::".parse().unwrap();
+        assert!(
+            embedded_v4(at_48).contains(&("NAT64", Ipv4Addr::new(169, 254, 169, 254))),
+            "{:?}",
+            embedded_v4(at_48)
+        );
+        let at_48: Ipv6Addr = "64:ff9b:1:a00:0:100::".parse().unwrap();
+        assert!(embedded_v4(at_48).contains(&("NAT64", Ipv4Addr::new(10, 0, 0, 1))));
+        // A site whose translator uses the local-use prefix allow-lists it.
+        let site = EgressPolicy::new(&["64:ff9b:1::/96".into()], None).unwrap();
+        assert!(
+            site.check(&pg("postgres://u:p@[64:ff9b:1::8.8.8.8]/db"))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn ipv4_compatible_and_mapped_addresses_are_judged_by_the_ipv4_address_they_carry() {
+        judged_by_what_it_carries("::127.0.0.2", "loopback", "::8.8.8.8").await;
+        judged_by_what_it_carries("::169.254.169.254", "link-local", "::8.8.8.8").await;
+        judged_by_what_it_carries("::ffff:127.0.0.1", "loopback", "::ffff:8.8.8.8").await;
+        judged_by_what_it_carries("::ffff:10.0.0.1", "private", "::ffff:8.8.8.8").await;
+    }
+
+    #[tokio::test]
+    async fn site_local_addresses_are_refused() {
+        judged_by_what_it_carries("fec0::1", "site-local", "2606:4700::1").await;
+        judged_by_what_it_carries("feff:ffff::1", "site-local", "2606:4700::1").await;
+    }
+
+    /// Allowing the network an embedded address is in lets its forms through, and nothing
+    /// else: allowing 127.0.0.0/8 does not allow the 6to4 form of 10.0.0.1.
+    #[tokio::test]
+    async fn allow_listing_judges_the_carried_address_on_its_own() {
+        let p = EgressPolicy::new(&["127.0.0.0/8".into()], None).unwrap();
+        for ok in ["2002:7f00:1::", "64:ff9b::127.0.0.1", "::ffff:0:127.0.0.1"] {
+            p.check(&pg(&format!("postgres://u:p@[{ok}]/db")))
+                .await
+                .unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in [
+            "2002:a00:1::",
+            "64:ff9b::10.0.0.1",
+            "::ffff:0:169.254.169.254",
+        ] {
+            assert!(
+                p.check(&pg(&format!("postgres://u:p@[{bad}]/db")))
+                    .await
+                    .is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
@@ -818,6 +1075,22 @@ mod tests {
         assert!(n.contains("::ffff:10.1.0.9".parse().unwrap()));
         assert!(Network::parse("10.0.0.0/33").is_err());
         assert!(Network::parse("nonsense").is_err());
+        assert!(Network::parse("10.0.0.0/").is_err());
+        assert!(
+            Network::parse("10.1.2.3")
+                .unwrap()
+                .contains("10.1.2.3".parse().unwrap())
+        );
+        assert!(
+            !Network::parse("10.1.2.3")
+                .unwrap()
+                .contains("10.1.2.4".parse().unwrap())
+        );
+        assert!(
+            Network::parse(" fd00::/8 ")
+                .unwrap()
+                .contains("fd12::1".parse().unwrap())
+        );
         assert!(
             Network::parse("0.0.0.0/0")
                 .unwrap()

@@ -8,6 +8,8 @@
 
 pub mod dsn;
 pub mod egress;
+mod limits;
+mod own;
 mod scan;
 // write-back (issue 4 item 7)
 pub mod write;

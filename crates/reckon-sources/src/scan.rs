@@ -8,6 +8,9 @@
 //! by `reckon_domain::validate_row`.
 
 use crate::dsn::{Dialect, SourceDsn, validate_table_name};
+use crate::egress::EgressPolicy;
+use crate::limits::{CancelOnDrop, Canceller};
+use crate::own;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use reckon_domain::{RawNum, RawRow};
 use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
@@ -61,6 +64,8 @@ pub struct SourceConn {
     inner: Inner,
     /// The table name, validated and quoted for the dialect.
     table: String,
+    /// Cancels the running statement on the server if this is dropped unclosed.
+    cancel: CancelOnDrop,
 }
 
 /// Rows per FETCH of the PostgreSQL incremental read (bounded memory, bounded statement).
@@ -78,7 +83,16 @@ pub(crate) fn quote(dialect: Dialect, table: &str) -> String {
 }
 
 impl SourceConn {
-    pub async fn open(dsn: &SourceDsn, table: &str) -> Result<SourceConn, ScanError> {
+    /// Open `dsn` (as [`EgressPolicy::pin`] returned it) for reading `table`. Once
+    /// connected, a connection that can see reckon's ledger identity
+    /// ([`EgressPolicy::with_own_identity`] of `egress`) is closed and refused.
+    pub async fn open(
+        dsn: &SourceDsn,
+        table: &str,
+        egress: &EgressPolicy,
+    ) -> Result<SourceConn, ScanError> {
+        let own = egress.own_identity();
+        let mut cancel = CancelOnDrop::default();
         validate_table_name(table).map_err(|e| ScanError::Invalid(e.to_string()))?;
         let table = quote(dsn.dialect(), table);
         let connect_err = |e: sqlx::Error| ScanError::Connect(describe(&e));
@@ -96,10 +110,20 @@ impl SourceConn {
                     .create_if_missing(false)
                     .pragma("query_only", "ON")
                     .pragma("trusted_schema", "OFF")
-                    .busy_timeout(Duration::from_secs(10));
+                    // A file another process holds locked fails the scan in seconds.
+                    .busy_timeout(Duration::from_secs(5));
                 let mut conn = opts.connect().await.map_err(connect_err)?;
                 // A deferred read transaction: every query of this scan sees one snapshot.
                 conn.execute("BEGIN").await.map_err(query_err)?;
+                if let Some(id) = own
+                    && own::sees_identity_sqlite(&mut conn, id)
+                        .await
+                        .map_err(query_err)?
+                {
+                    cancel.disarm();
+                    own::close_quietly(conn).await;
+                    return Err(ScanError::Invalid(own::REFUSED.into()));
+                }
                 Inner::Sqlite(conn)
             }
             SourceDsn::Network {
@@ -130,12 +154,28 @@ impl SourceConn {
                     .await
                     .map_err(|_| ScanError::Connect("timed out after 15s".into()))?
                     .map_err(connect_err)?;
-                conn.execute(
-                    "BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
-                     SET LOCAL statement_timeout = '15min'",
-                )
-                .await
-                .map_err(query_err)?;
+                cancel = CancelOnDrop::new(
+                    Canceller::postgres(&mut conn, &opts)
+                        .await
+                        .map_err(query_err)?,
+                );
+                conn.execute("BEGIN TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    .await
+                    .map_err(query_err)?;
+                // Each statement (a FETCH of the cursor, a key lookup) waits at most 5 s
+                // for a lock and runs at most 30 s (limits.rs).
+                conn.execute(crate::limits::PG_TIMEOUTS_LOCAL)
+                    .await
+                    .map_err(query_err)?;
+                if let Some(id) = own
+                    && own::sees_identity_pg(&mut conn, id, true)
+                        .await
+                        .map_err(query_err)?
+                {
+                    cancel.disarm();
+                    own::close_quietly(conn).await;
+                    return Err(ScanError::Invalid(own::REFUSED.into()));
+                }
                 Inner::Postgres(conn)
             }
             SourceDsn::Network {
@@ -168,13 +208,34 @@ impl SourceConn {
                     .await
                     .map_err(|_| ScanError::Connect("timed out after 15s".into()))?
                     .map_err(connect_err)?;
+                crate::limits::mysql_timeouts(&mut conn)
+                    .await
+                    .map_err(query_err)?;
+                cancel = CancelOnDrop::new(
+                    Canceller::mysql(&mut conn, &opts)
+                        .await
+                        .map_err(query_err)?,
+                );
                 conn.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
                     .await
                     .map_err(query_err)?;
+                if let Some(id) = own
+                    && own::sees_identity_mysql(&mut conn, id)
+                        .await
+                        .map_err(query_err)?
+                {
+                    cancel.disarm();
+                    own::close_quietly(conn).await;
+                    return Err(ScanError::Invalid(own::REFUSED.into()));
+                }
                 Inner::Mysql(conn)
             }
         };
-        Ok(SourceConn { inner, table })
+        Ok(SourceConn {
+            inner,
+            table,
+            cancel,
+        })
     }
 
     /// Rows in `(updated_at, key)` order. With `since`, only rows of the four known states
@@ -338,7 +399,8 @@ impl SourceConn {
     }
 
     /// End the read-only transaction and the connection.
-    pub async fn close(self) {
+    pub async fn close(mut self) {
+        self.cancel.disarm();
         match self.inner {
             Inner::Sqlite(mut c) => {
                 let _ = c.execute("ROLLBACK").await;

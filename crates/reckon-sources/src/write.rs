@@ -18,6 +18,8 @@
 
 use crate::dsn::{Dialect, SourceDsn, validate_table_name};
 use crate::egress::EgressPolicy;
+use crate::limits::{CancelOnDrop, Canceller};
+use crate::own;
 use crate::scan::{describe, quote};
 use reckon_ledger::{Source, WritebackPolicy};
 use secrecy::{ExposeSecret, SecretString};
@@ -84,6 +86,8 @@ enum Inner {
 /// A read-write connection to the table of one source that opted in to write-back.
 pub struct SourceWriter {
     inner: Inner,
+    /// Cancels the running statement on the server if this is dropped unclosed.
+    cancel: CancelOnDrop,
     table: String,
     policy: WritebackPolicy,
     source: String,
@@ -118,6 +122,7 @@ impl SourceWriter {
         validate_table_name(&source.table_name).map_err(|e| WriteError::Invalid(e.to_string()))?;
         let table = quote(dialect, &source.table_name);
         let connect_err = |e: sqlx::Error| WriteError::Connect(describe(&e));
+        let mut cancel = CancelOnDrop::default();
         let inner = match &dsn {
             SourceDsn::Sqlite { path } => {
                 if !path.is_file() {
@@ -130,7 +135,7 @@ impl SourceWriter {
                     .filename(path)
                     .create_if_missing(false)
                     .pragma("trusted_schema", "OFF")
-                    .busy_timeout(Duration::from_secs(10));
+                    .busy_timeout(Duration::from_secs(5));
                 Inner::Sqlite(opts.connect().await.map_err(connect_err)?)
             }
             SourceDsn::Network {
@@ -160,10 +165,15 @@ impl SourceWriter {
                     .map_err(|_| WriteError::Connect("timed out after 15s".into()))?
                     .map_err(connect_err)?;
                 // One row by primary key: anything slower is waiting on the application's
-                // lock, and giving up leaves the row as it was.
-                conn.execute("SET statement_timeout = '30s'; SET lock_timeout = '10s'")
+                // lock, and giving up leaves the row as it was (limits.rs).
+                conn.execute(crate::limits::PG_TIMEOUTS_SESSION)
                     .await
                     .map_err(query_err)?;
+                cancel = CancelOnDrop::new(
+                    Canceller::postgres(&mut conn, &opts)
+                        .await
+                        .map_err(query_err)?,
+                );
                 Inner::Postgres(conn)
             }
             SourceDsn::Network {
@@ -193,18 +203,42 @@ impl SourceWriter {
                     .await
                     .map_err(|_| WriteError::Connect("timed out after 15s".into()))?
                     .map_err(connect_err)?;
-                conn.execute("SET SESSION innodb_lock_wait_timeout = 10")
+                crate::limits::mysql_timeouts(&mut conn)
                     .await
                     .map_err(query_err)?;
+                cancel = CancelOnDrop::new(
+                    Canceller::mysql(&mut conn, &opts)
+                        .await
+                        .map_err(query_err)?,
+                );
                 Inner::Mysql(conn)
             }
         };
-        Ok(SourceWriter {
+        let mut writer = SourceWriter {
             inner,
+            cancel,
             table,
             policy,
             source: source.name.clone(),
-        })
+        };
+        // Never reckon's own database, whatever led there (see `own.rs`).
+        if let Some(id) = egress.own_identity() {
+            let seen = match &mut writer.inner {
+                Inner::Sqlite(c) => own::sees_identity_sqlite(c, id).await,
+                Inner::Postgres(c) => own::sees_identity_pg(c, id, false).await,
+                Inner::Mysql(c) => own::sees_identity_mysql(c, id).await,
+            };
+            let refused = match seen {
+                Ok(false) => None,
+                Ok(true) => Some(WriteError::Egress(own::REFUSED.into())),
+                Err(e) => Some(query_err(e)),
+            };
+            if let Some(e) = refused {
+                let _ = tokio::time::timeout(Duration::from_secs(2), writer.close()).await;
+                return Err(e);
+            }
+        }
+        Ok(writer)
     }
 
     /// The source's not_applied policy, as it was when the writer was opened.
@@ -409,7 +443,8 @@ impl SourceWriter {
         Ok(done)
     }
 
-    pub async fn close(self) {
+    pub async fn close(mut self) {
+        self.cancel.disarm();
         match self.inner {
             Inner::Sqlite(c) => {
                 let _ = c.close().await;

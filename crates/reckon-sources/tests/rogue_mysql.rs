@@ -153,7 +153,11 @@ async fn open(port: u16) -> Result<SourceConn, String> {
     .unwrap();
     match tokio::time::timeout(
         Duration::from_secs(30),
-        SourceConn::open(&dsn, "justonce_keys"),
+        SourceConn::open(
+            &dsn,
+            "justonce_keys",
+            &reckon_sources::EgressPolicy::default(),
+        ),
     )
     .await
     {

@@ -4,8 +4,9 @@
 //!
 //! | role    | may                                                                       |
 //! |---------|---------------------------------------------------------------------------|
-//! | viewer  | read summaries, effects, sources' health, quarantine counts               |
-//! | support | viewer + look up keys, effect detail with history, resolve with a note    |
+//! | viewer  | summaries only: counts, ages, sources' health, quarantine counts          |
+//! | support | viewer + records: effect lists, lookup, detail with history, quarantined  |
+//! |         | rows, the unresolved queue; resolve with a note                           |
 //! | finance | support + audits, exports, resolve manually (without a note)              |
 //! | admin   | everything: sources, providers, users, write-back, tokens                 |
 //!
@@ -15,9 +16,11 @@ use reckon_ledger::Role;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Permission {
-    /// Effects lists, summaries, source health, quarantine counts.
+    /// Summaries: counts, ages, sources' and providers' health, quarantine counts, routes,
+    /// metrics. Nothing of a record (no key, no response body).
     Read,
-    /// Find an effect by key or key part (an order id), see its detail and history.
+    /// Records: effect lists and the unresolved queue, lookup by key or key part (an order
+    /// id), detail and history, quarantined rows.
     Lookup,
     /// Mark an unresolved effect happened / not happened, with a note.
     ResolveWithNote,

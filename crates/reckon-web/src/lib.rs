@@ -8,12 +8,14 @@ pub mod actions;
 pub mod api;
 pub mod auth;
 pub mod authz;
+pub mod client_addr;
 // Dashboard pages (issue 7, branch dash)
 pub mod dash;
 pub mod error;
 mod extract;
 pub mod headers;
 pub mod metrics;
+mod nul;
 pub mod password;
 pub mod routes;
 pub mod web;
@@ -45,6 +47,8 @@ pub struct AppState {
     /// Set on SIGTERM: `/readyz` answers 503 so load balancers stop sending while
     /// in-flight requests and work finish.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
+    /// The proxies whose forwarding header names the client (sign-in throttle).
+    pub client_address: client_addr::ClientAddress,
     // ---- dashboard (issue 7, branch `dash`): the overview's short-lived counts cache ----
     pub dash: dash::DashState,
 }
@@ -57,6 +61,7 @@ impl AppState {
             metrics: metrics::MetricsState::default(),
             egress: Arc::new(reckon_sources::EgressPolicy::default()),
             draining: Arc::default(),
+            client_address: client_addr::ClientAddress::default(),
             dash: dash::DashState::default(),
         }
     }
@@ -77,6 +82,11 @@ pub fn app(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             routes::guard,
+        ))
+        // Before the guard: a NUL must not reach even its lookups (nul.rs).
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            nul::refuse_nul,
         ))
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(

@@ -66,9 +66,11 @@ pub const ROUTES: &[RouteSpec] = &[
         "/api/v1/sources/{name}/test",
         Token(P::ManageSources),
     ),
-    r("GET", "/api/v1/sources/{name}/quarantine", Token(P::Read)),
+    // Quarantined rows carry excerpts of the record: support and above, like effects.
+    r("GET", "/api/v1/sources/{name}/quarantine", Token(P::Lookup)),
     r("GET", "/api/v1/quarantine", Token(P::Read)),
-    r("GET", "/api/v1/effects", Token(P::Read)),
+    // Full records (keys, response bodies): support and above; viewers get summaries.
+    r("GET", "/api/v1/effects", Token(P::Lookup)),
     r("POST", "/api/v1/effects", Token(P::ManageSources)),
     r("GET", "/api/v1/effects/{source}/{*key}", Token(P::Lookup)),
     r("GET", "/api/v1/lookup", Token(P::Lookup)),
@@ -132,7 +134,7 @@ pub const ROUTES: &[RouteSpec] = &[
     // person's memberships by the guard (crate::dash::scope_to_path_tenant). ----
     r("GET", "/static/{name}", Public),
     r("GET", "/t/{tenant}", Session(P::Read)),
-    r("GET", "/t/{tenant}/queue", Session(P::Read)),
+    r("GET", "/t/{tenant}/queue", Session(P::Lookup)),
     // Bulk re-lookup of a provider's indeterminate effects (as POST /api/v1/reconcile/requeue).
     r(
         "POST",

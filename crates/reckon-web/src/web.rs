@@ -32,7 +32,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
 use reckon_domain::time;
-use reckon_ledger::{NewSession, Role, Tenant, User};
+use reckon_ledger::{Admission, NewSession, Role, Tenant, ThrottlePolicy, User};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -44,12 +44,24 @@ pub const COOKIE_NAME: &str = "__Host-reckon_session";
 pub const IDLE_SECS: f64 = 30.0 * 60.0;
 /// ...and after this long in any case.
 pub const ABSOLUTE_SECS: f64 = 12.0 * 3600.0;
-/// Failed sign-ins counted per window.
+/// Attempts of one client address counted per window.
 pub const THROTTLE_WINDOW_SECS: f64 = 15.0 * 60.0;
-/// Failures of one account in a window before its sign-in is refused until the window ends.
+/// Failed sign-ins of one account (in a row) before it is locked: for a minute, then each
+/// further failure doubles the lock, up to an hour; a success ends it.
 pub const ACCOUNT_LIMIT: i64 = 5;
-/// Failures from one client address in a window (many accounts, one attacker).
+/// Attempts from one client address in a window (many accounts, one attacker). The
+/// address is the peer's, or a trusted proxy's header's (`client_addr.rs`).
 pub const ADDRESS_LIMIT: i64 = 50;
+/// The throttle, checked and counted in one ledger step per attempt
+/// (`Accounts::throttle_admit`), so concurrent attempts on any replica cannot all pass.
+pub const THROTTLE: ThrottlePolicy = ThrottlePolicy {
+    account_free: ACCOUNT_LIMIT,
+    lock_secs: 60.0,
+    max_lock_secs: 3600.0,
+    forget_after_secs: 24.0 * 3600.0,
+    address_limit: ADDRESS_LIMIT,
+    address_window_secs: THROTTLE_WINDOW_SECS,
+};
 /// Sign-in forms are small.
 const FORM_LIMIT_BYTES: usize = 16 * 1024;
 
@@ -177,12 +189,6 @@ pub struct SignInForm {
     tenant: Option<String>,
 }
 
-fn client_address(conn: Option<&ConnectInfo<SocketAddr>>) -> String {
-    // The peer address; X-Forwarded-For is not trusted (anyone can send it). Behind a proxy
-    // every client shares the proxy's address, which only makes the address limit stricter.
-    conn.map_or_else(|| "unknown".to_owned(), |c| c.0.ip().to_string())
-}
-
 /// The time step (30 s) whose code `code` is, within ±1 step of `now`, or `None`.
 fn totp_step(secret: &[u8], code: Option<&str>, now: f64) -> Option<i64> {
     let code = code.map(str::trim).filter(|c| !c.is_empty())?;
@@ -236,7 +242,7 @@ async fn signin_inner(
 ) -> Result<Response, ApiError> {
     let ledger = &state.ledger;
     let now = time::now();
-    let address = client_address(conn);
+    let address = state.client_address.of(conn.map(|c| c.0.ip()), headers);
     let account = form.email.trim().to_lowercase();
     let again = |status, message: &str| {
         page(
@@ -249,18 +255,32 @@ async fn signin_inner(
             },
         )
     };
-    let by_address = ledger
-        .throttle_failures("address", &address, now, THROTTLE_WINDOW_SECS)
-        .await?;
-    let by_account = ledger
-        .throttle_failures("account", &account, now, THROTTLE_WINDOW_SECS)
-        .await?;
-    if by_address >= ADDRESS_LIMIT || by_account >= ACCOUNT_LIMIT {
-        tracing::warn!(throttled = true, "sign-in refused: too many failures");
-        return Ok(again(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many failed sign-ins. Try again in 15 minutes.",
-        ));
+    // Admitted and counted as a failure in one step, before the password is looked at; a
+    // success gives it back below.
+    match ledger
+        .throttle_admit(&account, &address, now, &THROTTLE)
+        .await?
+    {
+        Admission::Admitted => {}
+        Admission::AccountLocked(until) => {
+            tracing::warn!(throttled = "account", "sign-in refused: account locked");
+            let minutes = ((until - now) / 60.0).ceil().max(1.0);
+            return Ok(again(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "Too many failed sign-ins for this account. Try again in {minutes} \
+                     minute{}.",
+                    if minutes == 1.0 { "" } else { "s" }
+                ),
+            ));
+        }
+        Admission::AddressLimited => {
+            tracing::warn!(throttled = "address", "sign-in refused: address limited");
+            return Ok(again(
+                StatusCode::TOO_MANY_REQUESTS,
+                "Too many sign-in attempts from your address. Try again in 15 minutes.",
+            ));
+        }
     }
     let creds = ledger.user_by_email(&form.email).await?;
     let password_ok = password::verify(
@@ -282,12 +302,7 @@ async fn signin_inner(
     };
     let named_user = creds.as_ref().map(|c| c.user.id);
     let Some(creds) = creds.filter(|_| ok) else {
-        ledger
-            .throttle_record_failure("account", &account, now, THROTTLE_WINDOW_SECS)
-            .await?;
-        ledger
-            .throttle_record_failure("address", &address, now, THROTTLE_WINDOW_SECS)
-            .await?;
+        // Already counted when it was admitted.
         tracing::info!(outcome = "failed", "sign-in");
         // Into the audit log of every tenant the named person belongs to (an unknown email
         // belongs to none: nobody's log is the place for it).
@@ -309,6 +324,7 @@ async fn signin_inner(
             "The email, password or one-time code is not right.",
         ));
     };
+    ledger.throttle_succeeded(&account, &address).await?;
     let memberships = ledger.memberships(creds.user.id).await?;
     let wanted = form
         .tenant
@@ -328,7 +344,6 @@ async fn signin_inner(
         };
         return Ok(again(StatusCode::BAD_REQUEST, msg));
     };
-    ledger.throttle_reset("account", &account).await?;
     // Rotation: whatever session the browser arrived with ends here, and a new id is made.
     if let Some(old) = cookie_value(headers) {
         ledger.delete_session(&sha256_hex(&old)).await?;

@@ -440,14 +440,20 @@ async fn a_resolution_by_hand_needs_a_note_and_records_who_and_why() {
 }
 
 #[tokio::test]
-async fn a_viewer_sees_the_queue_but_no_action_and_its_posts_are_refused() {
+async fn a_viewer_sees_summaries_but_no_record_and_its_posts_are_refused() {
     let w = World::new(Backend::Sqlite).await;
     seed(&w).await;
     user(w.ledger.as_ref(), "vic@acme.test", &w.a, Role::Viewer).await;
     let (cookie, csrf) = session(&w.app, "vic@acme.test").await;
-    let r = get(&w, &cookie, "/t/acme/queue").await;
+    // The overview: counts and ages, no key, no link to the records.
+    let r = get(&w, &cookie, "/t/acme").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert!(r.text.contains("charge:v1:ORD-1"));
+    assert!(r.text.contains("Unresolved now"), "{}", r.text);
+    assert!(!r.text.contains("charge:v1:ORD-1"), "{}", r.text);
+    assert!(
+        !r.text.contains("/queue"),
+        "no link to the queue for a viewer"
+    );
     assert!(
         !r.text.contains("/resolve/"),
         "no resolve action for a viewer"
@@ -457,13 +463,21 @@ async fn a_viewer_sees_the_queue_but_no_action_and_its_posts_are_refused() {
         "no settings link for a viewer"
     );
     for uri in [
+        "/t/acme/queue".to_owned(),
         format!("/t/acme/effects/{}", effect_path("charge:v1:ORD-1")),
         "/t/acme/lookup?q=ORD-1".to_owned(),
         "/t/acme/settings".to_owned(),
     ] {
         let r = get(&w, &cookie, &uri).await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{uri}: {}", r.text);
+        assert!(!r.text.contains("charge:v1:ORD-1"), "{uri}: {}", r.text);
     }
+    // Support sees the queue's records.
+    user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
+    let (support, _) = session(&w.app, "sam@acme.test").await;
+    let r = get(&w, &support, "/t/acme/queue").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.contains("charge:v1:ORD-1"), "{}", r.text);
     for action in ["resolve", "reconcile"] {
         let uri = format!("/t/acme/{action}/{}", effect_path("charge:v1:ORD-1"));
         let r = post(
@@ -539,14 +553,18 @@ async fn a_person_in_two_tenants_switches_by_path_with_the_role_of_each() {
         get(&w, &cookie, "/t/acme/lookup?q=ORD-1").await.status,
         StatusCode::OK
     );
+    assert_eq!(get(&w, &cookie, "/t/globex").await.status, StatusCode::OK);
+    // A viewer in globex: its summaries, no records (no queue, no lookup) there.
+    for uri in ["/t/globex/queue", "/t/globex/lookup?q=ORD-1"] {
+        assert_eq!(
+            get(&w, &cookie, uri).await.status,
+            StatusCode::FORBIDDEN,
+            "{uri}"
+        );
+    }
     assert_eq!(
-        get(&w, &cookie, "/t/globex/queue").await.status,
+        get(&w, &cookie, "/t/acme/queue").await.status,
         StatusCode::OK
-    );
-    // A viewer in globex: no lookup there.
-    assert_eq!(
-        get(&w, &cookie, "/t/globex/lookup?q=ORD-1").await.status,
-        StatusCode::FORBIDDEN
     );
     w.finish().await;
 }

@@ -94,13 +94,33 @@ async fn edits(backend: Backend) {
         format!("postgres://app:{PW1}@db1.example.com:5432/orders")
     );
 
-    // A new DSN without a password (e.g. the redacted one, with a new host) keeps it.
+    // A new DSN without a password (e.g. the redacted one) keeps it while it names the same
+    // host, port, user and database...
     let r = call(
         &w,
         Method::PATCH,
         uri,
         &t,
-        json!({"dsn": "postgres://app@db2.example.com:5432/orders"}),
+        json!({"dsn": "postgres://app@db1.example.com:5432/orders?sslmode=require"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(
+        stored_dsn(&w, "orders").await,
+        format!("postgres://app:{PW1}@db1.example.com:5432/orders?sslmode=require")
+    );
+    // ...and a new host needs the password again: the stored one is never sent elsewhere.
+    let moved = json!({"dsn": "postgres://app@db2.example.com:5432/orders"});
+    let r = call(&w, Method::PATCH, uri, &t, moved).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("password again"), "{}", r.text);
+    assert!(!r.text.contains(PW1), "{}", r.text);
+    let r = call(
+        &w,
+        Method::PATCH,
+        uri,
+        &t,
+        json!({"dsn": "postgres://app@db2.example.com:5432/orders", "password": PW1}),
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -324,7 +344,7 @@ async fn edits(backend: Backend) {
             .filter(|(a, t)| a == action && t == target)
             .count()
     };
-    assert_eq!(count("source.edit", "orders"), 3, "{actions:?}");
+    assert_eq!(count("source.edit", "orders"), 4, "{actions:?}");
     assert_eq!(count("provider.edit", "stripe-live"), 2, "{actions:?}");
     assert_eq!(count("provider.edit", "inhouse"), 0, "{actions:?}");
     w.finish().await;

@@ -469,9 +469,14 @@ async fn tokens_are_capped_by_their_creator_revocable_and_record_their_last_use(
         get(tok.clone(), "/api/v1/tokens").await.status,
         StatusCode::FORBIDDEN
     );
+    // Still a valid token, with a viewer's summaries and no records.
+    assert_eq!(
+        get(tok.clone(), "/api/v1/sources").await.status,
+        StatusCode::OK
+    );
     assert_eq!(
         get(tok.clone(), "/api/v1/effects").await.status,
-        StatusCode::OK
+        StatusCode::FORBIDDEN
     );
     // And a viewer cannot mint anything above viewer for themselves.
     let (_, h2) = reckon_web::mint_token();

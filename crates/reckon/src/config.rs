@@ -26,6 +26,14 @@ pub struct Settings {
     /// (loopback, private, link-local), e.g. `["10.0.0.0/8"]`. Empty: public addresses only.
     #[serde(default)]
     pub egress_allow: Vec<String>,
+    /// The proxies in front of reckon (CIDR or addresses, e.g. `["10.0.0.0/8"]`): from these
+    /// peers only, the client's address for the sign-in throttle is read from
+    /// `client_address_header`. Empty: the TCP peer is the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// The header those proxies set: `x-forwarded-for` (default) or `forwarded`.
+    #[serde(default = "default_client_header")]
+    pub client_address_header: String,
     /// The directory whose per-tenant subdirectories hold SQLite sources: a tenant's
     /// SQLite source must be a file in `{sqlite_source_dir}/{tenant-slug}/` (after
     /// following links), so no tenant can name another's file. Unset: SQLite sources are
@@ -83,6 +91,8 @@ impl std::fmt::Debug for Settings {
                 &self.metrics_token.as_ref().map(|_| "<set>"),
             )
             .field("egress_allow", &self.egress_allow)
+            .field("trusted_proxies", &self.trusted_proxies)
+            .field("client_address_header", &self.client_address_header)
             .field("sqlite_source_dir", &self.sqlite_source_dir)
             .field("reconcile", &self.reconcile)
             .field("reconcile_concurrency", &self.reconcile_concurrency)
@@ -104,6 +114,8 @@ impl Default for Settings {
             metrics_listen: None,
             metrics_token: None,
             egress_allow: Vec::new(),
+            trusted_proxies: Vec::new(),
+            client_address_header: default_client_header(),
             sqlite_source_dir: None,
             reconcile: true,
             reconcile_concurrency: default_concurrency(),
@@ -147,10 +159,27 @@ impl Settings {
     }
 }
 
+fn default_client_header() -> String {
+    "x-forwarded-for".into()
+}
+
 impl Settings {
+    /// Where the sign-in throttle reads a client's address (`reckon_web::client_addr`).
+    pub fn client_address(&self) -> anyhow::Result<reckon_web::client_addr::ClientAddress> {
+        use reckon_web::client_addr::{ClientAddress, ForwardedHeader};
+        let header = ForwardedHeader::parse(&self.client_address_header).ok_or_else(|| {
+            anyhow::anyhow!("client_address_header must be x-forwarded-for or forwarded")
+        })?;
+        ClientAddress::new(&self.trusted_proxies, header).map_err(anyhow::Error::msg)
+    }
+
     /// The egress policy for tenants' sources: the operator's allow-list and SQLite
-    /// directory, and reckon's own database, which no source may name.
-    pub fn egress_policy(&self) -> anyhow::Result<reckon_sources::EgressPolicy> {
+    /// directory, and reckon's own database, which no source may name (by address before
+    /// connecting, and by `ledger`'s identity once connected).
+    pub async fn egress_policy(
+        &self,
+        ledger: &dyn reckon_ledger::Ledger,
+    ) -> anyhow::Result<reckon_sources::EgressPolicy> {
         use reckon_sources::{EgressPolicy, OwnDatabase};
         let mut p = EgressPolicy::new(&self.egress_allow, self.sqlite_source_dir.clone())
             .map_err(|e| anyhow::anyhow!("egress_allow: {e}"))?
@@ -164,7 +193,11 @@ impl Settings {
                 database: o.get_database().unwrap_or_default().to_owned(),
             });
         }
-        Ok(p)
+        let identity = ledger
+            .instance_identity()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the ledger's identity: {e}"))?;
+        Ok(p.with_own_identity(identity))
     }
 }
 

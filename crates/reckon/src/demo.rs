@@ -314,7 +314,7 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
         .await?;
     // The demo's store sits in the demo tenant's directory of the SQLite source directory.
     let opts = ScanOptions {
-        egress: std::sync::Arc::new(settings.egress_policy()?),
+        egress: std::sync::Arc::new(settings.egress_policy(&*ledger).await?),
         ..ScanOptions::default()
     };
     let report = scan_source(&*ledger, &tenant, &source, &opts).await?;
@@ -352,7 +352,7 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
     ledger
         .set_route(tenant.id, "shop", "send_receipt", None)
         .await?;
-    let egress = std::sync::Arc::new(settings.egress_policy()?);
+    let egress = std::sync::Arc::new(settings.egress_policy(&*ledger).await?);
     let instance_metrics = reckon_web::metrics::Metrics::new();
     let ctx = ReconcileCtx::new(ledger.clone())
         .with_egress(egress)
@@ -360,7 +360,7 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
     let outcomes = reconcile_all(&ctx, &tenant).await?;
     // The morning audit of yesterday against the demo provider's charges.
     let mut audit_ctx = reckon_engine::audit::AuditCtx::new(ledger.clone());
-    audit_ctx.egress = std::sync::Arc::new(settings.egress_policy()?);
+    audit_ctx.egress = std::sync::Arc::new(settings.egress_policy(&*ledger).await?);
     audit_ctx.metrics = Some(instance_metrics.clone());
     let audit = reckon_engine::audit::run_audit(
         &audit_ctx,

@@ -326,13 +326,15 @@ async fn main() -> anyhow::Result<()> {
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
         // audit (issue 6)
         Cmd::Audit(args) => {
-            let egress = Arc::new(settings.egress_policy()?);
+            let egress = Arc::new(settings.egress_policy(&*ledger).await?);
             audit_cmd::run(ledger.clone(), args, egress).await?
         }
-        Cmd::Source { cmd } => source_cmd(&*ledger, cmd, settings.egress_policy()?).await?,
+        Cmd::Source { cmd } => {
+            source_cmd(&*ledger, cmd, settings.egress_policy(&*ledger).await?).await?
+        }
         Cmd::Keys { cmd } => keys::run(&*ledger, cmd, &settings).await?,
         Cmd::Provider { cmd } => {
-            reconcile_cmd::provider(&*ledger, cmd, &settings.egress_policy()?).await?
+            reconcile_cmd::provider(&*ledger, cmd, &settings.egress_policy(&*ledger).await?).await?
         }
         Cmd::Route { cmd } => reconcile_cmd::route(&*ledger, cmd).await?,
         Cmd::Reconcile {
@@ -341,12 +343,17 @@ async fn main() -> anyhow::Result<()> {
             key,
             format,
         } => {
-            let egress = Arc::new(settings.egress_policy()?);
+            let egress = Arc::new(settings.egress_policy(&*ledger).await?);
             reconcile_cmd::reconcile(ledger, tenant, source, key, format, egress).await?
         }
         // write-back (issue 4 item 7)
         Cmd::Writeback(args) => {
-            writeback::run(ledger.clone(), args, settings.egress_policy()?).await?
+            writeback::run(
+                ledger.clone(),
+                args,
+                settings.egress_policy(&*ledger).await?,
+            )
+            .await?
         }
         Cmd::Lookup {
             tenant,

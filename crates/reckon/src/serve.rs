@@ -57,7 +57,7 @@ pub async fn run_with(
         ),
         None => None,
     };
-    let egress = Arc::new(settings.egress_policy()?);
+    let egress = Arc::new(settings.egress_policy(&*ledger).await?);
     // `work` stops the scheduler taking new work; `stop` ends the HTTP servers. In-flight
     // scans and reconcile steps run to their end (or hand their leases back) in between.
     let work = CancellationToken::new();
@@ -98,6 +98,7 @@ pub async fn run_with(
         metrics,
         egress,
         draining: draining.clone(),
+        client_address: settings.client_address()?,
         ..reckon_web::AppState::new(ledger)
     };
     if let Some(l) = metrics_listener {
@@ -521,10 +522,12 @@ fn lock_sqlite_ledger(settings: &Settings) -> anyhow::Result<Option<std::fs::Fil
         Some(_) => return Ok(None),
     };
     let lock_path = db.with_extension("db.serve-lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
+    let mut open = std::fs::OpenOptions::new();
+    open.create(true).truncate(false).write(true);
+    // Private like the ledger beside it (reckon_ledger::create_private_file).
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    let file = open
         .open(&lock_path)
         .with_context(|| format!("cannot open lock file {}", lock_path.display()))?;
     match file.try_lock() {

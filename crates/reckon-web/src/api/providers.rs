@@ -84,12 +84,32 @@ async fn check_provider(
     reckon_providers::settings::validate(kind, settings, has_secret).map_err(|e| e.to_string())?;
     if let Some(base) = settings.get("base_url").and_then(|u| u.as_str()) {
         let url = url::Url::parse(base).map_err(|e| format!("base_url: {e}"))?;
+        // A live Stripe key moves money: it never crosses the network in clear text.
+        let live = settings
+            .get("mode")
+            .and_then(|m| m.as_str())
+            .is_none_or(|m| m == "live")
+            || new_secret.is_some_and(|s| s.trim_start().contains("_live_"));
+        if kind == "stripe" && live && url.scheme() != "https" {
+            return Err("a live Stripe key is only sent over https: base_url must be https".into());
+        }
         egress
             .check_url(&url)
             .await
             .map_err(|e| format!("base_url is refused by the egress policy: {e}"))?;
     }
     Ok(())
+}
+
+/// Where a provider's requests (and its secret) go: its `base_url`, normalised, or `None`
+/// for the kind's default.
+fn base_url(settings: &Value) -> Option<String> {
+    let s = settings.get("base_url")?;
+    let text = s
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| s.to_string());
+    Some(url::Url::parse(&text).map_or(text, |u| u.to_string()))
 }
 
 /// An edit of a provider: left-out fields keep their stored value. `settings` replaces the
@@ -127,6 +147,18 @@ pub async fn edit(
         ));
     }
     let settings = edit.settings.as_ref().unwrap_or(&provider.settings);
+    // The stored secret goes only where it went before: another base URL needs it given
+    // again, or whoever may edit the provider could have it sent to a server of theirs.
+    if edit.secret.is_none()
+        && provider.has_secret
+        && base_url(settings) != base_url(&provider.settings)
+    {
+        return Err(ApiError::Unprocessable(
+            "the base_url changed: give the secret again (secret), the stored one is only \
+             sent where it was sent before"
+                .into(),
+        ));
+    }
     let has_secret = edit.secret.is_some() || provider.has_secret;
     check_provider(
         &provider.kind,

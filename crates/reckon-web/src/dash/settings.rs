@@ -558,7 +558,8 @@ pub struct SourceForm {
 }
 
 /// Add a source through the engine's `new_source` (the one place CLI and API input becomes
-/// a source); its errors are scrubbed of the DSN as the API's are. The DSN is write-only.
+/// a source); its refusals quote no DSN beyond its host, as the API's. The DSN is
+/// write-only.
 pub async fn add_source(
     State(st): State<AppState>,
     Extension(s): Extension<WebSession>,
@@ -570,7 +571,6 @@ pub async fn add_source(
     };
     let opt = |v: &str| Some(v.trim().to_owned()).filter(|x| !x.is_empty());
     let dsn = Some(f.dsn.clone()).filter(|x| !x.trim().is_empty());
-    let secrets = crate::api::sources::dsn_secrets(dsn.as_deref());
     let input = reckon_engine::SourceInput {
         name: f.name.trim().to_owned(),
         kind: f.kind.trim().to_owned(),
@@ -583,7 +583,7 @@ pub async fn add_source(
     };
     let name = input.name.clone();
     let error = |m: String| SettingsFlash {
-        error: Some(crate::api::sources::scrub(m, &secrets)),
+        error: Some(m),
         ..SettingsFlash::default()
     };
     let new = match reckon_engine::new_source(input) {

@@ -38,6 +38,9 @@ impl Ledger for CountingLedger {
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }
+    async fn instance_identity(&self) -> Result<String> {
+        self.inner.instance_identity().await
+    }
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         self.inner.create_tenant(slug).await
     }
@@ -503,6 +506,20 @@ impl Accounts for CountingLedger {
         self.inner
             .throttle_record_failure(scope, key, now, window)
             .await
+    }
+    async fn throttle_admit(
+        &self,
+        account: &str,
+        address: &str,
+        now: f64,
+        policy: &reckon_ledger::ThrottlePolicy,
+    ) -> Result<reckon_ledger::Admission> {
+        self.inner
+            .throttle_admit(account, address, now, policy)
+            .await
+    }
+    async fn throttle_succeeded(&self, account: &str, address: &str) -> Result<()> {
+        self.inner.throttle_succeeded(account, address).await
     }
     async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()> {
         self.inner.throttle_reset(scope, key).await
