@@ -2035,7 +2035,7 @@ async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawDb) {
     drop(ledger);
 
     // The upgrade: the migration runs as it does on a ledger written by the old rule.
-    raw.exec("DELETE FROM _sqlx_migrations WHERE version = 16; DROP TABLE resolution_retracted;")
+    raw.exec("DELETE FROM _sqlx_migrations WHERE version = 18; DROP TABLE resolution_retracted;")
         .await;
     let ledger = raw.reopen().await;
     let view = |key: &str| {
