@@ -18,7 +18,8 @@ use reckon_ledger::{
     Provider as ProviderRow, Route, SCHEDULE_AUTHOR, StoredCharge, TenantId,
 };
 use reckon_providers::listing::{ListedCharge, PageEvidence};
-use reckon_providers::{GetClient, build_provider, provider_key};
+use reckon_providers::{GetClient, Redactor, build_provider, provider_key};
+use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -132,7 +133,13 @@ async fn providers_of(
     }
 }
 
-fn stored(provider_id: i64, c: ListedCharge, now: f64) -> StoredCharge {
+/// A listed charge as stored: what the provider sent, with its secret and any credential
+/// shape redacted (metadata and the raw object are shown to finance and support).
+fn stored(provider_id: i64, c: ListedCharge, now: f64, redactor: &Redactor) -> StoredCharge {
+    let mut metadata = serde_json::to_value(&c.metadata).unwrap_or(json!({}));
+    redactor.json(&mut metadata);
+    let mut raw = c.raw;
+    redactor.json(&mut raw);
     StoredCharge {
         provider_id,
         charge_id: c.id,
@@ -143,11 +150,11 @@ fn stored(provider_id: i64, c: ListedCharge, now: f64) -> StoredCharge {
         amount_captured: c.amount_captured,
         amount_refunded: c.amount_refunded,
         refunds: serde_json::to_value(&c.refunds).unwrap_or(Value::Array(vec![])),
-        metadata: serde_json::to_value(&c.metadata).unwrap_or(json!({})),
+        metadata,
         idempotency_key: c.idempotency_key,
         customer: c.customer,
         created: c.created,
-        raw: c.raw,
+        raw,
         imported_at: now,
     }
 }
@@ -184,6 +191,7 @@ async fn import(
                 ));
             }
         }
+        let redactor = Redactor::new(secret.iter().map(|s| s.expose_secret().to_owned()));
         // T09: the client resolves every host through the egress policy when it connects.
         let client = crate::provider_client(&ctx.client, &ctx.egress);
         let adapter = build_provider(&p.kind, &p.settings, secret, client)
@@ -191,11 +199,17 @@ async fn import(
         match adapter.list_charges(from, to).await {
             Ok(listing) => {
                 pages.extend(listing.pages);
-                all.extend(listing.charges.into_iter().map(|c| stored(p.id, c, now)));
+                all.extend(
+                    listing
+                        .charges
+                        .into_iter()
+                        .map(|c| stored(p.id, c, now, &redactor)),
+                );
             }
             Err(f) => {
                 pages.extend(f.pages.iter().cloned());
-                return Err((format!("provider {}: {f}", p.name), pages, None));
+                let reason = redactor.text(&format!("provider {}: {f}", p.name));
+                return Err((reason, pages, None));
             }
         }
     }

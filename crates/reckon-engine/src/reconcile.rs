@@ -10,9 +10,10 @@ use reckon_ledger::{
 };
 use reckon_metrics::{Metrics, ReconcileOutcome};
 use reckon_providers::{
-    Classification, GetClient, LookupQuery, Outcome, Provider, RetryAdvice, build_provider,
-    classify, provider_key,
+    Classification, GetClient, LookupQuery, Outcome, Provider, Redactor, RetryAdvice,
+    build_provider, classify, provider_key,
 };
+use secrecy::ExposeSecret;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -298,7 +299,9 @@ type BuiltProvider = Result<Arc<dyn Provider>, String>;
 
 struct Routing {
     routes: Vec<Route>,
-    providers: HashMap<i64, (ProviderRow, BuiltProvider)>,
+    /// Each provider with what answers for it, and the redactor of its secret (what the
+    /// provider answers is stored, and shown to people who may not see the secret).
+    providers: HashMap<i64, (ProviderRow, BuiltProvider, Redactor)>,
 }
 
 impl Routing {
@@ -309,6 +312,7 @@ impl Routing {
         let confined = crate::provider_client(&ctx.client, &ctx.egress);
         for p in ctx.ledger.list_providers(tenant.id).await? {
             let secret = ctx.ledger.provider_secret(tenant.id, &p).await?;
+            let redactor = Redactor::new(secret.iter().map(|s| s.expose_secret().to_owned()));
             let client = match &ctx.metrics {
                 Some(m) => confined.observed(m.clone(), &p.kind, &p.name),
                 None => confined.clone(),
@@ -326,7 +330,7 @@ impl Routing {
                     built = Err(format!("refused by the egress policy: {why}"));
                 }
             }
-            providers.insert(p.id, (p, built));
+            providers.insert(p.id, (p, built, redactor));
         }
         Ok(Routing { routes, providers })
     }
@@ -369,7 +373,7 @@ async fn process(
         next_attempt_at: None,
     };
     let route = routing.route(e);
-    let Some((row, adapter)) = route
+    let Some((row, adapter, redactor)) = route
         .and_then(|r| r.provider_id)
         .and_then(|id| routing.providers.get(&id))
     else {
@@ -402,8 +406,10 @@ async fn process(
                 now: started,
             };
             let report = p.lookup(&q).await;
-            let class = classify(&report, reckon_domain::time::now());
-            let evidence = serde_json::json!({ "classification": class, "report": report });
+            let mut class = classify(&report, reckon_domain::time::now());
+            class.reason = redactor.text(&class.reason);
+            let mut evidence = serde_json::json!({ "classification": class, "report": report });
+            redactor.json(&mut evidence);
             (Some(class), evidence)
         }
         Err(msg) => (None, serde_json::json!({ "configuration_error": msg })),

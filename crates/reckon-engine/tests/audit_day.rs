@@ -720,6 +720,29 @@ async fn a_5xx_on_page_3_fails_the_run_with_that_reason_and_records_no_findings(
     assert_failed_run(w, t, &["page 3", "server error", "503"]).await;
 }
 
+/// A provider whose error echoes a credential: the stored run (shown to finance) holds the
+/// provider's message without it.
+#[tokio::test]
+async fn a_credential_in_a_providers_error_is_redacted_from_the_stored_run() {
+    let server = three_pages(wiremock::ResponseTemplate::new(401).set_body_json(json!({
+        "error": {"message": "Invalid API Key provided: sk_live_AuditCanary0123456789"}
+    })))
+    .await;
+    let (w, t) = failing_world(&server.uri()).await;
+    let run = run_audit(&ctx(w.ledger.clone()), t, &request(DAY), None)
+        .await
+        .unwrap();
+    assert_eq!(run.run.status, "failed");
+    let stored =
+        serde_json::to_string(&w.ledger.list_audit_runs(t, Some(DAY), 10).await.unwrap()).unwrap();
+    assert!(
+        stored.contains("Invalid API Key provided: [redacted]"),
+        "{stored}"
+    );
+    assert!(!stored.contains("AuditCanary"), "{stored}");
+    w.finish().await;
+}
+
 #[tokio::test]
 async fn a_timeout_on_page_3_fails_the_run_with_that_reason_and_records_no_findings() {
     let server = three_pages(

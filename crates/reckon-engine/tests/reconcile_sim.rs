@@ -45,8 +45,14 @@ fn spec(key: &str, updated_at: f64, lives: &[(Life, f64)]) -> EffectSpec {
     }
 }
 
-#[tokio::test]
-async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() {
+/// A SQLite ledger with one tenant and a push source holding `records`.
+async fn ledger_with(
+    records: Vec<SourceRecord>,
+) -> (
+    tempfile::TempDir,
+    Arc<dyn reckon_ledger::Ledger>,
+    reckon_ledger::Tenant,
+) {
     let dir = tempfile::tempdir().unwrap();
     let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
     let ledger = reckon_ledger::connect(None, dir.path(), keyring)
@@ -70,21 +76,14 @@ async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() 
         )
         .await
         .unwrap();
-    let now = time::now();
-    // Hours apart: each effect's window holds only its own payments and the noise.
-    let at = |h: f64| now - 3600.0 * h;
     ledger
         .ingest(
             t.id,
             source.id,
             IngestBatch {
                 origin: Origin::Push,
-                observed_at: now,
-                records: vec![
-                    unknown(PAID, at(6.0)),
-                    unknown(TWICE, at(4.0)),
-                    unknown(DECLINED, at(2.0)),
-                ],
+                observed_at: time::now(),
+                records,
                 rejected: vec![],
                 abandoned_after_secs: 300.0,
                 cursor: None,
@@ -94,6 +93,20 @@ async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() 
         )
         .await
         .unwrap();
+    (dir, ledger, t)
+}
+
+#[tokio::test]
+async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() {
+    let now = time::now();
+    // Hours apart: each effect's window holds only its own payments and the noise.
+    let at = |h: f64| now - 3600.0 * h;
+    let (_dir, ledger, t) = ledger_with(vec![
+        unknown(PAID, at(6.0)),
+        unknown(TWICE, at(4.0)),
+        unknown(DECLINED, at(2.0)),
+    ])
+    .await;
     // PAID's payment is the newest of its window: on the first page of the list.
     let world = [
         spec(PAID, at(6.0), &[(Life::Succeeded, 30.0)]),
@@ -203,4 +216,59 @@ async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() 
         "{cert}"
     );
     assert_eq!(sim.non_get(), 0);
+}
+
+/// A provider that echoes the key it was sent in its error message: what is stored of its
+/// answer (the attempt's evidence, the effect's last error) holds no key, and neither does
+/// anything shown to support or a viewer.
+#[tokio::test]
+async fn a_provider_echoing_its_key_gets_nothing_of_it_stored() {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    const KEY: &str = "rk_test_EchoedCanary0123456789";
+    let now = time::now();
+    let (_dir, ledger, t) = ledger_with(vec![unknown(PAID, now - 7200.0)]).await;
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(500).set_body_json(serde_json::json!({
+            "error": {"type": "api_error",
+                      "message": format!("Invalid API Key provided: {KEY} (Bearer {KEY})")}
+        })))
+        .mount(&server)
+        .await;
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "stripe".into(),
+                kind: "stripe".into(),
+                secret: Some(secrecy::SecretString::from(KEY.to_owned())),
+                settings: serde_json::json!({"base_url": server.uri(), "mode": "test",
+                                             "rate_per_sec": 0}),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("stripe"))
+        .await
+        .unwrap();
+    let loopback =
+        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy");
+    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(Arc::new(loopback));
+    let outcomes = reconcile_all(&ctx, &t).await.unwrap();
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(outcomes[0].outcome, "indeterminate");
+    assert!(!outcomes[0].reason.contains(KEY), "{}", outcomes[0].reason);
+    let view = ledger
+        .reconcile_view(t.id, outcomes[0].effect_id)
+        .await
+        .unwrap();
+    let stored = serde_json::to_string(&view).unwrap();
+    assert!(
+        stored.contains("Invalid API Key provided: [redacted]"),
+        "the provider's message is kept, its key is not: {stored}"
+    );
+    assert!(!stored.contains(KEY), "{stored}");
+    assert!(!stored.contains("EchoedCanary"), "{stored}");
 }
