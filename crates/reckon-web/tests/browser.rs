@@ -714,6 +714,16 @@ async fn the_dashboard_works_with_javascript_turned_off() {
         .click()
         .await
         .unwrap();
+    // The unfiltered page holds the refund too: wait for the filtered page's URL first.
+    for _ in 0..100 {
+        if c.current_url()
+            .await
+            .is_ok_and(|u| u.as_str().contains("operation=refund"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let rows = wait_text(&c, "#queue-rows", "refund:v1:ORD-4").await;
     assert!(!rows.contains("charge:v1:ORD-1"), "{rows}");
     // Resolve by hand with a plain form post (303 back to the effect).
