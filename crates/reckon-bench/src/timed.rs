@@ -293,6 +293,9 @@ impl Ledger for TimedLedger {
     async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
         self.inner.lease_holder(name).await
     }
+    async fn count_leases(&self, prefix: &str) -> Result<i64> {
+        self.inner.count_leases(prefix).await
+    }
     async fn metrics_snapshot(
         &self,
         q: reckon_ledger::MetricsQuery,

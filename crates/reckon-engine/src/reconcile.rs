@@ -202,9 +202,126 @@ pub async fn reconcile_until<F: Fn() -> bool>(
     tenant: &Tenant,
     stop: F,
 ) -> Result<Vec<EffectOutcome>, ReconcileError> {
+    let routing = Routing::load(ctx, tenant).await?;
+    let shares = PaceShares::join(ctx, &routing).await;
+    let result = reconcile_loop(ctx, tenant, &routing, stop).await;
+    shares.leave().await;
+    result
+}
+
+/// How often a replica renews its share of each provider account's budget and counts the
+/// others; a replica that joins waits two of these before its first request, so the others
+/// have slowed down by then.
+const PACE_RECOUNT: std::time::Duration = std::time::Duration::from_secs(1);
+/// A replica that died stops counting after this.
+const PACE_LEASE_SECS: f64 = 10.0;
+
+/// This process's share of each budgeted provider account of a run: a lease
+/// `pace:{account}:{owner}` per account, held while the run lasts, and the number of such
+/// leases (the replicas sending to that account) divides the account's budget, so the
+/// provider never sees more than `rate_per_sec` from all replicas together.
+struct PaceShares {
+    ledger: Arc<dyn Ledger>,
+    names: Vec<String>,
+    keeper: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl PaceShares {
+    async fn join(ctx: &ReconcileCtx, routing: &Routing) -> PaceShares {
+        let mut paces: Vec<Arc<reckon_providers::Pace>> = Vec::new();
+        for (_, built, _) in routing.providers.values() {
+            if let Some(p) = built.as_ref().ok().and_then(|b| b.pace())
+                && !paces.iter().any(|q| q.id() == p.id())
+            {
+                paces.push(p);
+            }
+        }
+        let owner = ctx.options.owner.clone();
+        let names: Vec<String> = paces
+            .iter()
+            .map(|p| format!("pace:{}:{owner}", p.id()))
+            .collect();
+        let mut shares = PaceShares {
+            ledger: ctx.ledger.clone(),
+            names,
+            keeper: None,
+        };
+        if paces.is_empty() {
+            return shares;
+        }
+        let mut joined = false;
+        for name in &shares.names {
+            let held = matches!(
+                ctx.ledger.lease_holder(name).await,
+                Ok(Some(ref l)) if l.owner == owner
+            );
+            joined |= !held;
+        }
+        let crowded = recount(&*ctx.ledger, &paces, &shares.names, &owner).await;
+        if joined && crowded {
+            // The others learn of this replica at their next count.
+            tokio::time::sleep(PACE_RECOUNT * 2).await;
+        }
+        let ledger = ctx.ledger.clone();
+        let names = shares.names.clone();
+        shares.keeper = Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PACE_RECOUNT).await;
+                recount(&*ledger, &paces, &names, &owner).await;
+            }
+        }));
+        shares
+    }
+
+    /// Hand the shares back, so the other replicas take the whole budget at their next
+    /// count.
+    async fn leave(mut self) {
+        if let Some(k) = self.keeper.take() {
+            k.abort();
+        }
+        for name in &self.names {
+            if let Ok(Some(l)) = self.ledger.lease_holder(name).await {
+                let _ = self.ledger.release_lease(&l).await;
+            }
+        }
+    }
+}
+
+/// Renew this replica's lease of each account and set each pace's share from the leases
+/// held now; true when another replica shares an account. A ledger that does not answer
+/// leaves the shares as they were.
+async fn recount(
+    ledger: &dyn Ledger,
+    paces: &[Arc<reckon_providers::Pace>],
+    names: &[String],
+    owner: &str,
+) -> bool {
+    let mut crowded = false;
+    for (pace, name) in paces.iter().zip(names) {
+        if let Err(e) = ledger.try_lease(name, owner, PACE_LEASE_SECS).await {
+            tracing::warn!(error = %e, "could not renew this replica's share of a provider budget");
+            continue;
+        }
+        match ledger.count_leases(&format!("pace:{}:", pace.id())).await {
+            Ok(n) => {
+                pace.set_share(n.max(1) as usize);
+                crowded |= n > 1;
+            }
+            Err(e) => tracing::warn!(error = %e, "could not count the replicas of a provider"),
+        }
+    }
+    crowded
+}
+
+/// [`reconcile_until`]'s loop, over routes and providers read once.
+async fn reconcile_loop<F: Fn() -> bool>(
+    ctx: &ReconcileCtx,
+    tenant: &Tenant,
+    routing: &Routing,
+    stop: F,
+) -> Result<Vec<EffectOutcome>, ReconcileError> {
     use futures::future::{Either, select};
     let o = &ctx.options;
-    let routing = Routing::load(ctx, tenant).await?;
     let concurrency = o.concurrency.max(1);
     let mut claimed: std::collections::VecDeque<Claim> = std::collections::VecDeque::new();
     let mut in_flight = futures::stream::FuturesUnordered::new();
@@ -228,7 +345,7 @@ pub async fn reconcile_until<F: Fn() -> bool>(
                 );
                 continue;
             }
-            in_flight.push(process(ctx, tenant, &routing, c));
+            in_flight.push(process(ctx, tenant, routing, c));
         }
         if claimed.is_empty() && more && claiming.is_none() && in_flight.len() < concurrency {
             if stop() || failed.is_some() {

@@ -272,3 +272,68 @@ async fn a_provider_echoing_its_key_gets_nothing_of_it_stored() {
     assert!(!stored.contains(KEY), "{stored}");
     assert!(!stored.contains("EchoedCanary"), "{stored}");
 }
+
+/// Two replicas (each its own client and paces, as two processes have) reconcile one
+/// tenant's backlog against one provider account with a budget of 10 requests a second:
+/// the provider, counting arrivals, never sees more than 10 in any second from both
+/// together, and every effect is resolved by one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_share_one_accounts_budget_as_the_provider_counts() {
+    let now = time::now();
+    let keys: Vec<String> = (0..24).map(|i| format!("charge:v1:ORD-R{i}")).collect();
+    let at = |i: usize| now - 7200.0 - 600.0 * i as f64;
+    let (_dir, ledger, t) = ledger_with(
+        keys.iter()
+            .enumerate()
+            .map(|(i, k)| unknown(k, at(i)))
+            .collect(),
+    )
+    .await;
+    let world: Vec<EffectSpec> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| spec(k, at(i), &[(Life::Succeeded, 0.5)]))
+        .collect();
+    let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "stripe".into(),
+                kind: "stripe".into(),
+                secret: Some(secrecy::SecretString::from("rk_test_shared".to_owned())),
+                settings: serde_json::json!({
+                    "base_url": sim.base_url, "mode": "test", "rate_per_sec": 10,
+                    "use_events": false, "use_search": false,
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("stripe"))
+        .await
+        .unwrap();
+    let replica = |owner: &str| {
+        let loopback =
+            reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy");
+        let mut ctx = ReconcileCtx::new(ledger.clone()).with_egress(Arc::new(loopback));
+        ctx.client = reckon_providers::GetClient::new(std::time::Duration::from_secs(5));
+        ctx.options.owner = owner.to_owned();
+        ctx.options.batch = 4;
+        ctx.options.concurrency = 4;
+        ctx
+    };
+    let (a, b) = (replica("replica-a"), replica("replica-b"));
+    let (ra, rb) = tokio::join!(reconcile_all(&a, &t), reconcile_all(&b, &t));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(!ra.is_empty() && !rb.is_empty(), "both replicas worked");
+    let resolved = ra.iter().chain(&rb).filter(|o| o.resolved).count();
+    assert_eq!(resolved, keys.len(), "{ra:#?} {rb:#?}");
+    assert!(sim.log().len() > 30, "{} requests", sim.log().len());
+    assert!(
+        sim.busiest_second() <= 10,
+        "{} requests in the busiest second at the provider",
+        sim.busiest_second()
+    );
+}

@@ -368,6 +368,8 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     /// Who holds the lease `name` now, and until when; `None` when it is free (never
     /// taken, released, or expired).
     async fn lease_holder(&self, name: &str) -> Result<Option<Lease>>;
+    /// How many leases whose name starts with `prefix` are held now.
+    async fn count_leases(&self, prefix: &str) -> Result<i64>;
 
     // ---- metrics (issue 5, branch `metrics`) ----
     /// What `/metrics` reads at scrape time, in one read transaction. `q.tenant: None` is the

@@ -904,6 +904,10 @@ impl Ledger for SqliteLedger {
         self.lease_holder_now(name).await
     }
 
+    async fn count_leases(&self, prefix: &str) -> Result<i64> {
+        self.lease_count(prefix).await
+    }
+
     async fn metrics_snapshot(&self, q: crate::MetricsQuery) -> Result<crate::MetricsSnapshot> {
         self.metrics_snapshot_sqlite(q).await
     }

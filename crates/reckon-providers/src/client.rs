@@ -17,7 +17,13 @@ pub struct GetClient {
     /// (`provider_kind`, `provider`). Set per provider by [`GetClient::observed`].
     observer: Option<Observer>,
     timeout: Duration,
+    /// The pace of every provider account this client's lookups go to (the process's
+    /// client holds the process's paces; a client made with [`GetClient::new`] has its
+    /// own, as another process would).
+    budgets: Budgets,
 }
+
+type Budgets = Arc<Mutex<HashMap<String, Arc<Pace>>>>;
 
 /// Where provider lookups may connect (T09): the operator's egress policy, as the HTTP
 /// client sees it. Every host name the client connects to is resolved through
@@ -103,6 +109,7 @@ impl GetClient {
             inner: build(timeout, None),
             observer: None,
             timeout,
+            budgets: Budgets::default(),
         }
     }
 
@@ -116,12 +123,29 @@ impl GetClient {
             inner: build(self.timeout, Some(Arc::new(PolicyResolver(policy)))),
             observer: None,
             timeout: self.timeout,
+            budgets: self.budgets.clone(),
         }
     }
 
     /// The per-request timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// The pace of a provider account (`account_key` names it), shared by every lookup
+    /// through this client and its confined and observed copies. `rate_per_sec <= 0`
+    /// means no budget.
+    pub fn budget(&self, account_key: &str, rate_per_sec: f64) -> Option<Arc<Pace>> {
+        if rate_per_sec <= 0.0 || !rate_per_sec.is_finite() {
+            return None;
+        }
+        let mut map = self.budgets.lock().unwrap_or_else(|p| p.into_inner());
+        let key = format!("{account_key}|{rate_per_sec}");
+        Some(
+            map.entry(key)
+                .or_insert_with(|| Arc::new(Pace::new(account_key, rate_per_sec)))
+                .clone(),
+        )
     }
 
     /// The same client (same pool), counting every request in `metrics` under this
@@ -135,6 +159,7 @@ impl GetClient {
                 provider: provider.to_owned(),
             }),
             timeout: self.timeout,
+            budgets: self.budgets.clone(),
         }
     }
 
@@ -265,7 +290,12 @@ const PACE_FLOOR: f64 = 1.0 / 16.0;
 /// rather than bunched, and slowed down for the whole account by a 429, recovering
 /// gradually.
 pub struct Pace {
+    /// Names the account among replicas (a digest of what identifies it, never a secret).
+    id: String,
     budget: f64,
+    /// Processes sending to this account now (this one included): each keeps to its
+    /// share of the budget. Kept by the reconciler from the ledger's leases.
+    share: std::sync::atomic::AtomicUsize,
     state: Mutex<PaceState>,
 }
 
@@ -282,9 +312,13 @@ struct PaceState {
 }
 
 impl Pace {
-    pub fn new(rate_per_sec: f64) -> Pace {
+    pub fn new(account_key: &str, rate_per_sec: f64) -> Pace {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(account_key.as_bytes());
         Pace {
+            id: digest.iter().take(12).map(|b| format!("{b:02x}")).collect(),
             budget: rate_per_sec,
+            share: std::sync::atomic::AtomicUsize::new(1),
             state: Mutex::new(PaceState {
                 sent: Default::default(),
                 rate: rate_per_sec,
@@ -294,9 +328,26 @@ impl Pace {
         }
     }
 
-    /// The budget this pace keeps to.
+    /// The budget this pace keeps to, across every process that shares it.
     pub fn budget(&self) -> f64 {
         self.budget
+    }
+
+    /// The account's name among replicas.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// `n` processes (this one included) send to this account now: keep to 1/n of the
+    /// budget (at least one request a window: a budget below the number of replicas
+    /// cannot be kept without a shared pace).
+    pub fn set_share(&self, n: usize) {
+        self.share
+            .store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn share(&self) -> usize {
+        self.share.load(std::sync::atomic::Ordering::Relaxed).max(1)
     }
 
     /// The rate allowed now.
@@ -327,7 +378,7 @@ impl Pace {
                 {
                     st.sent.pop_front();
                 }
-                let allowed = (st.rate.floor() as usize).max(1);
+                let allowed = ((st.rate / self.share() as f64).floor() as usize).max(1);
                 let spacing = window.div_f64(allowed as f64);
                 let by_window = if st.sent.len() >= allowed {
                     // The oldest send of the window leaves it at `t + window`.
@@ -358,25 +409,6 @@ impl Pace {
         self.recover(&mut st, now);
         st.rate = (st.rate / 2.0).max(self.budget * PACE_FLOOR).max(1.0);
     }
-}
-
-/// The pace of a provider account, shared by every lookup of the process.
-/// `rate_per_sec <= 0` means no budget.
-pub fn budget(account_key: &str, rate_per_sec: f64) -> Option<Arc<Pace>> {
-    if rate_per_sec <= 0.0 || !rate_per_sec.is_finite() {
-        return None;
-    }
-    static BUDGETS: OnceLock<Mutex<HashMap<String, Arc<Pace>>>> = OnceLock::new();
-    let mut map = BUDGETS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    let key = format!("{account_key}|{rate_per_sec}");
-    Some(
-        map.entry(key)
-            .or_insert_with(|| Arc::new(Pace::new(rate_per_sec)))
-            .clone(),
-    )
 }
 
 /// The fault of a non-2xx answer, honouring Stripe's headers: `Stripe-Should-Retry`
@@ -455,14 +487,14 @@ mod tests {
 
     #[tokio::test]
     async fn the_pace_never_holds_more_than_the_budget_in_any_second() {
-        let pace = Pace::new(20.0);
+        let pace = Pace::new("test", 20.0);
         let at = paced(&pace, 45).await;
         assert!(busiest(&at) <= 20, "{}", busiest(&at));
     }
 
     #[tokio::test]
     async fn a_429_halves_the_pace_of_the_whole_account_and_it_recovers() {
-        let pace = Arc::new(Pace::new(20.0));
+        let pace = Arc::new(Pace::new("test", 20.0));
         pace.rate_limited();
         let after = pace.rate();
         assert!(after <= 10.5, "{after}");

@@ -28,7 +28,7 @@
 //! answer. Two payments that moved money make a duplicate; attempts of one payment share
 //! `payment`.
 
-use crate::client::{GetClient, budget, status_fault};
+use crate::client::{GetClient, status_fault};
 use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
 use crate::{
     Consistency, Fault, FaultKind, LookupQuery, LookupReport, Money, ProviderObject, Step,
@@ -159,6 +159,11 @@ impl crate::Provider for HttpProvider {
         self.settings.replay_window_secs
     }
 
+    fn pace(&self) -> Option<std::sync::Arc<crate::Pace>> {
+        self.client
+            .budget(self.settings.base_url.as_str(), self.settings.rate_per_sec)
+    }
+
     async fn list_charges(&self, from: f64, to: f64) -> Result<ChargeListing, ListingFailure> {
         self.list_window(from, to).await
     }
@@ -192,7 +197,9 @@ impl HttpProvider {
             }
         };
         url.query_pairs_mut().append_pair("key", &q.key);
-        let pace = budget(self.settings.base_url.as_str(), self.settings.rate_per_sec);
+        let pace = self
+            .client
+            .budget(self.settings.base_url.as_str(), self.settings.rate_per_sec);
         if let Some(p) = &pace {
             p.until_ready().await;
         }
@@ -293,7 +300,9 @@ impl HttpProvider {
             if let Some(c) = &cursor {
                 url.query_pairs_mut().append_pair("cursor", c);
             }
-            let pace = budget(self.settings.base_url.as_str(), self.settings.rate_per_sec);
+            let pace = self
+                .client
+                .budget(self.settings.base_url.as_str(), self.settings.rate_per_sec);
             if let Some(p) = &pace {
                 p.until_ready().await;
             }

@@ -242,6 +242,12 @@ pub trait Provider: Send + Sync {
     fn replay_window_secs(&self) -> Option<f64>;
     async fn lookup(&self, q: &LookupQuery) -> LookupReport;
 
+    /// The request budget of the account this provider asks, if it has one: the
+    /// reconciler tells it how many replicas share it.
+    fn pace(&self) -> Option<std::sync::Arc<Pace>> {
+        None
+    }
+
     /// Every money-moving object created in `[from, to)`, read to the provider's end marker,
     /// or the reason it could not be (never a partial window).
     async fn list_charges(

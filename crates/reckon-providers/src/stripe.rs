@@ -12,7 +12,7 @@
 //! ([`Money`]) and [`crate::classify`] judges. After a 401/403 or `Stripe-Should-Retry:
 //! false` the lookup sends nothing more.
 
-use crate::client::{GetClient, GetResponse, budget, status_fault};
+use crate::client::{GetClient, GetResponse, status_fault};
 use crate::{
     Consistency, Fault, FaultKind, LookupQuery, LookupReport, Money, ProviderObject, Step,
 };
@@ -93,7 +93,7 @@ impl StripeProvider {
     /// The account's pace, shared by every lookup and listing of the process. The
     /// account is who the key belongs to: two tenants' accounts on the same base URL keep
     /// two budgets (the key is only ever held here as its digest).
-    fn pace(&self) -> Option<std::sync::Arc<crate::Pace>> {
+    fn account_pace(&self) -> Option<std::sync::Arc<crate::Pace>> {
         use sha2::Digest;
         let digest = sha2::Sha256::digest(self.key.expose_secret().as_bytes());
         let account_key = format!(
@@ -107,7 +107,7 @@ impl StripeProvider {
                 .map(|b| format!("{b:02x}"))
                 .collect::<String>()
         );
-        budget(&account_key, self.s.rate_per_sec)
+        self.client.budget(&account_key, self.s.rate_per_sec)
     }
 
     async fn get(
@@ -134,7 +134,7 @@ impl StripeProvider {
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
-        let pace = self.pace();
+        let pace = self.account_pace();
         if let Some(p) = &pace {
             p.until_ready().await;
         }
@@ -684,6 +684,10 @@ impl crate::Provider for StripeProvider {
 
     fn replay_window_secs(&self) -> Option<f64> {
         Some(REPLAY_WINDOW_SECS)
+    }
+
+    fn pace(&self) -> Option<std::sync::Arc<crate::Pace>> {
+        self.account_pace()
     }
 
     async fn list_charges(

@@ -85,6 +85,16 @@ impl PgLedger {
 }
 
 impl PgLedger {
+    pub(super) async fn lease_count(&self, prefix: &str) -> Result<i64> {
+        let sql = format!(
+            "SELECT COUNT(*) FROM work_lease WHERE starts_with(name, $1) AND expires_at > {NOW}"
+        );
+        Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+            .bind(prefix)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     pub(super) async fn lease_holder_now(&self, name: &str) -> Result<Option<Lease>> {
         let sql = format!(
             "SELECT owner, term, expires_at FROM work_lease WHERE name = $1 AND expires_at > {NOW}"

@@ -92,6 +92,18 @@ impl SqliteLedger {
 }
 
 impl SqliteLedger {
+    pub(super) async fn lease_count(&self, prefix: &str) -> Result<i64> {
+        // substr, not LIKE: a name may hold `_` or `%`.
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM work_lease \
+             WHERE substr(name, 1, length($1)) = $1 AND expires_at > $2",
+        )
+        .bind(prefix)
+        .bind(time::now())
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     pub(super) async fn lease_holder_now(&self, name: &str) -> Result<Option<Lease>> {
         let row = sqlx::query(
             "SELECT owner, term, expires_at FROM work_lease WHERE name = $1 AND expires_at > $2",
