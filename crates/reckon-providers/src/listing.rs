@@ -1,4 +1,4 @@
-//! Listing a window of provider charges for the audit (issue 6), complete or failed.
+//! Listing a window of provider charges for the audit, complete or failed.
 //!
 //! A listing is all or nothing: every page is read to the provider's own end marker, and a
 //! failed, cut-off or malformed page, a "more" without a cursor, or a timeout fails the whole

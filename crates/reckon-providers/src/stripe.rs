@@ -818,7 +818,7 @@ impl crate::Provider for StripeProvider {
     }
 }
 
-// ---- audit (issue 6, branch `audit`): listing a day of charges ----
+// The audit: listing a day of charges.
 
 use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
 use std::collections::BTreeMap;
