@@ -166,8 +166,8 @@ async fn world(seed: u64, n: usize, t: &mut Tally) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every effect of `effects` looked up once, `concurrency` at a time; returns the server's
-/// request log span and count.
+/// Every effect of `effects` looked up once, `concurrency` at a time, against a provider
+/// limiting at `server_limit` (if any); prints what the provider counted.
 async fn budget_run(
     effects: &[EffectSpec],
     args: &Args,

@@ -96,6 +96,39 @@ async fn ledger_with(
     (dir, ledger, t)
 }
 
+/// A Stripe provider `stripe` with `key` and `settings`, routed for the source's `charge`.
+async fn route_to_stripe(
+    ledger: &dyn reckon_ledger::Ledger,
+    t: &reckon_ledger::Tenant,
+    key: &str,
+    settings: serde_json::Value,
+) {
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "stripe".into(),
+                kind: "stripe".into(),
+                secret: Some(secrecy::SecretString::from(key.to_owned())),
+                settings,
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("stripe"))
+        .await
+        .unwrap();
+}
+
+/// A reconciler allowed to reach loopback, where the simulated providers listen (with its
+/// own egress policy, so its own confined client).
+fn loopback_ctx(ledger: &Arc<dyn reckon_ledger::Ledger>) -> ReconcileCtx {
+    let loopback =
+        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy");
+    ReconcileCtx::new(ledger.clone()).with_egress(Arc::new(loopback))
+}
+
 #[tokio::test]
 async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() {
     let now = time::now();
@@ -127,28 +160,17 @@ async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() 
     )
     .await
     .unwrap();
-    ledger
-        .add_provider(
-            t.id,
-            NewProvider {
-                name: "stripe".into(),
-                kind: "stripe".into(),
-                secret: Some(secrecy::SecretString::from("rk_test_sim".to_owned())),
-                settings: serde_json::json!({
-                    "base_url": sim.base_url, "mode": "test", "rate_per_sec": 0,
-                    "use_events": false, "use_search": false,
-                }),
-            },
-        )
-        .await
-        .unwrap();
-    ledger
-        .set_route(t.id, "shop", "charge", Some("stripe"))
-        .await
-        .unwrap();
-    let loopback =
-        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy");
-    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(Arc::new(loopback));
+    route_to_stripe(
+        &*ledger,
+        &t,
+        "rk_test_sim",
+        serde_json::json!({
+            "base_url": sim.base_url, "mode": "test", "rate_per_sec": 0,
+            "use_events": false, "use_search": false,
+        }),
+    )
+    .await;
+    let ctx = loopback_ctx(&ledger);
     let id = |key: &str| {
         let ledger = ledger.clone();
         let key = key.to_owned();
@@ -236,26 +258,14 @@ async fn a_provider_echoing_its_key_gets_nothing_of_it_stored() {
         })))
         .mount(&server)
         .await;
-    ledger
-        .add_provider(
-            t.id,
-            NewProvider {
-                name: "stripe".into(),
-                kind: "stripe".into(),
-                secret: Some(secrecy::SecretString::from(KEY.to_owned())),
-                settings: serde_json::json!({"base_url": server.uri(), "mode": "test",
-                                             "rate_per_sec": 0}),
-            },
-        )
-        .await
-        .unwrap();
-    ledger
-        .set_route(t.id, "shop", "charge", Some("stripe"))
-        .await
-        .unwrap();
-    let loopback =
-        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy");
-    let ctx = ReconcileCtx::new(ledger.clone()).with_egress(Arc::new(loopback));
+    route_to_stripe(
+        &*ledger,
+        &t,
+        KEY,
+        serde_json::json!({"base_url": server.uri(), "mode": "test", "rate_per_sec": 0}),
+    )
+    .await;
+    let ctx = loopback_ctx(&ledger);
     let outcomes = reconcile_all(&ctx, &t).await.unwrap();
     assert_eq!(outcomes.len(), 1);
     assert_eq!(outcomes[0].outcome, "indeterminate");
@@ -295,29 +305,19 @@ async fn two_replicas_share_one_accounts_budget_as_the_provider_counts() {
         .map(|(i, k)| spec(k, at(i), &[(Life::Succeeded, 0.5)]))
         .collect();
     let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
-    ledger
-        .add_provider(
-            t.id,
-            NewProvider {
-                name: "stripe".into(),
-                kind: "stripe".into(),
-                secret: Some(secrecy::SecretString::from("rk_test_shared".to_owned())),
-                settings: serde_json::json!({
-                    "base_url": sim.base_url, "mode": "test", "rate_per_sec": 10,
-                    "use_events": false, "use_search": false,
-                }),
-            },
-        )
-        .await
-        .unwrap();
-    ledger
-        .set_route(t.id, "shop", "charge", Some("stripe"))
-        .await
-        .unwrap();
+    route_to_stripe(
+        &*ledger,
+        &t,
+        "rk_test_shared",
+        serde_json::json!({
+            "base_url": sim.base_url, "mode": "test", "rate_per_sec": 10,
+            "use_events": false, "use_search": false,
+        }),
+    )
+    .await;
     let replica = |owner: &str| {
-        let loopback =
-            reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], None).expect("policy");
-        let mut ctx = ReconcileCtx::new(ledger.clone()).with_egress(Arc::new(loopback));
+        // Each replica its own egress policy, so each gets its own confined client.
+        let mut ctx = loopback_ctx(&ledger);
         ctx.client = reckon_providers::GetClient::new(std::time::Duration::from_secs(5));
         ctx.options.owner = owner.to_owned();
         ctx.options.batch = 4;
