@@ -136,10 +136,26 @@ fn payments(objects: &[ProviderObject]) -> Vec<Payment> {
         .into_iter()
         .map(|g| {
             let all = &groups[g];
-            let confirmed = all.iter().any(|o| o.confirmed);
+            // A payment is known when the object that speaks for it (the PaymentIntent, a
+            // charge of its own) was read, when every object of it seen was read, or when
+            // one read object moved money (that cannot be undone). A declined charge read
+            // beside a PaymentIntent seen only in a list says nothing of the PaymentIntent's
+            // other attempts.
+            let head_read = all.iter().any(|o| o.confirmed && o.id == g);
+            let moved_read = all.iter().any(|o| o.confirmed && o.money == Money::Moved);
+            let confirmed = head_read || moved_read || all.iter().all(|o| o.confirmed);
             let judged: Vec<&&ProviderObject> =
                 all.iter().filter(|o| o.confirmed == confirmed).collect();
-            let money = judged.iter().map(|o| o.money).max().unwrap_or(Money::None);
+            // Money that moved stays moved; otherwise the PaymentIntent read now speaks for
+            // its charges (an expired authorization's charge still says `succeeded`,
+            // uncaptured, while its PaymentIntent is canceled).
+            let money = if moved_read {
+                Money::Moved
+            } else if let Some(h) = all.iter().find(|o| o.confirmed && o.id == g) {
+                h.money
+            } else {
+                judged.iter().map(|o| o.money).max().unwrap_or(Money::None)
+            };
             // The object that speaks for the payment: the PaymentIntent when there is one.
             let head = judged
                 .iter()

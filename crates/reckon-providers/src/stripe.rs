@@ -245,6 +245,12 @@ impl StripeProvider {
                 let captured = v["captured"].as_bool().unwrap_or(true);
                 let (money, failure) = match st.as_str() {
                     "succeeded" if captured => (Money::Moved, None),
+                    // Authorised, then released (the authorization expired or was
+                    // canceled): refunded in full without being captured.
+                    "succeeded" if v["refunded"].as_bool() == Some(true) => {
+                        status = Some("authorization released".into());
+                        (Money::None, Some("authorization released".into()))
+                    }
                     "succeeded" => {
                         // Authorised only: the money is held, not moved.
                         status = Some("authorized".into());
@@ -788,21 +794,19 @@ impl crate::Provider for StripeProvider {
             }
         }
         // Every lead is read as it is now, once per payment (a PaymentIntent answers for
-        // its charges).
-        let mut read: std::collections::BTreeSet<String> = report
-            .steps
-            .iter()
-            .flat_map(|st| &st.objects)
-            .filter(|o| o.confirmed)
+        // its charges). A payment counts as read when the object that speaks for it was
+        // read, or a read object of it moved money; a read charge that failed does not
+        // answer for its PaymentIntent, which may have been paid by another attempt.
+        let objects = || report.steps.iter().flat_map(|st| &st.objects);
+        let mut read: std::collections::BTreeSet<String> = objects()
+            .filter(|o| o.confirmed && (o.id == o.group || o.money == Money::Moved))
             .map(|o| o.group.clone())
             .collect();
-        let leads: Vec<String> = report
-            .steps
-            .iter()
-            .flat_map(|st| &st.objects)
-            .filter(|o| !o.confirmed)
+        let mut leads: Vec<String> = objects()
+            .filter(|o| !read.contains(&o.group))
             .map(|o| o.group.clone())
             .collect();
+        leads.dedup();
         for group in leads {
             if run.stopped || confirmed_moved(&report) >= 2 {
                 break;

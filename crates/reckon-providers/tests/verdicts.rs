@@ -191,6 +191,37 @@ async fn declined_then_succeeded_is_applied() {
     }
 }
 
+/// The application recorded the id of the first, declined charge; the customer then paid
+/// with another card on the same PaymentIntent. The declined charge read by its id does
+/// not answer for the PaymentIntent: it is read too, and the verdict is applied.
+#[tokio::test]
+async fn a_recorded_declined_charge_does_not_hide_the_paymentintents_later_success() {
+    let e = effect("charge:v1:ORD-17", &[Life::DeclinedThenSucceeded]);
+    let sim = Sim::start(std::slice::from_ref(&e), WorldConfig::default())
+        .await
+        .unwrap();
+    let declined = sim.charge_ids(&e.key)[0].clone();
+    let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
+    let q = LookupQuery {
+        key: e.key.clone(),
+        created_at: e.created_at,
+        updated_at: e.updated_at,
+        expires_at: None,
+        response_json: Some(json!({"id": declined}).to_string()),
+        now: now(),
+    };
+    let c = classify(&p.lookup(&q).await, now());
+    assert_eq!(c.outcome, Outcome::Applied, "{c:?}");
+    assert!(c.is_final(), "{c:?}");
+    // Without any list, only the declined charge is known, and nothing is concluded.
+    let p = stripe(
+        &sim,
+        json!({"use_events": false, "use_search": false, "list_objects": []}),
+    );
+    let c = classify(&p.lookup(&q).await, now());
+    assert_ne!(c.outcome, Outcome::NotApplied, "{c:?}");
+}
+
 #[tokio::test]
 async fn declined_only_is_not_applied_and_names_the_attempt() {
     let e = effect("charge:v1:ORD-5", &[Life::Declined]);

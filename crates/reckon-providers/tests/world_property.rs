@@ -14,7 +14,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use reckon_providers::{GetClient, LookupQuery, Provider, build_provider, classify};
-use reckon_sim::{EffectSpec, Fault, Life, PaymentSpec, Sim, WorldConfig, recorded_response};
+use reckon_sim::{EffectSpec, Fault, Life, PaymentSpec, Sim, WorldConfig};
 use secrecy::SecretString;
 use serde_json::json;
 use std::sync::Arc;
@@ -58,8 +58,9 @@ type Payment = (Life, i64, bool);
 
 #[derive(Debug, Clone)]
 struct Case {
-    /// Each effect's payments, and whether the application recorded the first one's id.
-    effects: Vec<(Vec<Payment>, bool)>,
+    /// Each effect's payments, and what the application recorded: 0 nothing, 1 the first
+    /// PaymentIntent's id, 2 the first charge's id (a declined attempt's, perhaps).
+    effects: Vec<(Vec<Payment>, u8)>,
     faults: Vec<(usize, Fault)>,
     page_size: usize,
     noise: usize,
@@ -72,7 +73,7 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     let payment = (life(), 100i64..10_000, any::<bool>());
-    let effect = (prop::collection::vec(payment, 0..=3), any::<bool>());
+    let effect = (prop::collection::vec(payment, 0..=3), 0u8..3);
     (
         prop::collection::vec(effect, 1..=3),
         prop::collection::vec((0usize..40, fault()), 0..=6),
@@ -118,7 +119,7 @@ async fn run(c: Case, figures: &Figures) -> Result<(), TestCaseError> {
                 key: format!("charge:v1:ORD-{i}"),
                 created_at,
                 updated_at: created_at + 5.0,
-                recorded: *recorded,
+                recorded: *recorded > 0,
                 payments: payments
                     .iter()
                     .enumerate()
@@ -162,6 +163,11 @@ async fn run(c: Case, figures: &Figures) -> Result<(), TestCaseError> {
         GetClient::new(Duration::from_millis(200)),
     )
     .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let recorded: std::collections::HashMap<&str, u8> = world
+        .iter()
+        .zip(&c.effects)
+        .map(|(e, (_, r))| (e.key.as_str(), *r))
+        .collect();
     let look = |e: &EffectSpec| {
         let ids = sim.payment_ids(&e.key);
         let q = LookupQuery {
@@ -169,7 +175,16 @@ async fn run(c: Case, figures: &Figures) -> Result<(), TestCaseError> {
             created_at: e.created_at,
             updated_at: e.updated_at,
             expires_at: None,
-            response_json: recorded_response(e, ids.first().map(String::as_str)),
+            response_json: match recorded[e.key.as_str()] {
+                1 => ids
+                    .first()
+                    .map(|id| json!({"payment_intent": id}).to_string()),
+                2 => sim
+                    .charge_ids(&e.key)
+                    .first()
+                    .map(|id| json!({"id": id}).to_string()),
+                _ => None,
+            },
             now: reckon_providers::now(),
         };
         let p = p.clone();

@@ -292,8 +292,12 @@ impl Payment {
     }
 
     fn charge_json(&self, c: &Charge, status: &str, captured: bool, view: View) -> Value {
+        // A refund, or an authorization released when it expired (Stripe refunds the
+        // uncaptured amount).
         let refunded =
-            self.life == Life::Refunded && status == "succeeded" && view != View::Created;
+            (self.life == Life::Refunded && status == "succeeded" && view != View::Created)
+                || (self.life == Life::Authorized { captured: false }
+                    && view == View::Now { settled: true });
         json!({
             "id": c.id,
             "object": "charge",
@@ -842,6 +846,16 @@ pub fn recorded_response(e: &EffectSpec, first_pi: Option<&str>) -> Option<Strin
 }
 
 impl Sim {
+    /// The charge ids of the effect with `key`, in creation order.
+    pub fn charge_ids(&self, key: &str) -> Vec<String> {
+        self.lock()
+            .payments
+            .iter()
+            .filter(|p| p.key == key)
+            .flat_map(|p| p.charges.iter().map(|c| c.id.clone()))
+            .collect()
+    }
+
     /// The PaymentIntent ids made for the effect with `key`, in creation order.
     pub fn payment_ids(&self, key: &str) -> Vec<String> {
         self.lock()
