@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng};
 use reckon_providers::{
     Classification, GetClient, LookupQuery, Provider, build_provider, classify,
 };
-use reckon_sim::{EffectSpec, Fault, Sim, WorldConfig, random_world, recorded_response};
+use reckon_sim::{EffectSpec, Fault, Sim, WorldConfig, random_world};
 use secrecy::SecretString;
 use serde_json::json;
 use std::sync::Arc;
@@ -63,13 +63,12 @@ fn provider(sim: &Sim, settings: serde_json::Value, timeout: Duration) -> Arc<dy
 }
 
 async fn look(p: &Arc<dyn Provider>, sim: &Sim, e: &EffectSpec) -> Classification {
-    let ids = sim.payment_ids(&e.key);
     let q = LookupQuery {
         key: e.key.clone(),
         created_at: e.created_at,
         updated_at: e.updated_at,
         expires_at: None,
-        response_json: recorded_response(e, ids.first().map(String::as_str)),
+        response_json: sim.recorded_response(e),
         now: reckon_providers::now(),
     };
     let r = p.lookup(&q).await;

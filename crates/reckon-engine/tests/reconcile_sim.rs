@@ -32,7 +32,7 @@ fn spec(key: &str, updated_at: f64, lives: &[(Life, f64)]) -> EffectSpec {
         key: key.into(),
         created_at: updated_at - 1.0,
         updated_at,
-        recorded: false,
+        recorded: reckon_sim::Recorded::Nothing,
         payments: lives
             .iter()
             .map(|(life, offset)| PaymentSpec {

@@ -7,7 +7,7 @@
 use reckon_providers::{
     Classification, GetClient, LookupQuery, Money, Outcome, Provider, build_provider, classify,
 };
-use reckon_sim::{EffectSpec, Fault, Life, PaymentSpec, Sim, WorldConfig, recorded_response};
+use reckon_sim::{EffectSpec, Fault, Life, PaymentSpec, Recorded, Sim, WorldConfig};
 use secrecy::SecretString;
 use serde_json::json;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ fn effect(key: &str, lives: &[Life]) -> EffectSpec {
         key: key.into(),
         created_at,
         updated_at: created_at + 5.0,
-        recorded: false,
+        recorded: Recorded::Nothing,
         payments: lives
             .iter()
             .enumerate()
@@ -55,13 +55,12 @@ fn stripe(sim: &Sim, extra: serde_json::Value) -> Arc<dyn Provider> {
 }
 
 async fn look(p: &Arc<dyn Provider>, sim: &Sim, e: &EffectSpec) -> Classification {
-    let ids = sim.payment_ids(&e.key);
     let q = LookupQuery {
         key: e.key.clone(),
         created_at: e.created_at,
         updated_at: e.updated_at,
         expires_at: None,
-        response_json: recorded_response(e, ids.first().map(String::as_str)),
+        response_json: sim.recorded_response(e),
         now: now(),
     };
     let report = p.lookup(&q).await;
@@ -375,7 +374,7 @@ async fn a_payment_still_processing_is_never_applied() {
 async fn after_a_401_or_should_retry_false_nothing_more_is_sent() {
     for fault in [Fault::Unauthorized, Fault::RateLimitedDoNotRetry] {
         let mut e = effect("charge:v1:ORD-14", &[Life::Succeeded]);
-        e.recorded = true;
+        e.recorded = Recorded::PaymentIntent;
         let sim = Sim::start(std::slice::from_ref(&e), WorldConfig::default())
             .await
             .unwrap();

@@ -14,7 +14,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use reckon_providers::{GetClient, LookupQuery, Provider, build_provider, classify};
-use reckon_sim::{EffectSpec, Fault, Life, PaymentSpec, Sim, WorldConfig};
+use reckon_sim::{EffectSpec, Fault, Life, PaymentSpec, Recorded, Sim, WorldConfig};
 use secrecy::SecretString;
 use serde_json::json;
 use std::sync::Arc;
@@ -58,9 +58,8 @@ type Payment = (Life, i64, bool);
 
 #[derive(Debug, Clone)]
 struct Case {
-    /// Each effect's payments, and what the application recorded: 0 nothing, 1 the first
-    /// PaymentIntent's id, 2 the first charge's id (a declined attempt's, perhaps).
-    effects: Vec<(Vec<Payment>, u8)>,
+    /// Each effect's payments, and what the application recorded.
+    effects: Vec<(Vec<Payment>, Recorded)>,
     faults: Vec<(usize, Fault)>,
     page_size: usize,
     noise: usize,
@@ -73,7 +72,12 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     let payment = (life(), 100i64..10_000, any::<bool>());
-    let effect = (prop::collection::vec(payment, 0..=3), 0u8..3);
+    let recorded = prop_oneof![
+        Just(Recorded::Nothing),
+        Just(Recorded::PaymentIntent),
+        Just(Recorded::Charge),
+    ];
+    let effect = (prop::collection::vec(payment, 0..=3), recorded);
     (
         prop::collection::vec(effect, 1..=3),
         prop::collection::vec((0usize..40, fault()), 0..=6),
@@ -119,7 +123,7 @@ async fn run(c: Case, figures: &Figures) -> Result<(), TestCaseError> {
                 key: format!("charge:v1:ORD-{i}"),
                 created_at,
                 updated_at: created_at + 5.0,
-                recorded: *recorded > 0,
+                recorded: *recorded,
                 payments: payments
                     .iter()
                     .enumerate()
@@ -163,28 +167,13 @@ async fn run(c: Case, figures: &Figures) -> Result<(), TestCaseError> {
         GetClient::new(Duration::from_millis(200)),
     )
     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-    let recorded: std::collections::HashMap<&str, u8> = world
-        .iter()
-        .zip(&c.effects)
-        .map(|(e, (_, r))| (e.key.as_str(), *r))
-        .collect();
     let look = |e: &EffectSpec| {
-        let ids = sim.payment_ids(&e.key);
         let q = LookupQuery {
             key: e.key.clone(),
             created_at: e.created_at,
             updated_at: e.updated_at,
             expires_at: None,
-            response_json: match recorded[e.key.as_str()] {
-                1 => ids
-                    .first()
-                    .map(|id| json!({"payment_intent": id}).to_string()),
-                2 => sim
-                    .charge_ids(&e.key)
-                    .first()
-                    .map(|id| json!({"id": id}).to_string()),
-                _ => None,
-            },
+            response_json: sim.recorded_response(e),
             now: reckon_providers::now(),
         };
         let p = p.clone();

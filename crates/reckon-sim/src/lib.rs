@@ -89,10 +89,20 @@ pub struct EffectSpec {
     pub key: String,
     pub created_at: f64,
     pub updated_at: f64,
-    /// Record the first payment's id in the effect's response (what the application
-    /// stored before it died, when it got that far).
-    pub recorded: bool,
+    /// What the application stored in the effect's response before it died, when it got
+    /// that far.
+    pub recorded: Recorded,
     pub payments: Vec<PaymentSpec>,
+}
+
+/// An id the application kept in its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Nothing,
+    /// The first PaymentIntent's id.
+    PaymentIntent,
+    /// The first charge's id (a declined first attempt's, perhaps).
+    Charge,
 }
 
 /// What really happened to an effect, once every payment settled.
@@ -829,23 +839,34 @@ pub fn random_world(seed: u64, n: usize, base: f64) -> Vec<EffectSpec> {
                 key: format!("charge:v1:ORD-{seed}-{i}"),
                 created_at,
                 updated_at: created_at + 5.0,
-                recorded: rng.random(),
+                recorded: match rng.random_range(0..3) {
+                    0 => Recorded::Nothing,
+                    1 => Recorded::PaymentIntent,
+                    _ => Recorded::Charge,
+                },
                 payments,
             }
         })
         .collect()
 }
 
-/// The response an application recorded for `e`: the first PaymentIntent's id when it
-/// got that far, as a justonce response would hold it.
-pub fn recorded_response(e: &EffectSpec, first_pi: Option<&str>) -> Option<String> {
-    if !e.recorded {
-        return None;
-    }
-    first_pi.map(|id| json!({"payment_intent": id}).to_string())
-}
-
 impl Sim {
+    /// The response the application recorded for `e`, as a justonce response would hold
+    /// it.
+    pub fn recorded_response(&self, e: &EffectSpec) -> Option<String> {
+        let id = match e.recorded {
+            Recorded::Nothing => return None,
+            Recorded::PaymentIntent => self.payment_ids(&e.key).into_iter().next()?,
+            Recorded::Charge => self.charge_ids(&e.key).into_iter().next()?,
+        };
+        let field = if id.starts_with("pi_") {
+            "payment_intent"
+        } else {
+            "id"
+        };
+        Some(json!({ field: id }).to_string())
+    }
+
     /// The charge ids of the effect with `key`, in creation order.
     pub fn charge_ids(&self, key: &str) -> Vec<String> {
         self.lock()
