@@ -260,6 +260,10 @@ pub struct ChargeRef {
     pub refunded_as_duplicate: bool,
     pub customer: Option<String>,
     pub created: f64,
+    /// The idempotency key it was made with and its metadata: for an orphan, what the
+    /// provider knows of the order behind it.
+    pub idempotency_key: Option<String>,
+    pub metadata: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -269,8 +273,10 @@ pub struct Finding {
     pub summary: String,
     pub effects: Vec<EffectRef>,
     pub charges: Vec<ChargeRef>,
-    /// The money at stake in minor units (for a duplicate: charged beyond the first charge,
-    /// net of duplicate refunds), with its currency; `None` when no charge is involved.
+    /// The money at stake in minor units, with its currency: for a duplicate, charged beyond
+    /// the first charge net of duplicate refunds; for a missing charge, what the
+    /// application's recorded response says it charged; for a risky reclaim, its successful
+    /// charges. `None` when nothing names an amount.
     pub amount: Option<i64>,
     pub currency: Option<String>,
     /// For duplicates: every extra charge was refunded as `duplicate`.
@@ -477,6 +483,8 @@ pub(crate) fn charge_ref(c: &ProviderCharge) -> ChargeRef {
         refunded_as_duplicate: c.refunded_as_duplicate(),
         customer: c.customer.clone(),
         created: c.created,
+        idempotency_key: c.idempotency_key.clone(),
+        metadata: c.metadata.clone(),
     }
 }
 
@@ -739,13 +747,24 @@ fn missing(
                 .flatten()
                 .map(|&c| charge_ref(&charges[c]))
                 .collect(),
-            amount: None,
-            currency: None,
+            // What the application says it charged, when its recorded response says.
+            amount: recorded_amount(ef).map(|(a, _)| a),
+            currency: recorded_amount(ef).map(|(_, c)| c),
             refunded: false,
             suggestions: vec![],
         });
     }
     out
+}
+
+/// The amount and currency an effect's recorded response names (`{"amount": 2000,
+/// "currency": "usd"}`, Stripe's shape), if it names both.
+fn recorded_amount(e: &AuditEffect) -> Option<(i64, String)> {
+    let r = e.response.as_ref()?;
+    Some((
+        r.get("amount")?.as_i64()?,
+        r.get("currency")?.as_str()?.to_ascii_lowercase(),
+    ))
 }
 
 fn unresolved(window: &DayWindow, effects: &[AuditEffect]) -> Vec<Finding> {
@@ -797,15 +816,26 @@ fn risky_reclaims(
                 ok,
                 if ok == 1 { "" } else { "s" }
             ),
+            // The money the reclaimed effect took: its successful charges, when they are
+            // in one currency.
+            amount: one_currency_total(&cs).map(|(a, _)| a),
+            currency: one_currency_total(&cs).map(|(_, c)| c),
             effects: vec![effect_ref(ef)],
             charges: cs,
-            amount: None,
-            currency: None,
             refunded: false,
             suggestions: vec![],
         });
     }
     out
+}
+
+/// The sum of the successful charges, if there is one and all are in one currency.
+fn one_currency_total(cs: &[ChargeRef]) -> Option<(i64, String)> {
+    let ok: Vec<&ChargeRef> = cs.iter().filter(|c| c.status == "succeeded").collect();
+    let currency = ok.first()?.currency.clone();
+    ok.iter()
+        .all(|c| c.currency == currency)
+        .then(|| (ok.iter().map(|c| c.amount).sum(), currency))
 }
 
 /// Totals of the day's successful charges per currency.

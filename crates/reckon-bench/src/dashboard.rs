@@ -245,7 +245,15 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
         let fresh = reckon_web::dash::DashState::default();
         let t = Instant::now();
         fresh
-            .overview(&state, tenant.id, now, now - 72_000.0)
+            .overview(
+                &state,
+                tenant.id,
+                now,
+                reckon_ledger::ReplayClosing {
+                    open_after: now - 86_400.0,
+                    closing_before: now - 72_000.0,
+                },
+            )
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);

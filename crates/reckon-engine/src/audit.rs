@@ -12,10 +12,11 @@
 //! - [`verify`]: walk a tenant's chain and report every break.
 //! - [`findings_csv`]: one row per finding, formula-neutralised.
 
+use crate::answer::route_of;
 use reckon_audit::{AuditEffect, DayWindow, MARGIN_SECS, MatchRules, ProviderCharge, Refund};
 use reckon_ledger::{
     ALL_PROVIDERS, AuditRun, ChainBreak, Effect, Lease, Ledger, LedgerError, NewAuditRun,
-    Provider as ProviderRow, Route, SCHEDULE_AUTHOR, StoredCharge, TenantId,
+    Provider as ProviderRow, SCHEDULE_AUTHOR, StoredCharge, TenantId,
 };
 use reckon_providers::listing::{ListedCharge, PageEvidence};
 use reckon_providers::{GetClient, Redactor, build_provider, provider_key};
@@ -159,63 +160,112 @@ fn stored(provider_id: i64, c: ListedCharge, now: f64, redactor: &Redactor) -> S
     }
 }
 
-/// Import the day (with its margin) from every provider, all or nothing: the charges are
-/// stored only once every provider's listing is complete. `Err` carries the failure's
-/// reason and the pages read so far (evidence of the failed run).
+/// One provider's part of a run: its listing came back whole, or it failed with a reason.
+#[derive(Debug, Clone)]
+pub struct ProviderPart {
+    pub provider: String,
+    pub kind: String,
+    /// `complete` or `failed`.
+    pub status: &'static str,
+    pub reason: Option<String>,
+}
+
+/// What importing the day did: the charges stored from the providers whose listing came back
+/// whole, each provider's part, and the pages read (the run's evidence).
+struct Imported {
+    stored: u64,
+    parts: Vec<ProviderPart>,
+    pages: Vec<PageEvidence>,
+}
+
+/// List one provider's day (with its margin), whole or not at all.
+async fn list_one(
+    ctx: &AuditCtx,
+    tenant: TenantId,
+    p: &ProviderRow,
+    window: &DayWindow,
+    now: f64,
+    pages: &mut Vec<PageEvidence>,
+) -> Result<Vec<StoredCharge>, String> {
+    let (from, to) = (window.start - MARGIN_SECS, window.end + MARGIN_SECS);
+    let secret = ctx
+        .ledger
+        .provider_secret(tenant, p)
+        .await
+        .map_err(|e| format!("provider {}: {e}", p.name))?;
+    if let Some(base) = p.settings.get("base_url").and_then(|u| u.as_str()) {
+        let checked = match url::Url::parse(base) {
+            Ok(u) => ctx.egress.check_url(&u).await.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("base_url: {e}")),
+        };
+        if let Err(why) = checked {
+            return Err(format!(
+                "provider {}: refused by the egress policy: {why}",
+                p.name
+            ));
+        }
+    }
+    let redactor = Redactor::new(secret.iter().map(|s| s.expose_secret().to_owned()));
+    // The client resolves every host through the egress policy when it connects.
+    let client = crate::provider_client(&ctx.client, &ctx.egress);
+    let adapter = build_provider(&p.kind, &p.settings, secret, client)
+        .map_err(|e| format!("provider {}: {e}", p.name))?;
+    match adapter.list_charges(from, to).await {
+        Ok(listing) => {
+            pages.extend(listing.pages);
+            Ok(listing
+                .charges
+                .into_iter()
+                .map(|c| stored(p.id, c, now, &redactor))
+                .collect())
+        }
+        Err(f) => {
+            pages.extend(f.pages.iter().cloned());
+            Err(redactor.text(&format!("provider {}: {f}", p.name)))
+        }
+    }
+}
+
+/// Import the day from every provider, each on its own: a provider whose listing fails
+/// fails its own part (with its reason) and stores nothing, while the charges of those
+/// whose listing came back whole are stored. Only the ledger failing fails the import.
 async fn import(
     ctx: &AuditCtx,
     tenant: TenantId,
     providers: &[ProviderRow],
     window: &DayWindow,
     now: f64,
-) -> Result<(u64, Vec<PageEvidence>), (String, Vec<PageEvidence>, Option<LedgerError>)> {
-    let (from, to) = (window.start - MARGIN_SECS, window.end + MARGIN_SECS);
+) -> Result<Imported, (String, Vec<PageEvidence>, LedgerError)> {
     let mut pages = Vec::new();
     let mut all = Vec::new();
+    let mut parts = Vec::new();
     for p in providers {
-        let secret = ctx
-            .ledger
-            .provider_secret(tenant, p)
-            .await
-            .map_err(|e| (format!("provider {}: {e}", p.name), pages.clone(), None))?;
-        if let Some(base) = p.settings.get("base_url").and_then(|u| u.as_str()) {
-            let checked = match url::Url::parse(base) {
-                Ok(u) => ctx.egress.check_url(&u).await.map_err(|e| e.to_string()),
-                Err(e) => Err(format!("base_url: {e}")),
-            };
-            if let Err(why) = checked {
-                return Err((
-                    format!("provider {}: refused by the egress policy: {why}", p.name),
-                    pages.clone(),
-                    None,
-                ));
+        let part = match list_one(ctx, tenant, p, window, now, &mut pages).await {
+            Ok(charges) => {
+                all.extend(charges);
+                ProviderPart {
+                    provider: p.name.clone(),
+                    kind: p.kind.clone(),
+                    status: "complete",
+                    reason: None,
+                }
             }
-        }
-        let redactor = Redactor::new(secret.iter().map(|s| s.expose_secret().to_owned()));
-        // T09: the client resolves every host through the egress policy when it connects.
-        let client = crate::provider_client(&ctx.client, &ctx.egress);
-        let adapter = build_provider(&p.kind, &p.settings, secret, client)
-            .map_err(|e| (format!("provider {}: {e}", p.name), pages.clone(), None))?;
-        match adapter.list_charges(from, to).await {
-            Ok(listing) => {
-                pages.extend(listing.pages);
-                all.extend(
-                    listing
-                        .charges
-                        .into_iter()
-                        .map(|c| stored(p.id, c, now, &redactor)),
-                );
-            }
-            Err(f) => {
-                pages.extend(f.pages.iter().cloned());
-                let reason = redactor.text(&format!("provider {}: {f}", p.name));
-                return Err((reason, pages, None));
-            }
-        }
+            Err(reason) => ProviderPart {
+                provider: p.name.clone(),
+                kind: p.kind.clone(),
+                status: "failed",
+                reason: Some(reason),
+            },
+        };
+        parts.push(part);
     }
     match ctx.ledger.store_provider_charges(tenant, &all).await {
-        Ok(n) => Ok((n, pages)),
-        Err(e) => Err((format!("storing the charges: {e}"), pages, Some(e))),
+        Ok(stored) => Ok(Imported {
+            stored,
+            parts,
+            pages,
+        }),
+        Err(e) => Err((format!("storing the charges: {e}"), pages, e)),
     }
 }
 
@@ -283,19 +333,6 @@ fn provider_charge(c: StoredCharge) -> ProviderCharge {
         customer: c.customer,
         created: c.created,
     }
-}
-
-/// The route of an effect: its operation's own, else the source's `*`.
-fn route_of<'a>(routes: &'a [Route], e: &Effect) -> Option<&'a Route> {
-    let op = e.operation.as_deref();
-    routes
-        .iter()
-        .find(|r| r.source == e.source && Some(r.operation.as_str()) == op)
-        .or_else(|| {
-            routes
-                .iter()
-                .find(|r| r.source == e.source && r.operation == "*")
-        })
 }
 
 /// The audit of `window` over what the ledger holds: the effects routed to the audited
@@ -412,30 +449,64 @@ async fn run_window(
         totals: json!([]),
         evidence: json!({"pages": []}),
     };
+    let mut parts: Vec<ProviderPart> = Vec::new();
     if providers.is_empty() {
         run.status = "failed".into();
         run.reason = Some("the tenant has no provider to list charges from".into());
     } else {
         match import(ctx, tenant, &providers, window, req.now).await {
             Err((reason, pages, err)) => {
-                if let Some(LedgerError::LeaseLost(l)) = err {
+                if let LedgerError::LeaseLost(l) = err {
                     return Err(LedgerError::LeaseLost(l).into());
                 }
                 run.status = "failed".into();
                 run.reason = Some(reason);
                 run.evidence = json!({ "pages": pages });
             }
-            Ok((imported, pages)) => {
-                let report =
-                    audit_day(ctx.ledger.as_ref(), tenant, window, &providers, req.now).await?;
-                run.counts = counts(Some(&report), imported);
-                run.findings = serde_json::to_value(&report.findings).unwrap_or(json!([]));
-                run.totals = serde_json::to_value(&report.totals).unwrap_or(json!([]));
+            Ok(imported) => {
+                parts = imported.parts;
+                let failed: Vec<&ProviderPart> =
+                    parts.iter().filter(|p| p.status == "failed").collect();
+                let reasons = failed
+                    .iter()
+                    .filter_map(|p| p.reason.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let whole: Vec<ProviderRow> = providers
+                    .iter()
+                    .filter(|p| !failed.iter().any(|f| f.provider == p.name))
+                    .cloned()
+                    .collect();
+                let report = if whole.is_empty() {
+                    None
+                } else {
+                    // Only the providers read whole are audited: a failed provider's
+                    // effects would otherwise all look "missing".
+                    Some(audit_day(ctx.ledger.as_ref(), tenant, window, &whole, req.now).await?)
+                };
+                run.status = match (failed.is_empty(), &report) {
+                    (true, _) => "complete",
+                    (false, Some(_)) => "partial",
+                    (false, None) => "failed",
+                }
+                .into();
+                if !failed.is_empty() {
+                    run.reason = Some(reasons);
+                }
+                run.counts = counts(report.as_ref(), imported.stored);
+                if let Some(report) = &report {
+                    run.findings = serde_json::to_value(&report.findings).unwrap_or(json!([]));
+                    run.totals = serde_json::to_value(&report.totals).unwrap_or(json!([]));
+                }
                 run.evidence = json!({
-                    "pages": pages,
-                    "matches": report.matches,
-                    "providers": providers.iter().map(|p| json!({"name": p.name, "kind": p.kind}))
-                        .collect::<Vec<_>>(),
+                    "pages": imported.pages,
+                    "matches": report.as_ref().map(|r| json!(r.matches)).unwrap_or(json!([])),
+                    "providers": parts.iter().map(|p| json!({
+                        "name": p.provider,
+                        "kind": p.kind,
+                        "status": p.status,
+                        "reason": p.reason,
+                    })).collect::<Vec<_>>(),
                 });
             }
         }
@@ -445,7 +516,14 @@ async fn run_window(
     if let Some(m) = &ctx.metrics
         && let Ok(t) = ctx.ledger.tenant_by_id(tenant).await
     {
-        m.record_audit_run(&t.slug, &stored.run.provider, &stored.run.status);
+        // Each provider's part is counted under its own name, so a failed provider is
+        // the one an alert names; a run that reached no provider counts under the run's.
+        if parts.is_empty() {
+            m.record_audit_run(&t.slug, &stored.run.provider, &stored.run.status);
+        }
+        for p in &parts {
+            m.record_audit_run(&t.slug, &p.provider, p.status);
+        }
         publish_metric(m, ctx.ledger.as_ref(), tenant, &t.slug).await;
     }
     Ok(stored)
@@ -624,7 +702,7 @@ async fn recently_failed(
         .iter()
         .any(|r| {
             r.run.triggered_by == SCHEDULE_AUTHOR
-                && r.run.status == "failed"
+                && (r.run.status == "failed" || r.run.status == "partial")
                 && r.run.finished_at > now - ctx.retry_failed_after_secs
         }))
 }
@@ -657,7 +735,7 @@ pub fn neutralise(cell: &str) -> String {
     }
 }
 
-pub const CSV_HEADER: [&str; 24] = [
+pub const CSV_HEADER: [&str; 26] = [
     "run_id",
     "day",
     "time_zone",
@@ -682,6 +760,8 @@ pub const CSV_HEADER: [&str; 24] = [
     "charge_customers",
     "charge_created",
     "suggestions",
+    "charge_keys",
+    "charge_metadata",
 ];
 
 /// One row per finding of `run`, every value a spreadsheet needs, several values of one
@@ -777,7 +857,44 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
             join(charges, "customer"),
             times(charges, "created"),
             suggestions,
+            join(charges, "idempotency_key"),
+            charges
+                .iter()
+                .map(|c| match &c["metadata"] {
+                    Value::Object(m) if !m.is_empty() => Value::Object(m.clone()).to_string(),
+                    _ => String::new(),
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
         ];
+        w.write_record(row.iter().map(|c| neutralise(c)))?;
+    }
+    // The day's totals per currency, after the findings: kind `total`, the net as the
+    // amount, and every figure in the summary.
+    for t in run.run.totals.as_array().unwrap_or(&empty) {
+        let currency = t["currency"].as_str().unwrap_or("");
+        let figure = |field: &str| reckon_audit::money(t[field].as_i64().unwrap_or(0), currency);
+        let net = t["net"].as_i64().unwrap_or(0);
+        let mut row: Vec<String> = vec![String::new(); CSV_HEADER.len()];
+        row[0] = run.id.to_string();
+        row[1] = run.run.day.clone();
+        row[2] = tz.to_owned();
+        row[4] = "total".into();
+        row[5] = format!(
+            "charged {}, refunded {}, net {}; matched to effects {}, unmatched {}",
+            figure("charged"),
+            figure("refunded"),
+            figure("net"),
+            figure("matched"),
+            figure("unmatched")
+        );
+        row[6] = reckon_audit::money(net, currency)
+            .split(' ')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        row[7] = currency.to_ascii_uppercase();
+        row[8] = net.to_string();
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }
     let bytes = w.into_inner().map_err(|e| e.into_error())?;

@@ -886,7 +886,11 @@ async fn the_csv_parses_back_one_row_per_finding_and_a_planted_formula_is_neutra
     let header: Vec<String> = rd.headers().unwrap().iter().map(str::to_owned).collect();
     assert_eq!(header, CSV_HEADER.to_vec());
     let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
-    assert_eq!(rows.len(), run.run.findings.as_array().unwrap().len());
+    assert_eq!(
+        rows.len(),
+        run.run.findings.as_array().unwrap().len() + run.run.totals.as_array().unwrap().len(),
+        "a row per finding, then a row per currency's totals"
+    );
     for row in &rows {
         assert_eq!(row.len(), CSV_HEADER.len());
         for cell in row {
@@ -903,12 +907,24 @@ async fn the_csv_parses_back_one_row_per_finding_and_a_planted_formula_is_neutra
     let orphan = rows.iter().find(|r| &r[col("kind")] == "orphan").unwrap();
     assert_eq!(&orphan[col("charge_ids")], "'@SUM(1+1)");
     assert_eq!(&orphan[col("charge_customers")], "'+cmd|' /C calc'!A0");
+    // The orphan's metadata, as the provider holds it (the only trace of its order).
+    assert!(
+        orphan[col("charge_metadata")].contains("\"note\""),
+        "{orphan:?}"
+    );
     assert_eq!(&orphan[col("amount")], "5.00");
     assert_eq!(&orphan[col("currency")], "USD");
     assert_eq!(&orphan[col("amount_minor")], "500");
     assert_eq!(&orphan[col("charge_amounts")], "5.00");
     assert_eq!(&orphan[col("charge_refunded")], "0.00");
     assert_eq!(&orphan[col("day")], DAY);
+    let total = rows.iter().find(|r| &r[col("kind")] == "total").unwrap();
+    assert_eq!(&total[col("currency")], "USD");
+    assert!(total[col("summary")].starts_with("charged "), "{total:?}");
+    assert!(
+        total[col("amount_minor")].parse::<i64>().is_ok(),
+        "{total:?}"
+    );
     // Times in the tenant's zone, as a spreadsheet parses them.
     assert_eq!(&orphan[col("charge_created")], "2026-11-28T00:05:00-05:00");
     w.finish().await;
@@ -1078,7 +1094,8 @@ async fn the_nightly_runs_health_is_in_the_metrics_a_failure_and_a_day_not_compl
     assert_eq!(done[0].run.run.status, "failed");
     let text = m.text();
     for line in [
-        "reckon_audit_runs_total{provider=\"*\",status=\"failed\",tenant=\"acme\"} 1",
+        // Counted under the provider whose part failed (the alert names it).
+        "reckon_audit_runs_total{provider=\"pay\",status=\"failed\",tenant=\"acme\"} 1",
         "reckon_audit_runs_total{provider=\"*\",status=\"complete\",tenant=\"acme\"} 0",
         "reckon_audit_runs_total{provider=\"*\",status=\"failed\",tenant=\"beta\"} 0",
         &format!("reckon_audit_scheduled_timestamp_seconds{{tenant=\"acme\"}} {due_at}"),
@@ -1110,7 +1127,7 @@ async fn a_completed_nightly_run_marks_its_day_complete() {
     for line in [
         &format!("reckon_audit_scheduled_timestamp_seconds{{tenant=\"acme\"}} {at_0600}"),
         "reckon_audit_scheduled_day_complete{tenant=\"acme\"} 1",
-        "reckon_audit_runs_total{provider=\"*\",status=\"complete\",tenant=\"acme\"} 1",
+        "reckon_audit_runs_total{provider=\"pay\",status=\"complete\",tenant=\"acme\"} 1",
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }

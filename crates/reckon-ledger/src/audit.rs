@@ -245,12 +245,16 @@ pub struct AuditGlance {
     pub id: i64,
     pub day: String,
     pub provider: String,
-    /// `complete` or `failed`.
+    /// `complete`, `partial` (some providers failed; the others' findings stand) or
+    /// `failed`.
     pub status: String,
     pub reason: Option<String>,
     pub finished_at: f64,
     /// Finding kind -> count, from the run's `counts`.
     pub findings: Vec<(String, i64)>,
+    /// The day's newest run, when it did not complete: its reason and when it ended (shown
+    /// beside the newest run with findings, which may be older).
+    pub failure: Option<(String, f64)>,
 }
 
 /// Finding kind -> count from a run's `counts` (used by the backends' shared
@@ -335,9 +339,10 @@ pub trait Audits: Send + Sync {
         day: &str,
         provider: &str,
     ) -> Result<bool>;
-    /// The newest complete run's figures, for metrics (`None`: no run yet).
+    /// The newest run with findings (complete or partial), for metrics (`None`: no run yet).
     async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>>;
-    /// The newest run of `day` (complete or failed), without its findings or evidence.
+    /// The newest run of `day` with findings (else the newest run), without its findings or
+    /// evidence, and the newest run's failure beside it.
     async fn audit_glance(&self, tenant: TenantId, day: &str) -> Result<Option<AuditGlance>>;
     /// Every run's place in the chain (seq and digests only), in seq order: what
     /// [`verify_links`] needs, a few hundred bytes per run whatever the runs hold.
@@ -351,6 +356,57 @@ pub(crate) const RUN_COLUMNS: &str = "id, seq, day, time_zone, window_start, win
 pub(crate) const CHARGE_COLUMNS: &str = "provider_id, charge_id, payment_intent, amount, \
     currency, status, amount_captured, amount_refunded, refunds, metadata, idempotency_key, \
     customer, created, raw, imported_at";
+
+/// Everything besides its own id that names a charge for a person searching: the whole
+/// idempotency key, its subject and each part of it (the order id in `charge:v1:ORD-7`), its
+/// PaymentIntent, its refunds' ids, and the short string values of its metadata.
+pub fn charge_terms(c: &StoredCharge) -> Vec<String> {
+    let mut terms: Vec<String> = Vec::new();
+    let mut add = |t: &str| {
+        let t = t.trim();
+        if !t.is_empty() && t.len() <= 200 && !t.contains('\0') && !terms.iter().any(|x| x == t) {
+            terms.push(t.to_owned());
+        }
+    };
+    if let Some(k) = &c.idempotency_key {
+        add(k);
+        if let Some(parsed) = reckon_domain::key::OperationKey::parse(k) {
+            add(&parsed.subject);
+            for p in &parsed.parts {
+                add(p);
+            }
+        }
+    }
+    if let Some(pi) = &c.payment_intent {
+        add(pi);
+    }
+    for r in c.refunds.as_array().into_iter().flatten() {
+        if let Some(id) = r.get("id").and_then(Value::as_str) {
+            add(id);
+        }
+    }
+    for v in c
+        .metadata
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .take(50)
+    {
+        if let Some(text) = v.as_str() {
+            add(text);
+        }
+    }
+    terms
+}
+
+/// The charge columns, qualified by the alias `c` (for joins).
+pub(crate) fn charge_columns_of_c() -> String {
+    CHARGE_COLUMNS
+        .split(',')
+        .map(|col| format!("c.{}", col.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value> {
     serde_json::from_str(text)
@@ -402,6 +458,98 @@ macro_rules! impl_audits {
                     prev_digest: row.try_get("prev_digest")?,
                     digest: row.try_get("digest")?,
                 })
+            }
+
+            /// Replace the search terms of these charges (a re-import may change their
+            /// metadata or refunds).
+            async fn write_charge_terms(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                tenant: $crate::model::TenantId,
+                charges: &[$crate::audit::StoredCharge],
+            ) -> $crate::Result<()> {
+                for c in charges {
+                    sqlx::query(
+                        "DELETE FROM provider_charge_term WHERE tenant_id = $1 \
+                         AND provider_id = $2 AND charge_id = $3",
+                    )
+                    .bind(tenant.0)
+                    .bind(c.provider_id)
+                    .bind(&c.charge_id)
+                    .execute(&mut **tx)
+                    .await?;
+                }
+                let rows: Vec<(i64, &str, String)> = charges
+                    .iter()
+                    .flat_map(|c| {
+                        $crate::audit::charge_terms(c)
+                            .into_iter()
+                            .map(move |t| (c.provider_id, c.charge_id.as_str(), t))
+                    })
+                    .collect();
+                // 4 binds per row.
+                for chunk in rows.chunks(2000) {
+                    let mut qb: sqlx::QueryBuilder<$db> = sqlx::QueryBuilder::new(
+                        "INSERT INTO provider_charge_term (tenant_id, term, provider_id, \
+                         charge_id) ",
+                    );
+                    qb.push_values(chunk, |mut b, (provider, charge, term)| {
+                        b.push_bind(tenant.0)
+                            .push_bind(term.clone())
+                            .push_bind(*provider)
+                            .push_bind(charge.to_string());
+                    });
+                    qb.push(" ON CONFLICT DO NOTHING");
+                    qb.build().execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// The terms of charges imported before terms were kept: once, at migrate,
+            /// tenant by tenant (inside each tenant's scope), then the job is struck off.
+            pub(crate) async fn backfill_charge_terms(&self) -> $crate::Result<()> {
+                use sqlx::Row;
+                let pending: Option<String> = sqlx::query_scalar(
+                    "SELECT name FROM pending_backfill WHERE name = 'charge_terms'",
+                )
+                .fetch_optional(&self.pool)
+                .await?;
+                if pending.is_none() {
+                    return Ok(());
+                }
+                for tenant in $crate::Ledger::list_tenants(self).await? {
+                    let mut after: (i64, String) = (i64::MIN, String::new());
+                    loop {
+                        let mut tx = self
+                            .begin_scoped($crate::accounts::Scope::Tenant(tenant.id), true)
+                            .await?;
+                        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
+                             AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
+                             ORDER BY provider_id, charge_id LIMIT 500",
+                            $crate::audit::CHARGE_COLUMNS
+                        )))
+                        .bind(tenant.id.0)
+                        .bind(after.0)
+                        .bind(&after.1)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                        let Some(last) = rows.last() else {
+                            tx.commit().await?;
+                            break;
+                        };
+                        after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
+                        let charges = rows
+                            .iter()
+                            .map(Self::charge_row)
+                            .collect::<$crate::Result<Vec<_>>>()?;
+                        Self::write_charge_terms(&mut tx, tenant.id, &charges).await?;
+                        tx.commit().await?;
+                    }
+                }
+                sqlx::query("DELETE FROM pending_backfill WHERE name = 'charge_terms'")
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
             }
 
             fn charge_row(row: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::audit::StoredCharge> {
@@ -514,6 +662,7 @@ macro_rules! impl_audits {
                          raw = excluded.raw, imported_at = excluded.imported_at",
                     );
                     n += qb.build().execute(&mut *tx).await?.rows_affected();
+                    Self::write_charge_terms(&mut tx, tenant, chunk).await?;
                 }
                 tx.commit().await?;
                 Ok(n)
@@ -577,7 +726,21 @@ macro_rules! impl_audits {
                 for k in keys.iter().take(200) {
                     list.push_bind(k.clone());
                 }
-                qb.push(")) ORDER BY created, charge_id LIMIT ");
+                // An id may also be what names a charge without being its id: an order id,
+                // a PaymentIntent, a refund (see `charge_terms`).
+                qb.push(format!(
+                    ")) UNION SELECT {} FROM provider_charge_term t JOIN provider_charge c \
+                     ON c.tenant_id = t.tenant_id AND c.provider_id = t.provider_id \
+                     AND c.charge_id = t.charge_id WHERE t.tenant_id = ",
+                    $crate::audit::charge_columns_of_c()
+                ));
+                qb.push_bind(tenant.0);
+                qb.push(" AND t.term IN (");
+                let mut list = qb.separated(", ");
+                for id in ids.iter().take(200) {
+                    list.push_bind(id.clone());
+                }
+                qb.push(") ORDER BY created, charge_id LIMIT ");
                 qb.push_bind(limit.clamp(1, 1000));
                 let rows = qb.build().fetch_all(&mut *tx).await?;
                 tx.commit().await?;
@@ -807,7 +970,7 @@ macro_rules! impl_audits {
                     .await?;
                 let row = sqlx::query(
                     "SELECT finished_at, counts FROM audit_run WHERE tenant_id = $1 \
-                     AND status = 'complete' ORDER BY seq DESC LIMIT 1",
+                     AND status IN ('complete', 'partial') ORDER BY seq DESC LIMIT 1",
                 )
                 .bind(tenant.0)
                 .fetch_optional(&mut *tx)
@@ -859,8 +1022,19 @@ macro_rules! impl_audits {
                 let mut tx = self
                     .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
                     .await?;
-                // The `audit_run_day` index; a day holds a handful of runs.
-                let row = sqlx::query(
+                // The `audit_run_day` index; a day holds a handful of runs. The newest run
+                // with findings (complete, or partial: the working providers' part), else
+                // the newest run at all.
+                let best = sqlx::query(
+                    "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
+                     WHERE tenant_id = $1 AND day = $2 AND status IN ('complete', 'partial') \
+                     ORDER BY seq DESC LIMIT 1",
+                )
+                .bind(tenant.0)
+                .bind(day)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let newest = sqlx::query(
                     "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
                      WHERE tenant_id = $1 AND day = $2 ORDER BY seq DESC LIMIT 1",
                 )
@@ -869,7 +1043,18 @@ macro_rules! impl_audits {
                 .fetch_optional(&mut *tx)
                 .await?;
                 tx.commit().await?;
-                let Some(row) = row else { return Ok(None) };
+                let Some(newest) = newest else { return Ok(None) };
+                let failure = if newest.try_get::<String, _>("status")? == "complete" {
+                    None
+                } else {
+                    Some((
+                        newest
+                            .try_get::<Option<String>, _>("reason")?
+                            .unwrap_or_else(|| "failed".into()),
+                        newest.try_get::<f64, _>("finished_at")?,
+                    ))
+                };
+                let row = best.unwrap_or(newest);
                 let counts =
                     $crate::audit::parse_json("counts", &row.try_get::<String, _>("counts")?)?;
                 Ok(Some($crate::audit::AuditGlance {
@@ -880,6 +1065,7 @@ macro_rules! impl_audits {
                     reason: row.try_get("reason")?,
                     finished_at: row.try_get("finished_at")?,
                     findings: $crate::audit::finding_counts_of(&counts),
+                    failure,
                 }))
             }
         }

@@ -144,12 +144,29 @@ pub(crate) fn queue_sql() -> String {
     )
 }
 
-/// `$1` tenant, `$2` now, `$3` replay cutoff.
+/// The unresolved effects whose provider's replay window is closing: created after
+/// `open_after` (their window is still open) and at or before `closing_before` (it closes
+/// within the warning). A window that closed already is not "closing".
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReplayClosing {
+    pub open_after: f64,
+    pub closing_before: f64,
+}
+
+impl ReplayClosing {
+    /// No effect counts (snapshots need no replay figure).
+    pub const NONE: ReplayClosing = ReplayClosing {
+        open_after: f64::INFINITY,
+        closing_before: f64::NEG_INFINITY,
+    };
+}
+
+/// `$1` tenant, `$2` now, `$3` replay window opened after, `$4` replay closing before.
 pub(crate) fn summary_sql() -> String {
     format!(
         "SELECT e.state, COUNT(*) AS n, MIN({SINCE}) AS oldest, \
            SUM(CASE WHEN COALESCE(rs.needs_attention, FALSE) THEN 1 ELSE 0 END) AS attention, \
-           SUM(CASE WHEN e.created_at <= $3 THEN 1 ELSE 0 END) AS replay \
+           SUM(CASE WHEN e.created_at > $3 AND e.created_at <= $4 THEN 1 ELSE 0 END) AS replay \
          FROM effect e LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
          WHERE {UNRESOLVED_WHERE} GROUP BY e.state ORDER BY e.state DESC"
     )

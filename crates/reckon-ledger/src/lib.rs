@@ -42,7 +42,8 @@ pub use metrics::{
 pub use model::*;
 // Dashboard (issue 7, branch dash)
 pub use dashboard::{
-    KindSummary, ProviderHealth, QueueQuery, QueueRow, Snapshot, hour_of, snapshot_of,
+    KindSummary, ProviderHealth, QueueQuery, QueueRow, ReplayClosing, Snapshot, hour_of,
+    snapshot_of,
 };
 pub use plan::ingest_plan;
 pub use reconcile::*;
@@ -403,13 +404,13 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
     /// The unresolved, not yet resolved effects with their reconcile state, oldest first,
     /// one keyset page.
     async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>>;
-    /// Unresolved, not yet resolved effects by kind; `replay_closing` counts those created
-    /// at or before `replay_before`.
+    /// Unresolved, not yet resolved effects by kind; `replay_closing` counts those whose
+    /// replay window is still open and closing (see [`ReplayClosing`]).
     async fn unresolved_summary(
         &self,
         tenant: TenantId,
         now: f64,
-        replay_before: f64,
+        replay: ReplayClosing,
     ) -> Result<Vec<KindSummary>>;
     /// Count the unresolved effects now and store it as the snapshot of the current hour
     /// (replacing one taken earlier in the same hour).

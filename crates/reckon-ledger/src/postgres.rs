@@ -51,11 +51,13 @@ impl PgLedger {
             })
             .connect_with(owner_opts.clone())
             .await?;
-        Ok(PgLedger {
+        let ledger = PgLedger {
             pool,
             owner_opts,
             keyring,
-        })
+        };
+        ledger.backfill_charge_terms().await?;
+        Ok(ledger)
     }
 
     /// Migrations run as the login user (the tables' owner), on a one-connection pool of
@@ -391,7 +393,8 @@ impl Ledger for PgLedger {
     }
 
     async fn migrate(&self) -> Result<()> {
-        Self::migrate_with(&self.owner_opts).await
+        Self::migrate_with(&self.owner_opts).await?;
+        self.backfill_charge_terms().await
     }
 
     async fn ping(&self) -> Result<()> {
@@ -981,9 +984,9 @@ impl Ledger for PgLedger {
         &self,
         tenant: TenantId,
         now: f64,
-        replay_before: f64,
+        replay: crate::ReplayClosing,
     ) -> Result<Vec<crate::KindSummary>> {
-        self.dash_summary(tenant, now, replay_before).await
+        self.dash_summary(tenant, now, replay).await
     }
     async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<crate::Snapshot> {
         self.dash_take_snapshot(tenant, now).await

@@ -201,6 +201,7 @@ impl Ledger for SqliteLedger {
         sqlx::migrate!("../../migrations/sqlite")
             .run(&self.pool)
             .await?;
+        self.backfill_charge_terms().await?;
         Ok(())
     }
 
@@ -941,9 +942,9 @@ impl Ledger for SqliteLedger {
         &self,
         tenant: TenantId,
         now: f64,
-        replay_before: f64,
+        replay: crate::ReplayClosing,
     ) -> Result<Vec<crate::KindSummary>> {
-        self.dash_summary(tenant, now, replay_before).await
+        self.dash_summary(tenant, now, replay).await
     }
     async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<crate::Snapshot> {
         self.dash_take_snapshot(tenant, now).await

@@ -88,6 +88,7 @@ conformance! {
     the_queue_lists_unresolved_unresolved_effects_oldest_first_with_filters_and_keyset_pages => story_dash_queue;
     snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
     a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
+    charges_stored_before_search_terms_get_them_at_the_next_migrate => story_charge_terms_backfill with raw;
     a_tenants_members_are_listed_with_their_role_there_and_no_one_else => story_dash_members;
     provider_health_counts_the_window_and_keeps_the_newest_error_per_tenant => story_dash_provider_health;
     a_scan_request_makes_a_scanned_source_due_until_a_scan_starts_after_it => story_dash_scan_request;
@@ -3115,7 +3116,14 @@ async fn story_dash_queue(ledger: Arc<dyn Ledger>) {
 
     // Counts by kind, then a resolution by hand takes the effect out of queue and counts.
     let summary = ledger
-        .unresolved_summary(t.id, now, now - 250.0)
+        .unresolved_summary(
+            t.id,
+            now,
+            reckon_ledger::ReplayClosing {
+                open_after: now - 1000.0,
+                closing_before: now - 250.0,
+            },
+        )
         .await
         .unwrap();
     let unknown = summary.iter().find(|k| k.kind == "unknown").unwrap();
@@ -3127,6 +3135,27 @@ async fn story_dash_queue(ledger: Arc<dyn Ledger>) {
     );
     let abandoned = summary.iter().find(|k| k.kind == "abandoned").unwrap();
     assert_eq!(abandoned.count, 1);
+    // A window that closed already is not closing.
+    let closed = ledger
+        .unresolved_summary(
+            t.id,
+            now,
+            reckon_ledger::ReplayClosing {
+                open_after: now - 290.0,
+                closing_before: now - 250.0,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        closed
+            .iter()
+            .find(|k| k.kind == "unknown")
+            .unwrap()
+            .replay_closing,
+        0,
+        "o1's window closed before now - 290"
+    );
     ledger
         .resolve_by_hand(
             t.id,
@@ -3143,7 +3172,14 @@ async fn story_dash_queue(ledger: Arc<dyn Ledger>) {
     let after_resolve = ledger.unresolved_queue(t.id, &q(|_| {})).await.unwrap();
     assert!(!keys_of(&after_resolve).contains(&"charge:v1:o2".to_owned()));
     let summary = ledger
-        .unresolved_summary(t.id, now, now - 250.0)
+        .unresolved_summary(
+            t.id,
+            now,
+            reckon_ledger::ReplayClosing {
+                open_after: now - 1000.0,
+                closing_before: now - 250.0,
+            },
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -3272,6 +3308,116 @@ async fn story_dash_charge_lookup(ledger: Arc<dyn Ledger>) {
         0,
         "B never sees A's charge"
     );
+
+    // By what names a charge besides its id: the order id in its key, its PaymentIntent, a
+    // refund, a metadata value. A re-import that changes the metadata forgets the old value.
+    let mut named = stored_charge(ids[0], "ch_named", 300.0, 900);
+    named.idempotency_key = Some("charge:v1:ORD-77:line-2".into());
+    named.refunds = serde_json::json!([{"id": "re_1", "amount": 100}]);
+    named.metadata = serde_json::json!({"order_id": "ORD-78", "n": 3});
+    ledger
+        .store_provider_charges(a.id, std::slice::from_ref(&named))
+        .await
+        .unwrap();
+    for term in [
+        "ORD-77",
+        "line-2",
+        "ORD-77:line-2",
+        "charge:v1:ORD-77:line-2",
+        "pi_ch_named",
+        "re_1",
+        "ORD-78",
+    ] {
+        let got = ledger
+            .charges_by_ids_or_keys(a.id, &s(&[term]), &[], 50)
+            .await
+            .unwrap();
+        assert_eq!(
+            got.iter().map(|c| c.charge_id.as_str()).collect::<Vec<_>>(),
+            vec!["ch_named"],
+            "{term}"
+        );
+    }
+    assert!(
+        ledger
+            .charges_by_ids_or_keys(b.id, &s(&["ORD-78"]), &[], 50)
+            .await
+            .unwrap()
+            .is_empty(),
+        "B never finds A's charge by a term"
+    );
+    named.metadata = serde_json::json!({"order_id": "ORD-79"});
+    ledger
+        .store_provider_charges(a.id, std::slice::from_ref(&named))
+        .await
+        .unwrap();
+    let find = |t: &'static str| {
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .charges_by_ids_or_keys(a.id, &[t.to_owned()], &[], 50)
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(
+        find("ORD-78").await,
+        0,
+        "the old metadata value is forgotten"
+    );
+    assert_eq!(find("ORD-79").await, 1);
+}
+
+/// Charges imported before the ledger kept their search terms get them once, at the next
+/// migrate, inside each tenant's scope; the job is then struck off.
+async fn story_charge_terms_backfill(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let mut ids = Vec::new();
+    for slug in ["acme", "globex"] {
+        let (t, _) = tenant_and_source(&*ledger, slug, "shop").await;
+        let p = ledger
+            .add_provider(
+                t.id,
+                reckon_ledger::NewProvider {
+                    name: "pay".into(),
+                    kind: "demo".into(),
+                    secret: None,
+                    settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
+                },
+            )
+            .await
+            .unwrap();
+        let mut c = stored_charge(p.id, &format!("ch_{slug}"), 100.0, 500);
+        c.metadata = serde_json::json!({"order_id": format!("ORD-{slug}")});
+        ledger.store_provider_charges(t.id, &[c]).await.unwrap();
+        ids.push(t.id);
+    }
+    // As an older version left them: charges, no terms, and the job pending.
+    raw.exec(
+        "DELETE FROM provider_charge_term; \
+         INSERT INTO pending_backfill (name) VALUES ('charge_terms')",
+    )
+    .await;
+    let find = |ledger: Arc<dyn Ledger>, t, term: &'static str| async move {
+        ledger
+            .charges_by_ids_or_keys(t, &[term.to_owned()], &[], 50)
+            .await
+            .unwrap()
+            .len()
+    };
+    assert_eq!(find(ledger.clone(), ids[0], "ORD-acme").await, 0);
+    ledger.migrate().await.unwrap();
+    assert_eq!(find(ledger.clone(), ids[0], "ORD-acme").await, 1);
+    assert_eq!(find(ledger.clone(), ids[1], "ORD-globex").await, 1);
+    assert_eq!(
+        find(ledger.clone(), ids[1], "ORD-acme").await,
+        0,
+        "per tenant"
+    );
+    // Struck off: terms removed now stay removed by a later migrate.
+    raw.exec("DELETE FROM provider_charge_term").await;
+    ledger.migrate().await.unwrap();
+    assert_eq!(find(ledger.clone(), ids[0], "ORD-acme").await, 0);
 }
 
 /// The settings page's people (dashboard, issue 7): a tenant's members with their role
@@ -3535,12 +3681,13 @@ async fn story_dash_audit_glance(ledger: Arc<dyn Ledger>) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(glance.id, failed.id, "the newest run");
+    // The newest run with findings stays the glance; the newer failure is beside it.
+    assert_eq!(glance.status, "complete", "the newest run with findings");
+    assert_eq!(glance.findings.len(), 2);
     assert_eq!(
-        (glance.status.as_str(), glance.reason.as_deref()),
-        ("failed", Some("provider pay page 3: server error"))
+        glance.failure.as_ref().map(|(why, _)| why.as_str()),
+        Some("provider pay page 3: server error")
     );
-    assert!(glance.findings.is_empty());
     // The chain's links, in seq order, each naming the digest before it.
     let links = ledger.audit_links(t.id).await.unwrap();
     assert_eq!(

@@ -111,6 +111,41 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
         .unwrap();
         // Dashboard (issue 7, branch `dash`): one hourly snapshot per tenant.
         l.take_snapshot(t.id, time::now()).await.unwrap();
+        // A provider charge, with the search terms that name it.
+        let p = l
+            .add_provider(
+                t.id,
+                reckon_ledger::NewProvider {
+                    name: "pay".into(),
+                    kind: "demo".into(),
+                    secret: None,
+                    settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
+                },
+            )
+            .await
+            .unwrap();
+        l.store_provider_charges(
+            t.id,
+            &[reckon_ledger::StoredCharge {
+                provider_id: p.id,
+                charge_id: format!("ch_{slug}"),
+                payment_intent: None,
+                amount: 100,
+                currency: "usd".into(),
+                status: "succeeded".into(),
+                amount_captured: 100,
+                amount_refunded: 0,
+                refunds: serde_json::json!([]),
+                metadata: serde_json::json!({"order_id": "ORD-1"}),
+                idempotency_key: Some(format!("charge:v1:cus_{slug}:ORD-1")),
+                customer: None,
+                created: 1_700_000_000.0,
+                raw: serde_json::json!({}),
+                imported_at: 1_700_000_000.0,
+            }],
+        )
+        .await
+        .unwrap();
         ids.push(t.id.get());
     }
     (ids[0], ids[1])

@@ -176,7 +176,7 @@ impl Metrics {
         let audit_runs = IntCounterVec::new(
             Opts::new(
                 "reckon_audit_runs_total",
-                "Audit runs this instance stored, by provider (`*`: every provider of the tenant, as the nightly run) and status (complete, failed).",
+                "Audit runs this instance stored, counted once per provider the run read, with that provider's part's status (complete, failed); a run that reached no provider counts under its own selection (`*`: every provider of the tenant).",
             ),
             &["tenant", "provider", "status"],
         )

@@ -109,8 +109,10 @@ async fn audits_api(backend: Backend) {
     let mut rd = csv::Reader::from_reader(by_query.text.as_bytes());
     let header: Vec<String> = rd.headers().unwrap().iter().map(str::to_owned).collect();
     let rows: Vec<csv::StringRecord> = rd.records().map(|x| x.unwrap()).collect();
-    assert_eq!(rows.len(), 1);
     let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+    // The finding, then the day's totals.
+    assert_eq!(rows.len(), 2);
+    assert_eq!(&rows[1][col("kind")], "total");
     assert_eq!(&rows[0][col("charge_ids")], "'=HYPERLINK(\"http://x\")");
     assert_eq!(&rows[0][col("amount")], "19.99");
     assert_eq!(&rows[0][col("currency")], "EUR");

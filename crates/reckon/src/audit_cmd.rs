@@ -90,8 +90,13 @@ pub async fn run(
             print_run(&run, r.format)?;
             if run.run.status != "complete" {
                 bail!(
-                    "the audit of {} failed: {}",
+                    "the audit of {} is {}: {}",
                     run.run.day,
+                    if run.run.status == "partial" {
+                        "partial (the other providers' findings are stored)"
+                    } else {
+                        "failed"
+                    },
                     run.run.reason.as_deref().unwrap_or("unknown reason")
                 );
             }

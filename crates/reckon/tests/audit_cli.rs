@@ -171,7 +171,7 @@ async fn reckon_audit_runs_prints_every_format_and_verify_catches_an_edit() {
         "{out}"
     );
 
-    // CSV: one row per finding, parsed back.
+    // CSV: one row per finding and per currency's totals, parsed back.
     let (code, out, err) = reckon(
         &data,
         &[
@@ -182,7 +182,9 @@ async fn reckon_audit_runs_prints_every_format_and_verify_catches_an_edit() {
     assert_eq!(code, 0, "{err}");
     let mut rd = csv::Reader::from_reader(out.as_bytes());
     let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
-    assert_eq!(rows.len(), 4);
+    // Four findings, then the day's totals (one currency).
+    assert_eq!(rows.len(), 5);
+    assert_eq!(&rows[4][4], "total");
     assert_eq!(&rows[0][4], "duplicate");
     assert_eq!(&rows[0][6], "25.00");
 

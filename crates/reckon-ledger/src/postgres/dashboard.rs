@@ -42,13 +42,14 @@ impl PgLedger {
         &self,
         tenant: TenantId,
         now: f64,
-        replay_before: f64,
+        replay: crate::dashboard::ReplayClosing,
     ) -> Result<Vec<KindSummary>> {
         let mut tx = self.begin_for(tenant).await?;
         let rows = sqlx::query(AssertSqlSafe(summary_sql()))
             .bind(tenant.0)
             .bind(now)
-            .bind(replay_before)
+            .bind(replay.open_after)
+            .bind(replay.closing_before)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -61,6 +62,7 @@ impl PgLedger {
         let rows = sqlx::query(AssertSqlSafe(summary_sql()))
             .bind(tenant.0)
             .bind(now)
+            .bind(f64::INFINITY)
             .bind(f64::NEG_INFINITY)
             .fetch_all(&mut *tx)
             .await?;

@@ -37,19 +37,22 @@ impl SqliteLedger {
         &self,
         tenant: TenantId,
         now: f64,
-        replay_before: f64,
+        replay: crate::dashboard::ReplayClosing,
     ) -> Result<Vec<KindSummary>> {
         let rows = sqlx::query(AssertSqlSafe(summary_sql()))
             .bind(tenant.0)
             .bind(now)
-            .bind(replay_before)
+            .bind(replay.open_after)
+            .bind(replay.closing_before)
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(kind_row::<Sqlite>).collect()
     }
 
     pub(crate) async fn dash_take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
-        let kinds = self.dash_summary(tenant, now, f64::NEG_INFINITY).await?;
+        let kinds = self
+            .dash_summary(tenant, now, crate::dashboard::ReplayClosing::NONE)
+            .await?;
         let snap = snapshot_of(hour_of(now), &kinds);
         sqlx::query(SNAPSHOT_UPSERT)
             .bind(tenant.0)

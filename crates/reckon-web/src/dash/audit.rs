@@ -51,7 +51,10 @@ pub struct AuditPage {
 pub struct RunView {
     pub id: i64,
     pub seq: i64,
+    /// It has findings: every provider's part completed, or some did (`partial`).
     pub complete: bool,
+    /// Providers whose part of the day failed, each with its reason.
+    pub failed_parts: Vec<(String, String)>,
     pub reason: String,
     pub provider: String,
     pub triggered_by: String,
@@ -305,7 +308,14 @@ pub fn run_view(
     RunView {
         id: run.id,
         seq: run.seq,
-        complete: run.run.status == "complete",
+        complete: run.run.status == "complete" || run.run.status == "partial",
+        failed_parts: run.run.evidence["providers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["status"].as_str() == Some("failed"))
+            .map(|p| (str_of(p, "name"), str_of(p, "reason")))
+            .collect(),
         reason: run.run.reason.clone().unwrap_or_default(),
         provider: provider_words(&run.run.provider),
         triggered_by: run.run.triggered_by.clone(),
@@ -442,6 +452,7 @@ pub async fn audit_page(
         None => day_runs
             .iter()
             .find(|r| r.run.status == "complete")
+            .or_else(|| day_runs.iter().find(|r| r.run.status == "partial"))
             .or_else(|| day_runs.first())
             .cloned(),
     };

@@ -411,11 +411,9 @@ impl Ledger for CountingLedger {
         &self,
         tenant: TenantId,
         now: f64,
-        replay_before: f64,
+        replay: reckon_ledger::ReplayClosing,
     ) -> Result<Vec<reckon_ledger::KindSummary>> {
-        self.inner
-            .unresolved_summary(tenant, now, replay_before)
-            .await
+        self.inner.unresolved_summary(tenant, now, replay).await
     }
     async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<reckon_ledger::Snapshot> {
         self.inner.take_snapshot(tenant, now).await
