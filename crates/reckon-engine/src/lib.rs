@@ -2,6 +2,7 @@
 //! directly: scan a source ([`scan::scan_source`]), take pushed records ([`push`]).
 
 // audit (issue 6, branch `audit`)
+pub mod answer;
 pub mod audit;
 pub mod probe;
 pub mod provider_client;

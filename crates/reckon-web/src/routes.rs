@@ -133,6 +133,7 @@ pub const ROUTES: &[RouteSpec] = &[
     // ---- dashboard (issue 7, branch `dash`): `/t/{tenant}` is checked against the
     // person's memberships by the guard (crate::dash::scope_to_path_tenant). ----
     r("GET", "/static/{name}", Public),
+    r("GET", "/favicon.ico", Public),
     r("GET", "/t/{tenant}", Session(P::Read)),
     r("GET", "/t/{tenant}/queue", Session(P::Lookup)),
     // Bulk re-lookup of a provider's indeterminate effects (as POST /api/v1/reconcile/requeue).

@@ -300,18 +300,18 @@ async fn signin_inner(
         },
         _ => false,
     };
-    let named_user = creds.as_ref().map(|c| c.user.id);
+    let named_user = creds.as_ref().map(|c| (c.user.id, c.user.email.clone()));
     let Some(creds) = creds.filter(|_| ok) else {
         // Already counted when it was admitted.
         tracing::info!(outcome = "failed", "sign-in");
         // Into the audit log of every tenant the named person belongs to (an unknown email
         // belongs to none: nobody's log is the place for it).
-        if let Some(user_id) = named_user {
+        if let Some((user_id, email)) = named_user {
             for (t, _) in ledger.memberships(user_id).await? {
                 crate::actions::record(
                     state,
                     t.id,
-                    format!("user:{user_id}"),
+                    format!("user:{email}"),
                     "signin_failed",
                     None,
                     serde_json::json!({ "address": address }),
@@ -366,13 +366,18 @@ async fn signin_inner(
     crate::actions::record(
         state,
         tenant.id,
-        format!("user:{}", creds.user.id),
+        format!("user:{}", creds.user.email),
         "signin",
         None,
         serde_json::json!({ "address": address }),
     )
     .await;
-    let mut res = Redirect::to("/app").into_response();
+    // A person with one tenant has nothing to choose: straight to its overview.
+    let home = match memberships.as_slice() {
+        [(only, _)] => format!("/t/{}", crate::dash::fmt::seg(&only.slug)),
+        _ => "/app".to_owned(),
+    };
+    let mut res = Redirect::to(&home).into_response();
     res.headers_mut().insert(
         SET_COOKIE,
         HeaderValue::from_str(&format!(

@@ -300,10 +300,16 @@ async fn one_tenant_never_sees_another_tenants_data() {
     assert_eq!(r.body, json!({"effects": [], "next": null}));
     let r = get(&w.app, "/api/v1/effects?source=payments", &w.b).await;
     assert_eq!(r.body, json!({"effects": [], "next": null}));
-    let r = get(&w.app, "/api/v1/lookup?q=ORD-1", &w.b).await;
-    assert_eq!(r.body, json!({"effects": []}));
-    let r = get(&w.app, "/api/v1/lookup?q=charge:v1:ORD-1", &w.b).await;
-    assert_eq!(r.body, json!({"effects": []}));
+    for q in ["ORD-1", "charge:v1:ORD-1"] {
+        let r = get(&w.app, &format!("/api/v1/lookup?q={q}"), &w.b).await;
+        assert_eq!(r.body["found"], false, "{q}: {}", r.body);
+        assert_eq!(r.body["effects"], json!([]), "{q}");
+        assert_eq!(
+            r.body["did_you_mean"],
+            json!([]),
+            "{q}: no hint of A's keys"
+        );
+    }
     assert_error(
         &get(&w.app, "/api/v1/effects/payments/charge:v1:ORD-1", &w.b).await,
         StatusCode::NOT_FOUND,

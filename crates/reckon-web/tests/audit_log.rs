@@ -128,6 +128,10 @@ async fn story(backend: Backend) {
         r.text
     );
     assert!(actions.contains(&("effect.resolve".into(), Some("pay/charge:v1:ORD-1".into()))));
+    // Sign-ins name the person, not a row id.
+    for a in &r.json["actions"].as_array().unwrap()[..2] {
+        assert_eq!(a["actor"], "user:alice@acme.test", "{a}");
+    }
     assert!(
         r.text.contains("seen in the dashboard"),
         "the note is in the log"

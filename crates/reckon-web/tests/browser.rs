@@ -14,6 +14,7 @@
 //! them fails here with that message rather than skipping. `RECKON_SCREENSHOTS=dir` saves a
 //! screenshot of each page there (the README's are made this way).
 
+mod answer_cases;
 mod common;
 
 use axum::Router;
@@ -331,11 +332,16 @@ async fn sign_in(c: &Client, base: &str, email: &str) {
         .click()
         .await
         .unwrap();
+    // One tenant each here: sign-in lands on its overview (several: the tenant list).
     c.wait()
         .at_most(Duration::from_secs(10))
-        .for_element(Locator::Css("#tenants"))
+        .for_element(Locator::Css("#audit-summary"))
         .await
-        .expect("signed in, on the tenant list");
+        .expect("signed in, on the tenant's overview");
+    assert!(
+        c.current_url().await.unwrap().path().ends_with("/t/acme"),
+        "a person with one tenant lands on it"
+    );
 }
 
 /// The text of the first element matching `css`. htmx may swap the element out between
@@ -399,13 +405,6 @@ async fn the_dashboard_works_in_a_real_browser_with_javascript() {
     let base = &s.base;
 
     sign_in(&c, base, "alice@acme.test").await;
-    shot(&c, "tenants").await;
-    c.find(Locator::Css("#tenants a[href='/t/acme']"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
     let overview = text_of(&c, "main").await;
     assert!(overview.contains("Unresolved now"), "{overview}");
     assert!(
@@ -567,9 +566,13 @@ async fn the_dashboard_works_in_a_real_browser_with_javascript() {
         .click()
         .await
         .unwrap();
-    let verdict = wait_text(&c, "#verdict", "done once").await;
-    assert!(verdict.contains("charge:v1:ORD-3"), "{verdict}");
-    shot(&c, "lookup").await;
+    let verdict = wait_text(&c, "#verdict", "Done once").await;
+    assert!(verdict.contains("recorded success"), "{verdict}");
+    assert!(
+        text_of(&c, "section[data-key='charge:v1:ORD-3'] h2")
+            .await
+            .contains("applied")
+    );
 
     // The morning audit: yesterday's by default, from the nav.
     c.find(Locator::Css("header nav a[href='/t/acme/audit']"))
@@ -635,12 +638,16 @@ async fn the_dashboard_works_in_a_real_browser_with_javascript() {
         .unwrap();
     let verdict = text_of(&c, "#verdict").await;
     assert!(
-        verdict.contains("charge:v1:ORD-7: charged twice: demo_ch_1, $20.00")
-            && verdict.contains("demo_ch_2, $20.00"),
+        verdict.contains("Charged twice: demo_ch_1 $20.00")
+            && verdict.contains("demo_ch_2 $20.00")
+            && verdict.contains("lists it as a duplicate"),
         "{verdict}"
     );
-    assert!(text_of(&c, "#charges").await.contains("pay-demo"));
-    shot(&c, "lookup-charge").await;
+    assert!(
+        text_of(&c, "section[data-verdict=duplicate] .charges")
+            .await
+            .contains("pay-demo")
+    );
 
     // Another tenant's pages do not exist for alice.
     c.goto(&format!("{base}/t/globex/queue")).await.unwrap();
@@ -768,7 +775,7 @@ async fn the_dashboard_works_with_javascript_turned_off() {
         .click()
         .await
         .unwrap();
-    wait_text(&c, "#verdict", "done once").await;
+    wait_text(&c, "#verdict", "Done once").await;
     assert!(
         c.current_url()
             .await
@@ -778,4 +785,119 @@ async fn the_dashboard_works_with_javascript_turned_off() {
     );
     c.close().await.unwrap();
     s.w.finish().await;
+}
+
+/// Support's lookup in the browser, for every case the answer knows (planted by the shared
+/// `answer_cases`): typed into the search box and answered in place by htmx, each with its
+/// verdict and sentence; a near match offered as a link that answers when followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lookup_answers_every_case_in_a_real_browser() {
+    use answer_cases::*;
+    let _one = ONE_BROWSER.lock().await;
+    let w = World::new(Backend::Sqlite).await;
+    let cases = plant(w.ledger.clone(), &w.a).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = w.app.clone();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    let driver = start_driver().await;
+    let c = browser(&driver, true).await;
+    sign_in(&c, &base, "alice@acme.test").await;
+
+    let every: &[(&str, &str, &str)] = &[
+        (APPLIED, "applied", "Charged once"),
+        (NOT_APPLIED, "not_applied", "Not charged"),
+        (DUPLICATE_RECONCILED, "duplicate", "more than once"),
+        (PROVISIONAL, "applied", "Probably charged once"),
+        (MISSING, "missing", "no charge for it"),
+        (DUPLICATE_AUDIT, "duplicate", "Charged twice"),
+        (ABANDONED, "unknown", "worker stopped"),
+        (UNROUTED, "unknown", "no provider is set up"),
+        (BY_HAND, "applied", HAND_NOTE),
+        (ORPHAN, "", "no effect of the application accounts for"),
+        (NOBODY_HAS, "", "Nothing found"),
+    ];
+    c.goto(&format!("{base}/t/acme/lookup")).await.unwrap();
+    for (q, verdict, says) in every {
+        let input = c.find(Locator::Css("input[name=q]")).await.unwrap();
+        input.clear().await.unwrap();
+        input.send_keys(q).await.unwrap();
+        c.find(Locator::Css("form[role=search] button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        wait_text(&c, "#verdict", says).await;
+        if !verdict.is_empty() {
+            let card = text_of(&c, &format!("section[data-verdict={verdict}]")).await;
+            assert!(card.contains(q), "{q}: {card}");
+        }
+        match *q {
+            MISSING => shot(&c, "lookup").await,
+            PROVISIONAL => {
+                assert!(text_of(&c, ".next-lookup").await.contains("UTC"));
+                assert!(text_of(&c, "section h2").await.contains("provisional"));
+            }
+            UNROUTED => {
+                assert!(c.find(Locator::Css(".next-lookup")).await.is_err());
+                assert!(text_of(&c, "section h2").await.contains("needs a person"));
+            }
+            BY_HAND => {
+                let r = text_of(&c, ".resolution").await;
+                assert!(r.contains(HAND_AUTHOR) && r.contains(HAND_NOTE), "{r}");
+            }
+            ORPHAN => assert!(text_of(&c, "#charges").await.contains("$49.00")),
+            _ => {}
+        }
+    }
+
+    // By a refund's id: the duplicate order, with both charges and the refund.
+    c.goto(&format!(
+        "{base}/t/acme/lookup?q={}",
+        cases.duplicate_refund
+    ))
+    .await
+    .unwrap();
+    let card = text_of(&c, "section[data-verdict=duplicate]").await;
+    assert!(
+        card.contains("$1,234.00") && card.contains("refunded $1,234.00"),
+        "{card}"
+    );
+    shot(&c, "lookup-charge").await;
+
+    // A near match is offered, and answers when followed.
+    c.goto(&format!("{base}/t/acme/lookup?q=ord-a1"))
+        .await
+        .unwrap();
+    assert!(text_of(&c, "#verdict").await.starts_with("Nothing found"));
+    c.find(Locator::Css("#did-you-mean a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_text(&c, "#verdict", "Charged once").await;
+    assert!(
+        c.current_url()
+            .await
+            .unwrap()
+            .as_str()
+            .ends_with(&format!("/lookup?q={APPLIED}"))
+    );
+    let csp: Vec<String> = console(&c)
+        .await
+        .into_iter()
+        .filter(|m| m.contains("Content Security Policy"))
+        .collect();
+    assert!(csp.is_empty(), "{csp:?}");
+    c.close().await.unwrap();
+    w.finish().await;
 }

@@ -184,7 +184,8 @@ async fn every_page_renders_with_real_effects_for_an_admin() {
     let r = get(&w, &cookie, "/t/acme/lookup?q=ORD-3").await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert!(
-        r.text.contains("charge: done once (charge:v1:ORD-3"),
+        r.text
+            .contains("Done once: the application recorded success"),
         "{}",
         r.text
     );
@@ -666,6 +667,11 @@ async fn static_files_are_embedded_typed_and_cached_for_good() {
         StatusCode::NOT_FOUND,
         "only the fingerprinted name is served"
     );
+    // The icon browsers ask for on every page, unauthenticated.
+    let r = send(&w.app, Method::GET, "/favicon.ico", Req::default()).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.headers["content-type"], "image/svg+xml");
+    assert!(r.text.starts_with("<svg"));
     w.finish().await;
 }
 
@@ -845,7 +851,8 @@ async fn the_audit_page_shows_yesterdays_findings_by_kind_with_amounts_and_total
     );
     let mut rd = csv::Reader::from_reader(r.text.as_bytes());
     let kinds: Vec<String> = rd.records().map(|x| x.unwrap()[4].to_owned()).collect();
-    assert_eq!(kinds, vec!["orphan", "duplicate"]);
+    // The findings, then the day's totals per currency.
+    assert_eq!(kinds, vec!["orphan", "duplicate", "total", "total"]);
     let log = w.ledger.list_actions(w.a.id, None, 10).await.unwrap();
     let export = log.iter().find(|a| a.action == "export").expect("logged");
     assert_eq!(export.actor, "user:fin@acme.test");
@@ -1006,7 +1013,7 @@ async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once
     user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
     let (cookie, _) = session(&w.app, "sam@acme.test").await;
 
-    let said = "charge:v1:ORD-3: charged once, ch_1, $20.00, 28 Nov 2026 14:02 CET.";
+    let said = "Charged once: ch_1 $20.00 on 28 Nov 2026 14:02 CET.";
     for q in ["ch_1", "ORD-3"] {
         let r = get(&w, &cookie, &format!("/t/acme/lookup?q={q}")).await;
         assert_eq!(r.status, StatusCode::OK, "{q}: {}", r.text);
@@ -1028,7 +1035,7 @@ async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once
     let r = get(&w, &cookie, "/t/acme/lookup?q=ch_stray").await;
     assert!(
         r.text.contains(
-            "ch_stray at pay: ch_stray, $9.99, 28 Nov 2026 14:02 CET, and no effect names it."
+            "The provider pay has a charge ch_stray ($9.99, succeeded, 28 Nov 2026 14:02 CET) that no effect of the application accounts for"
         ),
         "{}",
         r.text
@@ -1325,7 +1332,9 @@ async fn an_admin_makes_a_token_seen_once_revokes_it_adds_a_provider_with_a_hidd
     for action in ["token.create", "token.revoke", "provider.add", "route.set"] {
         assert!(log.contains(action), "{action}: {log}");
     }
-    assert!(log.contains("user:alice@acme.test"));
+    // People by their email, never a row id.
+    assert!(log.contains("alice@acme.test"), "{log}");
+    assert!(!log.contains("user:"), "{log}");
 
     // Finance may not touch settings.
     user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;

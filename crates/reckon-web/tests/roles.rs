@@ -66,6 +66,7 @@ const POLICY: &[(&str, &str, Option<Role>)] = {
         ("POST", "/signout", Some(Viewer)),
         ("GET", "/app", Some(Viewer)),
         ("GET", "/static/{name}", None),
+        ("GET", "/favicon.ico", None),
         ("GET", "/t/{tenant}", Some(Viewer)),
         ("GET", "/t/{tenant}/queue", Some(Support)),
         ("POST", "/t/{tenant}/queue/requeue", Some(Finance)),

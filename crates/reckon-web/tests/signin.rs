@@ -55,7 +55,8 @@ async fn sign_in_sets_a_host_cookie_and_rotates_the_session() {
 
     let r = sign_in(&w.app, "alice@acme.test", PASSWORD, &[]).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
-    assert_eq!(r.location(), Some("/app"));
+    // One tenant: straight to it; a person in several tenants chooses on /app.
+    assert_eq!(r.location(), Some("/t/acme"));
     let cookie = r.headers[header::SET_COOKIE].to_str().unwrap().to_owned();
     for part in [
         "__Host-reckon_session=",

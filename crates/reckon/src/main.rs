@@ -8,6 +8,7 @@ mod demo;
 mod healthcheck;
 mod keys;
 mod logging;
+mod lookup_cmd;
 mod output;
 mod reconcile_cmd;
 mod serve;
@@ -126,11 +127,17 @@ enum Cmd {
     /// the diff); `set` turns a source's write-back on or off; `list` shows the log.
     Writeback(writeback::WritebackArgs),
     // ---- end write-back ----
-    /// Find effects by exact key, or by an exact key part (an order id).
+    /// What happened to an order: reckon's verdict per effect, with the audit's findings
+    /// and the provider's charges. Finds by whole key, key part (an order id) or provider
+    /// object id (ch_…, pi_…, re_…). Exits 1 when nothing is found.
     Lookup {
+        /// The tenant whose effects to search.
         #[arg(long)]
         tenant: String,
+        /// An order id, a key part, a whole key or a provider object id.
         text: String,
+        /// How to print the answer: a table with the sentence, JSON, or CSV (one row per
+        /// effect and per charge with no effect).
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -360,9 +367,10 @@ async fn main() -> anyhow::Result<()> {
             text,
             format,
         } => {
-            let t = ledger.tenant_by_slug(&tenant).await?;
-            let found = ledger.lookup(t.id, &text, 1000).await?;
-            output::effects(&found, format)?;
+            if !lookup_cmd::lookup(&*ledger, &tenant, &text, format).await? {
+                // Nothing found is an answer (printed above), and exit status 1 for scripts.
+                std::process::exit(1);
+            }
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 
 use crate::Format;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use reckon_ledger::{Effect, Source};
+use reckon_ledger::Source;
 use std::io::IsTerminal;
 
 /// A spinner with a row count on stderr, drawn only when stderr is a terminal.
@@ -22,74 +22,6 @@ pub fn progress(label: &str) -> ProgressBar {
 
 fn when(t: Option<f64>) -> String {
     t.map(|t| format!("{t:.3}")).unwrap_or_default()
-}
-
-fn effect_row(e: &Effect) -> Vec<String> {
-    vec![
-        e.source.clone(),
-        e.key.clone(),
-        e.state.as_str().to_owned(),
-        e.unresolved_kind
-            .map(|k| k.as_str().to_owned())
-            .unwrap_or_default(),
-        e.attempts.to_string(),
-        format!("{:.3}", e.updated_at),
-        e.gone_reason.clone().unwrap_or_default(),
-    ]
-}
-
-const EFFECT_HEADER: [&str; 7] = [
-    "source",
-    "key",
-    "state",
-    "unresolved",
-    "attempts",
-    "updated_at",
-    "gone",
-];
-
-pub fn effects(list: &[Effect], format: Format) -> anyhow::Result<()> {
-    match format {
-        Format::Json => {
-            let v: Vec<serde_json::Value> = list
-                .iter()
-                .map(|e| {
-                    let mut v = serde_json::to_value(e).expect("effects serialize");
-                    v["response"] = e
-                        .response_json
-                        .as_deref()
-                        .map(serde_json::from_str)
-                        .transpose()
-                        .ok()
-                        .flatten()
-                        .unwrap_or(serde_json::Value::Null);
-                    v
-                })
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        }
-        Format::Csv => {
-            let mut w = csv::Writer::from_writer(std::io::stdout());
-            w.write_record(EFFECT_HEADER)?;
-            for e in list {
-                w.write_record(effect_row(e).iter().map(|c| neutralise(c)))?;
-            }
-            w.flush()?;
-        }
-        Format::Table => {
-            if list.is_empty() {
-                eprintln!("no effects found");
-                return Ok(());
-            }
-            let mut b = tabled::builder::Builder::default();
-            b.push_record(EFFECT_HEADER);
-            for e in list {
-                b.push_record(effect_row(e));
-            }
-            println!("{}", b.build());
-        }
-    }
-    Ok(())
 }
 
 pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {

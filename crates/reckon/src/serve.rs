@@ -41,7 +41,12 @@ pub async fn run_with(
     // Bind first, so a taken port fails before anything else starts.
     let listener = tokio::net::TcpListener::bind(&settings.listen)
         .await
-        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (choose another address with --listen or RECKON_LISTEN)",
+                settings.listen
+            )
+        })?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening");
     if let Some(b) = banner {
@@ -483,10 +488,15 @@ async fn scan_claimed(
         _ => metrics.record_scan_error(&tenant.slug, &source.name),
     }
     match outcome {
-        Ok(Ok(r)) => tracing::info!(
+        // A scan that changed something is news; the routine one every few seconds is not.
+        Ok(Ok(r)) if r.created + r.updated + r.quarantined > 0 => tracing::info!(
             tenant = %tenant.slug, source = %source.name,
             rows = r.rows_read, created = r.created, updated = r.updated,
             quarantined = r.quarantined, "scan done"
+        ),
+        Ok(Ok(r)) => tracing::debug!(
+            tenant = %tenant.slug, source = %source.name, rows = r.rows_read,
+            "scan done, nothing changed"
         ),
         Ok(Err(_)) => {} // recorded in the source's health by scan_source
         Err(join) => {

@@ -90,6 +90,8 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
         .args(["demo", "--listen", "127.0.0.1:0"])
         .current_dir(cwd.path())
         .env_remove("RECKON_DATABASE_URL")
+        // The schedule checks every second, so its audit of yesterday runs within the test.
+        .env("RECKON_AUDIT_CHECK_SECS", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -164,7 +166,12 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
     let (status, body) = get(&format!("{base}/api/v1/audits"), token).await;
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
-    let run = &v["runs"][0];
+    let run = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["triggered_by"] == "operator")
+        .unwrap_or_else(|| panic!("no operator run: {body}"));
     assert_eq!(run["status"], "complete", "{body}");
     let (status, body) = get(&format!("{base}/api/v1/audits/{}", run["id"]), token).await;
     assert_eq!(status, 200, "{body}");
@@ -241,6 +248,105 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
     };
     assert!(group("duplicate").contains("ORD-1101"), "{audit}");
     assert!(group("orphan").contains("49.00"), "{audit}");
+
+    // The support lookup says what reckon found, on the orders that once misled it.
+    for (order, verdict, says) in [
+        ("ORD-1075", "missing", "no charge for it"),
+        ("ORD-1063", "not_applied", "Not charged"),
+        ("ORD-1017", "applied", "Charged once"),
+        ("ORD-1101", "duplicate", "more than once"),
+    ] {
+        let (status, body) = get(&format!("{base}/api/v1/lookup?q={order}"), token).await;
+        assert_eq!(status, 200, "{body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let charge = v["effects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["operation"] == "charge")
+            .unwrap_or_else(|| panic!("{order}: {body}"));
+        assert_eq!(charge["verdict"], verdict, "{order}: {charge:#}");
+        assert!(
+            charge["sentence"].as_str().unwrap().contains(says),
+            "{order}: {charge:#}"
+        );
+        let html = page(&base, &cookie, &format!("/t/demo/lookup?q={order}")).await;
+        assert!(
+            html.contains(&format!("data-verdict=\"{verdict}\"")),
+            "{order}: {html}"
+        );
+    }
+
+    // The nightly schedule audits yesterday over every provider: demo-pay's part complete
+    // with its findings, the in-house ledger's failed with its reason, and the day partial.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scheduled = loop {
+        let (_, body) = get(&format!("{base}/api/v1/audits"), token).await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        if let Some(r) = v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["triggered_by"] == "schedule")
+        {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "no scheduled run: {body}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(scheduled["status"], "partial", "{scheduled:#}");
+    let (_, body) = get(&format!("{base}/api/v1/audits/{}", scheduled["id"]), token).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let parts = v["run"]["evidence"]["providers"].as_array().unwrap();
+    let part = |name: &str| {
+        parts
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no part for {name}: {body}"))
+    };
+    assert_eq!(part("demo-pay")["status"], "complete", "{body}");
+    assert_eq!(part("legacy-ledger")["status"], "failed", "{body}");
+    assert!(
+        part("legacy-ledger")["reason"]
+            .as_str()
+            .unwrap()
+            .contains("legacy-ledger"),
+        "{body}"
+    );
+    assert!(
+        v["run"]["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "duplicate"),
+        "the working provider's findings are published: {body}"
+    );
+    // The overview's reading is cached for 2 s: wait out the copy read before the run.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let overview = loop {
+        let o = read("/t/demo").await;
+        if o.contains("id=\"audit-failure\"") || Instant::now() > deadline {
+            break o;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        !overview.contains("id=\"audit-failed\""),
+        "the overview calls the day failed: {overview}"
+    );
+    assert!(
+        overview.contains("id=\"audit-failure\"") && overview.contains("legacy-ledger"),
+        "the overview does not show the failed provider beside the findings: {overview}"
+    );
+    assert!(
+        overview.contains("data-finding=\"duplicate\""),
+        "{overview}"
+    );
+    let audit = read("/t/demo/audit").await;
+    assert!(
+        audit.contains("data-failed-provider=\"legacy-ledger\""),
+        "{audit}"
+    );
 
     assert!(
         ready_after < Duration::from_secs(30),

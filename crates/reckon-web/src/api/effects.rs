@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1000;
-const LOOKUP_LIMIT: i64 = 200;
 
 /// An effect as the API shows it: the ledger's fields plus `response`, the stored JSON text
 /// decoded once (a stored `"done"` is the JSON string `done`, not a string holding quotes).
@@ -180,21 +179,31 @@ pub struct LookupParams {
     q: String,
 }
 
+/// Support's answer for an order, a key or a provider object id: reckon's verdict per
+/// effect with its sentence, findings and charges (the dashboard's lookup, as JSON). Nothing
+/// found is an answer too (`found: false`, with any near match in `did_you_mean`).
 pub async fn lookup(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(params): ApiQuery<LookupParams>,
-) -> Result<Json<Value>, ApiError> {
-    if params.q.trim().is_empty() {
-        return Err(ApiError::BadRequest(
-            "q must be an order id, a key part or a whole key".into(),
-        ));
+) -> Result<Json<reckon_engine::answer::Answer>, ApiError> {
+    let settings = state.ledger.audit_settings(auth.tenant.id).await?;
+    let tz = jiff::tz::TimeZone::get(&settings.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
+    match reckon_engine::answer::answer(
+        &*state.ledger,
+        auth.tenant.id,
+        &params.q,
+        reckon_domain::time::now(),
+        &tz,
+    )
+    .await
+    {
+        Ok(a) => Ok(Json(a)),
+        Err(reckon_engine::answer::AnswerError::Invalid(why)) => {
+            Err(ApiError::BadRequest(format!("q: {why}")))
+        }
+        Err(reckon_engine::answer::AnswerError::Ledger(e)) => Err(e.into()),
     }
-    let effects = state
-        .ledger
-        .lookup(auth.tenant.id, &params.q, LOOKUP_LIMIT)
-        .await?;
-    Ok(Json(json!({ "effects": to_json(effects)? })))
 }
 
 #[cfg(test)]

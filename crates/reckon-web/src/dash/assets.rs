@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 pub const HTMX_NAME: &str = "htmx-2.0.11.min.js";
 static HTMX: &[u8] = include_bytes!("../../../../static/vendor/htmx-2.0.11.min.js");
 static CSS: &[u8] = include_bytes!("../../../../static/reckon.css");
+static FAVICON: &[u8] = include_bytes!("../../../../static/favicon.svg");
 
 /// `reckon.<first 12 hex of its sha256>.css`
 static CSS_NAME: LazyLock<String> = LazyLock::new(|| {
@@ -41,6 +42,19 @@ pub async fn serve(Path(name): Path<String>) -> Response {
     h.insert(
         CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=31536000, immutable"),
+    );
+    res
+}
+
+/// `/favicon.ico`, which browsers ask for whatever the page says: the SVG icon (browsers
+/// go by the content type, not the name), cached for a day.
+pub async fn favicon() -> Response {
+    let mut res = FAVICON.into_response();
+    let h = res.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static("image/svg+xml"));
+    h.insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=86400"),
     );
     res
 }

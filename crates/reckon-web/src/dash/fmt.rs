@@ -52,40 +52,12 @@ pub fn zone(name: &str) -> TimeZone {
     TimeZone::get(name).unwrap_or(TimeZone::UTC)
 }
 
-/// An amount in minor units as people read it: `$20.00`, `€19.99`, `£5.00`, `¥500`, or
-/// `12.34 CHF` for currencies without a sign here (zero-decimal currencies have no cents).
-pub fn money(minor: i64, currency: &str) -> String {
-    let plain = reckon_audit::money(minor, currency);
-    let sign = match currency.to_ascii_lowercase().as_str() {
-        "usd" => "$",
-        "eur" => "€",
-        "gbp" => "£",
-        "jpy" => "¥",
-        _ => return plain,
-    };
-    let number = plain.split(' ').next().unwrap_or_default();
-    match number.strip_prefix('-') {
-        Some(abs) => format!("-{sign}{abs}"),
-        None => format!("{sign}{number}"),
-    }
-}
+/// An amount in minor units as people read it (`$1,234.00`): the lookup's own wording, so
+/// every page and the CLI write money alike.
+pub use reckon_engine::answer::money;
 
 /// A duration in words for people: "45 s", "12 min", "3 h 5 min", "2 d 4 h".
-pub fn age(secs: f64) -> String {
-    let s = secs.max(0.0) as u64;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86400 => match (s % 3600) / 60 {
-            0 => format!("{} h", s / 3600),
-            m => format!("{} h {m} min", s / 3600),
-        },
-        _ => match (s % 86400) / 3600 {
-            0 => format!("{} d", s / 86400),
-            h => format!("{} d {h} h", s / 86400),
-        },
-    }
-}
+pub use reckon_engine::answer::age;
 
 /// Everything but unreserved characters is escaped: keys hold `:`, `/`, `?`, `#`, spaces
 /// and anything else a tenant put in them.

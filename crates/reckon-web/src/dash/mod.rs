@@ -18,6 +18,7 @@ pub mod assets;
 pub mod audit;
 pub mod chart;
 pub mod fmt;
+pub mod lookup;
 pub mod pages;
 pub mod settings;
 
@@ -89,7 +90,7 @@ impl DashState {
         state: &AppState,
         tenant: reckon_ledger::TenantId,
         now: f64,
-        replay_before: f64,
+        replay: reckon_ledger::ReplayClosing,
     ) -> Result<std::sync::Arc<OverviewData>, ApiError> {
         {
             let mut cache = self.overviews.lock().expect("overview cache");
@@ -106,7 +107,16 @@ impl DashState {
                     let age = age.as_secs_f64();
                     tokio::spawn(async move {
                         // The reading is of now, not of when the stale one was asked for.
-                        let read = read_overview(&st, tenant, now + age, replay_before + age).await;
+                        let read = read_overview(
+                            &st,
+                            tenant,
+                            now + age,
+                            reckon_ledger::ReplayClosing {
+                                open_after: replay.open_after + age,
+                                closing_before: replay.closing_before + age,
+                            },
+                        )
+                        .await;
                         if let Err(e) = &read {
                             tracing::warn!(error = %e, "overview refresh failed");
                         }
@@ -116,7 +126,7 @@ impl DashState {
                 }
             }
         }
-        let read = read_overview(state, tenant, now, replay_before).await;
+        let read = read_overview(state, tenant, now, replay).await;
         self.store(tenant, read, None)
     }
 
@@ -170,7 +180,7 @@ async fn read_overview(
     st: &AppState,
     tenant: reckon_ledger::TenantId,
     now: f64,
-    replay_before: f64,
+    replay: reckon_ledger::ReplayClosing,
 ) -> Result<OverviewData, ApiError> {
     let l = &st.ledger;
     let time_zone = l.audit_settings(tenant).await?.time_zone;
@@ -181,7 +191,7 @@ async fn read_overview(
     // most of the pool (10) every refresh, and the requests of everyone else, which need a
     // connection for their session, queued behind them (p99 300 ms under load). Nobody
     // waits for a background refresh, so its length matters little.
-    let kinds = l.unresolved_summary(tenant, now, replay_before).await?;
+    let kinds = l.unresolved_summary(tenant, now, replay).await?;
     let snapshots = l.snapshots(tenant, now - CHART_SECS).await?;
     let sources = l.list_sources(tenant).await?;
     let quarantine = l.quarantine_counts(tenant).await?;
@@ -209,7 +219,7 @@ pub fn router() -> Router<AppState> {
         .route("/t/{tenant}", get(pages::overview))
         .route("/t/{tenant}/queue", get(pages::queue))
         .route("/t/{tenant}/queue/requeue", post(pages::requeue))
-        .route("/t/{tenant}/lookup", get(pages::lookup))
+        .route("/t/{tenant}/lookup", get(lookup::lookup))
         .route("/t/{tenant}/settings", get(pages::settings))
         .route("/t/{tenant}/settings/tokens", post(settings::create_token))
         .route(
@@ -254,6 +264,7 @@ pub fn router() -> Router<AppState> {
         .layer(DefaultBodyLimit::max(FORM_LIMIT_BYTES))
         .layer(CsrfLayer::new())
         .route("/static/{name}", get(assets::serve))
+        .route("/favicon.ico", get(assets::favicon))
 }
 
 /// The registry's route templates of the dashboard start with this: the guard checks the

@@ -3,7 +3,7 @@
 //! per-row query) and fills a template struct with finished strings.
 
 use super::chart::{self, Chart};
-use super::fmt::{When, age, effect_href, money, seg, when_in, when_opt_in, zone};
+use super::fmt::{When, age, effect_href, seg, when_in, when_opt_in, zone};
 use super::{PageError, assets, error_page, html, not_found, wants_fragment};
 use crate::AppState;
 use crate::authz::{Permission, allows};
@@ -23,9 +23,6 @@ use std::collections::HashMap;
 
 /// Queue rows per page.
 pub const QUEUE_PAGE: i64 = 50;
-/// Effects a lookup shows at most.
-pub const LOOKUP_LIMIT: i64 = 50;
-const MAX_QUERY_CHARS: usize = 512;
 const MAX_NOTE_CHARS: usize = 4000;
 
 /// What every page's frame (`base.html`) shows: who, which tenant, where, and the CSRF
@@ -204,7 +201,12 @@ pub struct AuditSummaryView {
 }
 
 pub struct AuditRunGlance {
+    /// No provider's part of the day completed: nothing to show but why.
     pub failed: Option<String>,
+    /// Some provider's part failed (in this run or a later one): its reason and when.
+    pub failure: Option<(String, When)>,
+    /// Findings stand for the providers read whole, not for every provider.
+    pub partial: bool,
     pub finished: When,
     /// (kind, count) of the kinds found, in the audit page's order; empty: nothing found.
     pub findings: Vec<(String, i64)>,
@@ -242,12 +244,15 @@ pub async fn overview(
     let now = time::now();
     let tenant = s.tenant.id;
     let settings = &st.metrics.settings;
-    let replay_before = now
-        - settings
-            .replay_window
-            .saturating_sub(settings.replay_warning)
-            .as_secs_f64();
-    let data = st.dash.overview(&st, tenant, now, replay_before).await?;
+    let replay = reckon_ledger::ReplayClosing {
+        open_after: now - settings.replay_window.as_secs_f64(),
+        closing_before: now
+            - settings
+                .replay_window
+                .saturating_sub(settings.replay_warning)
+                .as_secs_f64(),
+    };
+    let data = st.dash.overview(&st, tenant, now, replay).await?;
     let from = now - f64::from(days) * 86400.0 - 3600.0;
     let snapshots: Vec<_> = data
         .snapshots
@@ -263,8 +268,14 @@ pub async fn overview(
         href: format!("{}/audit?day={}", c.base, data.yesterday),
         day: data.yesterday.clone(),
         run: data.audit.as_ref().map(|a| AuditRunGlance {
-            failed: (a.status != "complete")
+            failed: (a.status == "failed")
                 .then(|| a.reason.clone().unwrap_or_else(|| "failed".into())),
+            failure: a
+                .failure
+                .as_ref()
+                .filter(|_| a.status != "failed")
+                .map(|(why, at)| (why.clone(), when_in(*at, tz))),
+            partial: a.status == "partial",
             finished: when_in(a.finished_at, tz),
             findings: FINDING_ORDER
                 .iter()
@@ -403,6 +414,8 @@ pub struct QueuePage {
 }
 
 pub struct QueueRowView {
+    /// No provider is routed for it: a person must check.
+    pub unrouted: bool,
     pub href: String,
     pub source: String,
     pub key: String,
@@ -525,7 +538,13 @@ pub async fn queue(
                 _ => o.to_owned(),
             }),
             last_error: r.last_error.clone(),
-            next_attempt: when_opt_in(r.next_attempt_at, tz),
+            // An effect no provider answers for is never looked up: no time to show.
+            next_attempt: if r.provider.is_none() || r.needs_attention {
+                None
+            } else {
+                when_opt_in(r.next_attempt_at, tz)
+            },
+            unrouted: r.provider.is_none() && r.lookups == 0 && r.last_error.is_some(),
             replay_left: replay_left(&st, r.effect.created_at, now),
             needs_attention: r.needs_attention,
             provider: r.provider.clone(),
@@ -698,7 +717,8 @@ pub struct ResolutionView {
 
 pub struct ReconcileStateView {
     pub lookups: i64,
-    pub next_attempt: When,
+    /// `None` when reckon will not look again: resolved, given up, or no provider routed.
+    pub next_attempt: Option<When>,
     pub last_outcome: String,
     pub last_error: String,
     pub needs_attention: bool,
@@ -922,10 +942,14 @@ fn effect_page(
         }),
         reconcile: view.state.as_ref().map(|x| ReconcileStateView {
             lookups: x.attempts,
-            next_attempt: when_in(x.next_attempt_at, tz),
+            next_attempt: (view.resolution.is_none()
+                && unresolved
+                && !x.needs_attention
+                && x.provider_id.is_some())
+            .then(|| when_in(x.next_attempt_at, tz)),
             last_outcome: outcome_words(x.last_outcome.as_deref(), x.non_final),
             last_error: x.last_error.clone().unwrap_or_default(),
-            needs_attention: x.needs_attention,
+            needs_attention: x.needs_attention && view.resolution.is_none(),
             provider: name(x.provider_id),
         }),
         can_resolve: allows(s.role, Permission::ResolveWithNote)
@@ -1172,317 +1196,6 @@ pub async fn reconcile_now(
 }
 
 // ---------------------------------------------------------------------------------------
-// Support lookup
-// ---------------------------------------------------------------------------------------
-
-#[derive(Template)]
-#[template(path = "lookup.html", blocks = ["result"])]
-pub struct LookupPage {
-    pub c: Chrome,
-    pub q: String,
-    pub searched: bool,
-    pub verdict: String,
-    pub found: Vec<FoundView>,
-    pub charges: Vec<ChargeFound>,
-    pub truncated: bool,
-}
-
-/// A provider charge the audit imported, as the lookup shows it.
-pub struct ChargeFound {
-    pub id: String,
-    pub provider: String,
-    pub amount: String,
-    pub status: String,
-    pub refunded: String,
-    /// The idempotency key it was made with, if the provider reports one.
-    pub key: String,
-    pub created: When,
-}
-
-pub struct FoundView {
-    pub href: String,
-    pub source: String,
-    pub key: String,
-    pub operation: String,
-    pub state: &'static str,
-    pub words: String,
-    pub created: When,
-}
-
-#[derive(Deserialize)]
-pub struct LookupQuery {
-    q: Option<String>,
-}
-
-/// The verdict on everything one search found, per operation, in plain words.
-pub fn verdict(q: &str, found: &[Effect], now: f64, tz: &TimeZone) -> String {
-    if found.is_empty() {
-        return format!(
-            "Nothing found for “{q}”: no effect has this key, subject or key part, and no imported provider charge has this id."
-        );
-    }
-    let mut ops: Vec<(String, Vec<&Effect>)> = Vec::new();
-    for e in found {
-        let op = e.operation.clone().unwrap_or_else(|| "effect".into());
-        match ops.iter_mut().find(|(o, _)| *o == op) {
-            Some((_, v)) => v.push(e),
-            None => ops.push((op, vec![e])),
-        }
-    }
-    ops.iter()
-        .map(|(op, es)| {
-            let done: Vec<&&Effect> = es
-                .iter()
-                .filter(|e| e.state == EffectState::Succeeded)
-                .collect();
-            let unresolved = es.iter().filter(|e| e.unresolved_kind.is_some()).count();
-            match (done.len(), unresolved) {
-                (1, 0) => format!(
-                    "{op}: done once ({}, {}).",
-                    done[0].key,
-                    when_in(done[0].updated_at, tz).text
-                ),
-                (n, 0) if n > 1 => format!(
-                    "{op}: done {n} times ({}): check for a double charge.",
-                    done.iter()
-                        .map(|e| e.key.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                (0, 0) => format!("{op}: {}.", state_words(es[0], now, tz)),
-                (d, u) => format!(
-                    "{op}: {u} unresolved ({}){}.",
-                    es.iter()
-                        .filter(|e| e.unresolved_kind.is_some())
-                        .map(|e| state_words(e, now, tz))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    if d > 0 {
-                        format!(", and done {d} time(s)")
-                    } else {
-                        String::new()
-                    }
-                ),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The provider object an effect's recorded response names (`{"id": "ch_..."}`), if any.
-fn response_id(e: &Effect) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(e.response_json.as_deref()?).ok()?;
-    v.get("id")?.as_str().map(str::to_owned)
-}
-
-/// Each effect's provider charges, and the charges no found effect names, in plain words:
-/// "charge:v1:ORD-7: charged once, ch_123, $20.00, 28 Nov 2026 14:02 UTC."
-pub fn charge_verdict(
-    found: &[Effect],
-    charges: &[reckon_ledger::StoredCharge],
-    providers: &HashMap<i64, String>,
-    tz: &TimeZone,
-) -> String {
-    let one = |c: &reckon_ledger::StoredCharge| {
-        let mut s = format!(
-            "{}, {}, {}",
-            c.charge_id,
-            money(c.amount, &c.currency),
-            when_in(c.created, tz).text
-        );
-        if c.status != "succeeded" {
-            s.push_str(&format!(" ({})", c.status));
-        }
-        if c.amount_refunded > 0 {
-            s.push_str(&format!(
-                ", refunded {}",
-                money(c.amount_refunded, &c.currency)
-            ));
-        }
-        s
-    };
-    let mut said: Vec<String> = Vec::new();
-    let mut named: Vec<&str> = Vec::new();
-    for e in found {
-        let rid = response_id(e);
-        let mine: Vec<&reckon_ledger::StoredCharge> = charges
-            .iter()
-            .filter(|c| {
-                c.idempotency_key.as_deref() == Some(e.key.as_str())
-                    || rid.as_deref() == Some(c.charge_id.as_str())
-            })
-            .collect();
-        named.extend(mine.iter().map(|c| c.charge_id.as_str()));
-        let paid: Vec<&&reckon_ledger::StoredCharge> =
-            mine.iter().filter(|c| c.status == "succeeded").collect();
-        match paid.len() {
-            0 if mine.is_empty() => {}
-            0 => said.push(format!(
-                "{}: not charged ({}).",
-                e.key,
-                mine.iter().map(|c| one(c)).collect::<Vec<_>>().join("; ")
-            )),
-            1 => said.push(format!("{}: charged once, {}.", e.key, one(paid[0]))),
-            n => said.push(format!(
-                "{}: charged {}: {}.",
-                e.key,
-                match n {
-                    2 => "twice".to_owned(),
-                    n => format!("{n} times"),
-                },
-                paid.iter().map(|c| one(c)).collect::<Vec<_>>().join("; ")
-            )),
-        }
-    }
-    for c in charges {
-        if !named.contains(&c.charge_id.as_str()) {
-            said.push(format!(
-                "{} at {}: {}, and no effect names it.",
-                c.charge_id,
-                providers
-                    .get(&c.provider_id)
-                    .map(String::as_str)
-                    .unwrap_or("a provider"),
-                one(c)
-            ));
-        }
-    }
-    said.join(" ")
-}
-
-pub async fn lookup(
-    State(st): State<AppState>,
-    Extension(s): Extension<WebSession>,
-    headers: HeaderMap,
-    q: Result<Query<LookupQuery>, QueryRejection>,
-) -> Result<Response, PageError> {
-    let Ok(Query(q)) = q else {
-        return Ok(bad_request("The search is malformed."));
-    };
-    let text = given(&q.q).unwrap_or_default();
-    if text.chars().count() > MAX_QUERY_CHARS {
-        return Ok(bad_request(
-            "The search is too long (at most 512 characters).",
-        ));
-    }
-    let now = time::now();
-    let tenant = s.tenant.id;
-    let mut found = if text.is_empty() {
-        vec![]
-    } else {
-        st.ledger.lookup(tenant, &text, LOOKUP_LIMIT + 1).await?
-    };
-    found.truncate(LOOKUP_LIMIT as usize + 1);
-    // The provider's side: charges imported by the audit, by the id searched for (a
-    // provider object id such as `ch_...`), by the ids the effects' responses name, and by
-    // the keys the effects were made with.
-    let mut charges = Vec::new();
-    if !text.is_empty() {
-        let mut ids = vec![text.clone()];
-        ids.extend(found.iter().filter_map(response_id));
-        let keys: Vec<String> = found.iter().map(|e| e.key.clone()).collect();
-        charges = st
-            .ledger
-            .charges_by_ids_or_keys(tenant, &ids, &keys, 200)
-            .await?;
-        // A charge found by its own id names its effect by the key it was made with.
-        if found.is_empty()
-            && let Some(key) = charges
-                .iter()
-                .find(|c| c.charge_id == text)
-                .and_then(|c| c.idempotency_key.clone())
-        {
-            found = st.ledger.lookup(tenant, &key, LOOKUP_LIMIT + 1).await?;
-            let keys: Vec<String> = found.iter().map(|e| e.key.clone()).collect();
-            let ids: Vec<String> = found.iter().filter_map(response_id).collect();
-            for c in st
-                .ledger
-                .charges_by_ids_or_keys(tenant, &ids, &keys, 200)
-                .await?
-            {
-                if !charges
-                    .iter()
-                    .any(|x| x.charge_id == c.charge_id && x.provider_id == c.provider_id)
-                {
-                    charges.push(c);
-                }
-            }
-        }
-    }
-    charges.sort_by(|a, b| {
-        a.created
-            .total_cmp(&b.created)
-            .then_with(|| a.charge_id.cmp(&b.charge_id))
-    });
-    let truncated = found.len() as i64 > LOOKUP_LIMIT;
-    let tz = &tenant_zone(&st, tenant).await?;
-    let found = &found[..found.len().min(LOOKUP_LIMIT as usize)];
-    let providers: HashMap<i64, String> = if charges.is_empty() {
-        HashMap::new()
-    } else {
-        st.ledger
-            .list_providers(tenant)
-            .await?
-            .into_iter()
-            .map(|p| (p.id, p.name))
-            .collect()
-    };
-    let verdict = if text.is_empty() {
-        String::new()
-    } else if found.is_empty() && !charges.is_empty() {
-        charge_verdict(found, &charges, &providers, tz)
-    } else {
-        let said = charge_verdict(found, &charges, &providers, tz);
-        let v = verdict(&text, found, now, tz);
-        if said.is_empty() {
-            v
-        } else {
-            format!("{v} {said}")
-        }
-    };
-    let mut page = LookupPage {
-        searched: !text.is_empty(),
-        verdict,
-        found: found
-            .iter()
-            .map(|e| FoundView {
-                href: effect_href(&s.tenant.slug, &e.source, &e.key),
-                source: e.source.clone(),
-                key: e.key.clone(),
-                operation: e.operation.clone().unwrap_or_default(),
-                state: e.state.as_str(),
-                words: state_words(e, now, tz),
-                created: when_in(e.created_at, tz),
-            })
-            .collect(),
-        charges: charges
-            .iter()
-            .map(|c| ChargeFound {
-                id: c.charge_id.clone(),
-                provider: providers.get(&c.provider_id).cloned().unwrap_or_default(),
-                amount: money(c.amount, &c.currency),
-                status: c.status.clone(),
-                refunded: if c.amount_refunded > 0 {
-                    money(c.amount_refunded, &c.currency)
-                } else {
-                    String::new()
-                },
-                key: c.idempotency_key.clone().unwrap_or_default(),
-                created: when_in(c.created, tz),
-            })
-            .collect(),
-        truncated,
-        q: text,
-        c: Chrome::new(&s, "lookup"),
-    };
-    if wants_fragment(&headers) {
-        return Ok(html(StatusCode::OK, &page.as_result(), true));
-    }
-    page.c.tenants = other_tenants(&st, &s).await?;
-    Ok(html(StatusCode::OK, &page, true))
-}
-
-// ---------------------------------------------------------------------------------------
 // Settings (admins): read-only views; secrets are never read back.
 // ---------------------------------------------------------------------------------------
 
@@ -1572,10 +1285,13 @@ pub async fn settings_response(
     let routes = st.ledger.list_routes(t).await?;
     let tokens = st.ledger.list_tokens(t).await?;
     let actions = st.ledger.list_actions(t, None, 50).await?;
-    let people = st
-        .ledger
-        .members(t)
-        .await?
+    let members = st.ledger.members(t).await?;
+    let emails: HashMap<i64, String> = members
+        .iter()
+        .map(|(u, _)| (u.id, u.email.clone()))
+        .collect();
+    let labels: HashMap<i64, String> = tokens.iter().map(|k| (k.id, k.label.clone())).collect();
+    let people = members
         .into_iter()
         .map(|(u, r)| (u.email, r.as_str(), u.disabled))
         .collect();
@@ -1647,7 +1363,7 @@ pub async fn settings_response(
             .into_iter()
             .map(|a| ActionView {
                 at: when_in(a.at, tz),
-                actor: a.actor,
+                actor: actor_words(&a.actor, &emails, &labels),
                 action: a.action,
                 target: a.target.unwrap_or_default(),
                 detail: a.detail.to_string(),
@@ -1659,6 +1375,39 @@ pub async fn settings_response(
     };
     page.c.tenants = other_tenants(st, s).await?;
     Ok(html(status, &page, false))
+}
+
+/// An audit log's actor as people read it: `user:7 via token:3` becomes
+/// `ann@acme.test via token “deploy-bot” (#3)`. People or tokens no longer in the tenant
+/// keep their number.
+pub fn actor_words(
+    actor: &str,
+    emails: &HashMap<i64, String>,
+    labels: &HashMap<i64, String>,
+) -> String {
+    actor
+        .split(' ')
+        .map(|word| {
+            if let Some(id) = word.strip_prefix("user:") {
+                match id.parse::<i64>() {
+                    Ok(i) => emails
+                        .get(&i)
+                        .cloned()
+                        .unwrap_or_else(|| format!("person #{i}")),
+                    // Recorded by email already.
+                    Err(_) => id.to_owned(),
+                }
+            } else if let Some(id) = word.strip_prefix("token:") {
+                match id.parse::<i64>().ok().and_then(|i| labels.get(&i)) {
+                    Some(label) => format!("token “{label}” (#{id})"),
+                    None => format!("token #{id}"),
+                }
+            } else {
+                word.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// A lookup's outcome as the effect page says it: a verdict that is not final says so.
@@ -1674,5 +1423,25 @@ fn outcome_words(outcome: Option<&str>, non_final: bool) -> String {
             "indeterminate: a payment can still move money (re-checked until it settles)".into()
         }
         (Some(o), _) => o.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_log_names_people_and_tokens() {
+        let emails = HashMap::from([(7, "ann@acme.test".to_owned())]);
+        let labels = HashMap::from([(3, "deploy-bot".to_owned())]);
+        assert_eq!(
+            actor_words("user:7 via token:3", &emails, &labels),
+            "ann@acme.test via token “deploy-bot” (#3)"
+        );
+        assert_eq!(actor_words("token:9", &emails, &labels), "token #9");
+        assert_eq!(
+            actor_words("user:ann@acme.test", &emails, &labels),
+            "ann@acme.test"
+        );
     }
 }

@@ -33,9 +33,10 @@ pub fn request_for(
     let json = Some("application/json");
     let form_ct = Some("application/x-www-form-urlencoded");
     match (spec.method, spec.path) {
-        ("GET", "/healthz" | "/readyz" | "/signin" | "/app" | "/api/v1/openapi.json") => {
-            (spec.path.into(), None, String::new())
-        }
+        (
+            "GET",
+            "/healthz" | "/readyz" | "/signin" | "/app" | "/api/v1/openapi.json" | "/favicon.ico",
+        ) => (spec.path.into(), None, String::new()),
         ("GET", "/api/v1/metrics" | "/metrics") => (spec.path.into(), None, String::new()),
         ("GET", "/api/v1/sources" | "/api/v1/quarantine" | "/api/v1/tokens") => {
             (spec.path.into(), None, String::new())
