@@ -342,7 +342,17 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
         overview.contains("data-finding=\"duplicate\""),
         "{overview}"
     );
-    let audit = read("/t/demo/audit").await;
+    // The scheduled run's page names the failed provider's part and its reason.
+    let audit = page(
+        &base,
+        &cookie,
+        &format!(
+            "/t/demo/audit?day={}&run={}",
+            scheduled["day"].as_str().unwrap(),
+            scheduled["id"]
+        ),
+    )
+    .await;
     assert!(
         audit.contains("data-failed-provider=\"legacy-ledger\""),
         "{audit}"
