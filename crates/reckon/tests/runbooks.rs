@@ -54,6 +54,30 @@ fn marker_in(text: &str) -> Option<Marker> {
     }
 }
 
+/// The commands and mentions of one run of prose (bullets and paragraphs).
+fn flush(prose: &mut String, steps: &mut Vec<Step>, mentions: &mut Vec<String>) {
+    // Each bullet or paragraph is its own context for the markers.
+    for block in prose.split("\n- ") {
+        let parts: Vec<&str> = block.split('`').collect();
+        for (i, span) in parts.iter().enumerate().skip(1).step_by(2) {
+            let span = span.split_whitespace().collect::<Vec<_>>().join(" ");
+            if !span.starts_with("reckon ") {
+                continue;
+            }
+            if MENTIONS.contains(&span.as_str()) {
+                mentions.push(span);
+                continue;
+            }
+            let before = parts[..i].join("`");
+            steps.push(Step {
+                command: span,
+                marker: marker_in(&before),
+            });
+        }
+    }
+    prose.clear();
+}
+
 /// `reckon …` commands of the markdown: every code span that starts with `reckon ` (a span
 /// may wrap across lines), and in fenced blocks every line's command from its `reckon `
 /// word (after `docker compose exec …` or `kubectl exec … --`), without a trailing comment.
@@ -63,28 +87,6 @@ fn steps(md: &str) -> (Vec<Step>, Vec<String>) {
     let mut mentions = Vec::new();
     let mut prose = String::new();
     let mut in_fence = false;
-    let mut flush = |prose: &mut String, steps: &mut Vec<Step>, mentions: &mut Vec<String>| {
-        // Each bullet or paragraph is its own context for the markers.
-        for block in prose.split("\n- ") {
-            let parts: Vec<&str> = block.split('`').collect();
-            for (i, span) in parts.iter().enumerate().skip(1).step_by(2) {
-                let span = span.split_whitespace().collect::<Vec<_>>().join(" ");
-                if !span.starts_with("reckon ") {
-                    continue;
-                }
-                if MENTIONS.contains(&span.as_str()) {
-                    mentions.push(span);
-                    continue;
-                }
-                let before = parts[..i].join("`");
-                steps.push(Step {
-                    command: span,
-                    marker: marker_in(&before),
-                });
-            }
-        }
-        prose.clear();
-    };
     for line in md.lines() {
         if line.trim_start().starts_with("```") {
             in_fence = !in_fence;

@@ -1,5 +1,7 @@
 //! A `reckon demo` for the CLI's tests: started on a data directory of the test's, with its
 //! banner read back, stopped when dropped.
+// Every test binary compiles this module and uses a part of it.
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
