@@ -20,6 +20,7 @@ pub struct AuditArgs {
 /// Run the audit of a day now (import the provider's charges, match, store the run).
 #[derive(Args)]
 pub struct RunArgs {
+    /// The tenant's slug (required to run an audit).
     #[arg(long)]
     pub tenant: Option<String>,
     /// YYYY-MM-DD in the tenant's time zone (default: yesterday there).
@@ -28,6 +29,7 @@ pub struct RunArgs {
     /// One provider by name (default: all of the tenant's).
     #[arg(long)]
     pub provider: Option<String>,
+    /// How to print the run (csv: one row per finding).
     #[arg(long, value_enum, default_value = "table")]
     pub format: Format,
 }
@@ -36,31 +38,43 @@ pub struct RunArgs {
 pub enum AuditCmd {
     /// Check the tenant's chain of runs: exit 1 when a run was edited or removed.
     Verify {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
     },
-    /// Print a stored run.
+    /// Print a stored run (nothing is run).
     Show {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// The run's id, from `reckon audit list`.
         id: i64,
+        /// How to print the run (csv: one row per finding).
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
     /// The tenant's runs, newest first (of one day with --date).
     List {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// Only the runs of this day (YYYY-MM-DD).
         #[arg(long)]
         date: Option<String>,
+        /// How to print the list.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
     },
     /// The tenant's time zone (IANA name; days are cut at its midnights) and the local time
     /// of the nightly audit of yesterday (HH:MM). Without flags: print them.
     Settings {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// Set the time zone, e.g. Europe/Paris.
         #[arg(long)]
         time_zone: Option<String>,
+        /// Set the local time of the nightly audit, HH:MM.
         #[arg(long)]
         at: Option<String>,
     },
@@ -124,29 +138,36 @@ pub async fn run(
                 .with_context(|| format!("no audit run {id} in tenant {tenant}"))?;
             print_run(&run, format)?;
         }
-        Some(AuditCmd::List { tenant, date }) => {
+        Some(AuditCmd::List {
+            tenant,
+            date,
+            format,
+        }) => {
             let t = ledger.tenant_by_slug(&tenant).await?;
             let runs = ledger.list_audit_runs(t.id, date.as_deref(), 100).await?;
-            let mut b = tabled::builder::Builder::default();
-            b.push_record([
-                "id", "day", "provider", "by", "status", "findings", "reason",
-            ]);
-            for r in &runs {
-                let total: i64 = r.run.counts["findings"]
-                    .as_object()
-                    .map(|m| m.values().filter_map(|v| v.as_i64()).sum())
-                    .unwrap_or(0);
-                b.push_record([
-                    r.id.to_string(),
-                    r.run.day.clone(),
-                    r.run.provider.clone(),
-                    r.run.triggered_by.clone(),
-                    r.run.status.clone(),
-                    total.to_string(),
-                    r.run.reason.clone().unwrap_or_default(),
-                ]);
-            }
-            println!("{}", b.build());
+            crate::output::rows(
+                &runs,
+                format,
+                &[
+                    "id", "day", "provider", "by", "status", "findings", "finished", "reason",
+                ],
+                |r| {
+                    let total: i64 = r.run.counts["findings"]
+                        .as_object()
+                        .map(|m| m.values().filter_map(|v| v.as_i64()).sum())
+                        .unwrap_or(0);
+                    vec![
+                        r.id.to_string(),
+                        r.run.day.clone(),
+                        r.run.provider.clone(),
+                        r.run.triggered_by.clone(),
+                        r.run.status.clone(),
+                        total.to_string(),
+                        crate::output::when(r.run.finished_at),
+                        r.run.reason.clone().unwrap_or_default(),
+                    ]
+                },
+            )?;
         }
         Some(AuditCmd::Settings {
             tenant,

@@ -159,6 +159,17 @@ impl Settings {
     }
 }
 
+/// Whether the data directory was chosen (in the configuration file, RECKON_DATA_DIR or
+/// `--data-dir`) rather than left at its default: `reckon demo` builds its ledger there
+/// when it was, and in a temporary directory when it was not.
+pub fn data_dir_given(config_file: &std::path::Path, overrides: &Overrides) -> bool {
+    overrides.data_dir.is_some()
+        || Figment::from(Toml::file(config_file))
+            .merge(Env::prefixed("RECKON_"))
+            .find_value("data_dir")
+            .is_ok()
+}
+
 fn default_client_header() -> String {
     "x-forwarded-for".into()
 }

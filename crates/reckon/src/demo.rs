@@ -3,7 +3,7 @@
 //! troubles reckon exists for), a tenant and a token, a first scan, then the server.
 
 use crate::config::Settings;
-use anyhow::Context;
+use anyhow::{Context, bail};
 use base64::Engine;
 use rand::RngCore;
 use rand::rngs::StdRng;
@@ -17,7 +17,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection, Executor};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The DDL justonce 0.2.0's SqliteStore runs (see testdata/README.md).
 const JUSTONCE_DDL: &str = "CREATE TABLE IF NOT EXISTS justonce_keys (
@@ -255,23 +255,127 @@ struct Planted {
 }
 
 const DEMO_TENANT: &str = "demo";
+/// The demo's settings, in its data directory.
+const CONFIG_FILE: &str = "reckon.toml";
 
-pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("reckon-demo-{}", std::process::id()));
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)?;
+/// The settings the demo chose for itself, as a `reckon.toml` the CLI can load: its data
+/// directory, the SQLite source directory, the egress allowance for its loopback provider
+/// and its metrics token. 0600, as it holds that token.
+fn write_config(path: &Path, settings: &Settings) -> anyhow::Result<()> {
+    // TOML basic strings take JSON's escapes, and a JSON array of strings is a TOML array.
+    let text = |p: &Path| -> anyhow::Result<String> {
+        let s = p
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", p.display()))?;
+        Ok(serde_json::to_string(s)?)
+    };
+    let mut toml = format!(
+        "# Written by `reckon demo`: the settings its own process used, so that\n\
+         # `reckon --data-dir DIR --config DIR/reckon.toml ...` works on its ledger.\n\
+         data_dir = {}\n\
+         egress_allow = {}\n",
+        text(&settings.data_dir)?,
+        serde_json::to_string(&settings.egress_allow)?,
+    );
+    if let Some(d) = &settings.sqlite_source_dir {
+        toml.push_str(&format!("sqlite_source_dir = {}\n", text(d)?));
     }
-    std::fs::create_dir_all(&dir)?;
+    if let Some(t) = &settings.metrics_token {
+        toml.push_str(&format!("metrics_token = {}\n", serde_json::to_string(t)?));
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    std::io::Write::write_all(&mut open.open(path)?, toml.as_bytes())?;
+    Ok(())
+}
+
+/// The command prefix that points the CLI at the demo's ledger: this binary, the data
+/// directory and the demo's reckon.toml. RECKON_* variables in the environment would win
+/// over the file, so the ones that would lead elsewhere are unset in the prefix.
+fn cli_prefix(dir: &Path) -> String {
+    let mut words = Vec::new();
+    let overriding: Vec<&str> = [
+        "RECKON_DATABASE_URL",
+        "RECKON_MASTER_KEY",
+        "RECKON_EGRESS_ALLOW",
+        "RECKON_SQLITE_SOURCE_DIR",
+    ]
+    .into_iter()
+    .filter(|v| std::env::var_os(v).is_some())
+    .collect();
+    if !overriding.is_empty() {
+        words.push("env".to_owned());
+        for v in overriding {
+            words.push("-u".to_owned());
+            words.push(v.to_owned());
+        }
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("reckon"));
+    words.push(shell_word(&exe.display().to_string()));
+    words.push("--data-dir".to_owned());
+    words.push(shell_word(&dir.display().to_string()));
+    words.push("--config".to_owned());
+    words.push(shell_word(&dir.join(CONFIG_FILE).display().to_string()));
+    words.join(" ")
+}
+
+/// `s` as one POSIX shell word: bare when it is plainly safe, else single-quoted.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:,=@%".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Run the demo. Its ledger, key file, store and `reckon.toml` go to `data_dir` when the
+/// operator chose one (it must not hold a ledger yet: the demo plants its own day), else to
+/// a new temporary directory.
+pub async fn run(
+    mut settings: Settings,
+    seed: u64,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let dir = match data_dir {
+        Some(d) => {
+            for name in ["reckon.db", crate::keys::KEY_FILE, CONFIG_FILE] {
+                let f = d.join(name);
+                if f.exists() {
+                    bail!(
+                        "{} exists: the demo builds a new ledger, so give it a new or empty \
+                         data directory (or none, for a temporary one)",
+                        f.display()
+                    );
+                }
+            }
+            d
+        }
+        None => {
+            let d = std::env::temp_dir().join(format!("reckon-demo-{}", std::process::id()));
+            if d.exists() {
+                std::fs::remove_dir_all(&d)?;
+            }
+            d
+        }
+    };
+    // The ledger is the demo's own SQLite file whatever the environment names, so the CLI
+    // prefix in the banner (and reckon.toml) describe it completely.
     settings.database_url = None;
     settings.master_key = None;
-    settings.data_dir = dir.join("data");
-    settings.sqlite_source_dir = Some(dir.clone());
-    let ledger = crate::open_ledger(&settings).await?;
+    settings.data_dir = dir.clone();
+    // The SQLite source directory; each tenant's files are in its own subdirectory,
+    // `sources/demo/` for the demo tenant (T12).
+    let sources = dir.join("sources");
+    settings.sqlite_source_dir = Some(sources.clone());
+    let ledger = crate::open_ledger(&settings, crate::Access::Create).await?;
 
-    // The SQLite source directory is `dir`; each tenant's files are in its own
-    // subdirectory, `dir/demo/` for the demo tenant (T12).
-    let store = dir.join(DEMO_TENANT).join("shop-justonce.db");
-    std::fs::create_dir_all(dir.join(DEMO_TENANT))?;
+    let store = sources.join(DEMO_TENANT).join("shop-justonce.db");
+    std::fs::create_dir_all(sources.join(DEMO_TENANT))?;
     let rows = write_store(&store, seed)
         .await
         .context("writing the demo justonce store")?;
@@ -446,6 +550,8 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
          - try:  curl -H 'Authorization: Bearer {token}' 'http://{{addr}}/api/v1/lookup?q=ORD-1017'\n\
          - metrics: curl -H 'Authorization: Bearer {metrics_token}' http://{{addr}}/metrics\n\
          - health: http://{{addr}}/healthz\n\
+         - CLI prefix for this ledger: {cli}\n\
+         - try:  {cli} audit list --tenant demo\n\
          Ctrl-C stops it. Data: {dir}",
         store = store.display(),
         verdicts = verdicts.join(", "),
@@ -465,7 +571,51 @@ pub async fn run(mut settings: Settings, seed: u64) -> anyhow::Result<()> {
             .filter(|e| e.unresolved_kind == Some(reckon_domain::UnresolvedKind::Abandoned))
             .count(),
         dir = dir.display(),
+        cli = cli_prefix(&dir),
     );
+    // What the demo set for itself only, written down so the CLI (the banner's prefix)
+    // sees the same ledger, loopback provider and source directory.
+    write_config(&dir.join(CONFIG_FILE), &settings).context("writing the demo's reckon.toml")?;
     let metrics = crate::serve::metrics_state(&settings, instance_metrics);
     crate::serve::run_with(settings, ledger, Some(banner), metrics).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_config_loads_back_as_the_settings_it_was_written_from() {
+        let dir = tempfile::tempdir().unwrap();
+        // A path with the characters TOML and shells care about.
+        let data = dir.path().join("a \"quoted\" \\ 'dir'");
+        std::fs::create_dir_all(&data).unwrap();
+        let settings = Settings {
+            data_dir: data.clone(),
+            egress_allow: vec!["127.0.0.1/32".into()],
+            sqlite_source_dir: Some(data.join("sources")),
+            metrics_token: Some("tok".into()),
+            ..Settings::default()
+        };
+        let file = data.join(CONFIG_FILE);
+        write_config(&file, &settings).unwrap();
+        let back = Settings::load(&file, crate::config::Overrides::default()).unwrap();
+        assert_eq!(back.data_dir, data);
+        assert_eq!(back.egress_allow, ["127.0.0.1/32"]);
+        assert_eq!(back.sqlite_source_dir, Some(data.join("sources")));
+        assert_eq!(back.metrics_token.as_deref(), Some("tok"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+    }
+
+    #[test]
+    fn a_shell_word_survives_quotes_and_spaces() {
+        assert_eq!(shell_word("/tmp/x-1/reckon.toml"), "/tmp/x-1/reckon.toml");
+        assert_eq!(shell_word("/tmp/a b"), "'/tmp/a b'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
 }

@@ -21,6 +21,7 @@ pub enum KeysCmd {
     /// --new-key-env; afterwards set RECKON_MASTER_KEY to it on every replica. With the key
     /// file of the embedded default, a new key is made and the file replaced.
     Rotate {
+        /// With RECKON_MASTER_KEY: the name of the environment variable holding the new key.
         #[arg(long)]
         new_key_env: Option<String>,
     },

@@ -31,23 +31,31 @@ use std::sync::Arc;
     about = "Find out what really happened to every side effect."
 )]
 struct Cli {
-    /// Configuration file (optional).
+    /// Configuration file (read when it exists; its settings lose to RECKON_* variables
+    /// and to flags).
     #[arg(long, global = true, default_value = "reckon.toml")]
     config: PathBuf,
-    /// Data directory for the embedded ledger (RECKON_DATA_DIR).
+    /// Data directory of the embedded ledger and its master key file (RECKON_DATA_DIR,
+    /// default ./reckon-data).
     #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
-    /// Ledger URL (RECKON_DATABASE_URL); postgres://... selects PostgreSQL.
+    /// Ledger URL (RECKON_DATABASE_URL); postgres://... selects PostgreSQL, unset is the
+    /// SQLite file reckon.db in the data directory.
     #[arg(long, global = true)]
     database_url: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
+/// How a command prints what it lists.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Format {
+    /// Aligned columns for people, times as "2026-12-01 18:40:05 UTC".
     Table,
+    /// The records as JSON, times as epoch seconds.
     Json,
+    /// One row per record with a header line; cells a spreadsheet would run as a formula
+    /// start with a quote.
     Csv,
 }
 
@@ -60,27 +68,38 @@ enum Cmd {
         listen: Option<String>,
     },
     /// Everything on an embedded ledger, a generated justonce store, in one command.
+    ///
+    /// Its ledger, key file and reckon.toml go to --data-dir (or RECKON_DATA_DIR) when one
+    /// is given, which must not hold a ledger yet, else to a new temporary directory. The
+    /// banner prints the command prefix that points the CLI at that ledger.
     Demo {
+        /// Seed of the generated day of charges (the same seed writes the same rows).
         #[arg(long, default_value_t = 7)]
         seed: u64,
+        /// Listen address of the demo's server (default RECKON_LISTEN, 127.0.0.1:8080;
+        /// port 0 picks a free one).
         #[arg(long)]
         listen: Option<String>,
     },
-    /// Apply the ledger's migrations.
+    /// Create the ledger if it does not exist, and apply its migrations.
     Migrate,
     /// Probe a running reckon's /healthz (exit 0 when healthy): the container health check.
     Healthcheck {
+        /// The health URL to probe.
         #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
         url: String,
     },
+    /// Tenants: the organisations whose data reckon keeps apart.
     Tenant {
         #[command(subcommand)]
         cmd: TenantCmd,
     },
+    /// API tokens of a tenant: create (shown once), list, revoke.
     Token {
         #[command(subcommand)]
         cmd: TokenCmd,
     },
+    /// Sources: the justonce stores reckon reads (add, list, scan now).
     Source {
         #[command(subcommand)]
         cmd: SourceCmd,
@@ -108,12 +127,16 @@ enum Cmd {
     },
     /// Look up due unresolved effects now (every tenant's, one tenant's, or one effect).
     Reconcile {
+        /// Only this tenant's effects (default: every tenant's).
         #[arg(long)]
         tenant: Option<String>,
+        /// With --key: the source of the one effect to look up now.
         #[arg(long, requires_all = ["tenant", "key"])]
         source: Option<String>,
+        /// With --source: the key of the one effect to look up now, even if not due.
         #[arg(long, requires = "source")]
         key: Option<String>,
+        /// How to print the outcomes.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -145,30 +168,48 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum TenantCmd {
-    Create { slug: String },
-    List,
+    /// Create a tenant (and the ledger, if there is none yet).
+    Create {
+        /// The tenant's short name, used in URLs and on the command line.
+        slug: String,
+    },
+    /// Every tenant.
+    List {
+        /// How to print the list.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+    },
 }
 
 #[derive(Subcommand)]
 enum TokenCmd {
     /// Print a new API token once, alone on stdout.
     Create {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// viewer | support | finance | admin
         #[arg(long, default_value = "viewer")]
         role: String,
+        /// A name to recognise the token by in lists.
         #[arg(long, default_value = "cli")]
         label: String,
     },
-    /// The tenant's tokens (never the tokens themselves), one JSON object a line.
+    /// The tenant's tokens (never the tokens themselves).
     List {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// How to print the list.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
     },
     /// Revoke a token by id: refused from its next request on, on every replica.
     Revoke {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// The token's id, from `reckon token list`.
         #[arg(long)]
         id: i64,
     },
@@ -176,19 +217,25 @@ enum TokenCmd {
 
 #[derive(Subcommand)]
 enum SourceCmd {
+    /// Add a source: a justonce table to scan, or a push source fed through the API.
     Add {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// The source's name within the tenant.
         #[arg(long)]
         name: String,
         /// sqlite | postgres | mysql | push
         #[arg(long)]
         kind: String,
+        /// Where the store is: an absolute file path (sqlite) or a URL (postgres://...,
+        /// mysql://...); only sslmode / ssl-mode parameters. Stored sealed.
         #[arg(long)]
         dsn: Option<String>,
+        /// The table to read (default justonce_keys).
         #[arg(long)]
         table: Option<String>,
-        /// e.g. 60s
+        /// How often `reckon serve` scans it, e.g. 60s.
         #[arg(long)]
         scan_interval: Option<String>,
         /// Grace after a lease ends before a claim is abandoned, e.g. 5m.
@@ -201,16 +248,21 @@ enum SourceCmd {
         #[arg(long)]
         full_scan_every: Option<String>,
     },
+    /// The tenant's sources with their health (last success, last error, failures).
     List {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// How to print the list.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
     /// Scan one source, or every scanned source.
     Scan {
+        /// With --name: the tenant of the one source to scan.
         #[arg(long, requires = "name")]
         tenant: Option<String>,
+        /// With --tenant: the one source to scan.
         #[arg(long, requires = "tenant")]
         name: Option<String>,
         /// Also compare key sets now (notices swept and released rows).
@@ -219,9 +271,46 @@ enum SourceCmd {
     },
 }
 
-pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>> {
+/// Whether a command may bring a ledger into being. Only the commands meant to set one up
+/// (`migrate`, `serve`, `demo`, `tenant create`) create the SQLite file and its key file;
+/// every other command opens an existing ledger or fails naming where it looked, so a
+/// mistyped `--data-dir` never leaves an empty ledger and a stray key file behind.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Access {
+    Create,
+    Existing,
+}
+
+/// The SQLite file the settings name, if the ledger is an embedded one (`None` for
+/// PostgreSQL, and for an in-memory SQLite URL, which has no file).
+fn sqlite_file(settings: &Settings) -> anyhow::Result<Option<PathBuf>> {
+    match settings.database_url.as_deref() {
+        None => Ok(Some(settings.data_dir.join("reckon.db"))),
+        Some(u) if u.starts_with("sqlite:") => {
+            let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(u)
+                .with_context(|| format!("reading the ledger URL {u:?}"))?;
+            let file = opts.get_filename();
+            let name = file.to_string_lossy();
+            Ok((!name.is_empty() && !name.contains(":memory:")).then(|| file.to_path_buf()))
+        }
+        Some(_) => Ok(None),
+    }
+}
+
+pub async fn open_ledger(settings: &Settings, access: Access) -> anyhow::Result<Arc<dyn Ledger>> {
     let url = settings.database_url.as_deref();
     let dir = &settings.data_dir;
+    if access == Access::Existing
+        && let Some(file) = sqlite_file(settings)?
+        && !file.exists()
+    {
+        bail!(
+            "no ledger at {}: point the CLI at an existing one (--data-dir, RECKON_DATA_DIR, \
+             --database-url, or --config naming a reckon.toml that sets them), or create one \
+             with `reckon migrate`",
+            file.display()
+        );
+    }
     if let Some(k) = &settings.master_key {
         let keyring = Keyring::from_base64(k).context("reading RECKON_MASTER_KEY")?;
         return reckon_ledger::connect(url, dir, keyring)
@@ -249,6 +338,11 @@ pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>>
             }
             other => other.context("opening the ledger"),
         },
+        None if access == Access::Existing => bail!(
+            "the master key does not open this ledger: {} is missing and RECKON_MASTER_KEY is \
+             unset (the ledger's secrets are sealed with its own key; a new one cannot replace it)",
+            path.display()
+        ),
         None => {
             let key = Keyring::generate_base64();
             let ledger = reckon_ledger::connect(url, dir, Keyring::from_base64(&key)?)
@@ -260,22 +354,35 @@ pub async fn open_ledger(settings: &Settings) -> anyhow::Result<Arc<dyn Ledger>>
     }
 }
 
+/// Errors end the process with one line on stderr (the whole `anyhow` chain, no
+/// backtrace) and exit status 1; clap's own usage errors exit 2.
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    logging::init()?;
-    let cli = Cli::parse();
+async fn main() -> std::process::ExitCode {
+    if let Err(e) = logging::init() {
+        eprintln!("error: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let listen = match &cli.cmd {
         Cmd::Serve { listen } | Cmd::Demo { listen, .. } => listen.clone(),
         _ => None,
     };
-    let settings = Settings::load(
-        &cli.config,
-        Overrides {
-            data_dir: cli.data_dir.clone(),
-            database_url: cli.database_url.clone(),
-            listen,
-        },
-    )?;
+    let overrides = Overrides {
+        data_dir: cli.data_dir.clone(),
+        database_url: cli.database_url.clone(),
+        listen,
+    };
+    let data_dir_given = config::data_dir_given(&cli.config, &overrides);
+    let settings = Settings::load(&cli.config, overrides)?;
 
     match cli.cmd {
         Cmd::Healthcheck { url } => return healthcheck::run(&url).await,
@@ -285,14 +392,24 @@ async fn main() -> anyhow::Result<()> {
             println!("{}", Keyring::generate_base64());
             return Ok(());
         }
-        Cmd::Demo { seed, .. } => return demo::run(settings, seed).await,
+        Cmd::Demo { seed, .. } => {
+            let dir = data_dir_given.then(|| settings.data_dir.clone());
+            return demo::run(settings, seed, dir).await;
+        }
         Cmd::Serve { .. } => {
-            let ledger = open_ledger(&settings).await?;
+            let ledger = open_ledger(&settings, Access::Create).await?;
             return serve::run(settings, ledger, None).await;
         }
         _ => {}
     }
-    let ledger = open_ledger(&settings).await?;
+    let access = match &cli.cmd {
+        Cmd::Migrate
+        | Cmd::Tenant {
+            cmd: TenantCmd::Create { .. },
+        } => Access::Create,
+        _ => Access::Existing,
+    };
+    let ledger = open_ledger(&settings, access).await?;
     match cli.cmd {
         Cmd::Serve { .. } | Cmd::Demo { .. } | Cmd::Healthcheck { .. } => {
             unreachable!("handled above")
@@ -306,10 +423,13 @@ async fn main() -> anyhow::Result<()> {
                 let t = ledger.create_tenant(&slug).await?;
                 eprintln!("tenant {} created", t.slug);
             }
-            TenantCmd::List => {
-                for t in ledger.list_tenants().await? {
-                    println!("{}", t.slug);
-                }
+            TenantCmd::List { format } => {
+                output::rows(
+                    &ledger.list_tenants().await?,
+                    format,
+                    &["slug", "created_at"],
+                    |t| vec![t.slug.clone(), output::when(t.created_at)],
+                )?;
             }
         },
         Cmd::Token { cmd } => match cmd {
@@ -327,7 +447,9 @@ async fn main() -> anyhow::Result<()> {
                 // Alone on stdout so a script can capture it; it is shown only this once.
                 println!("{token}");
             }
-            TokenCmd::List { tenant } => users::list_tokens(&*ledger, &tenant).await?,
+            TokenCmd::List { tenant, format } => {
+                users::list_tokens(&*ledger, &tenant, format).await?
+            }
             TokenCmd::Revoke { tenant, id } => users::revoke_token(&*ledger, &tenant, id).await?,
         },
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
@@ -473,4 +595,56 @@ async fn source_cmd(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every command and every option says what it is for in `--help`: an option added
+    /// without a doc comment fails here.
+    #[test]
+    fn every_command_and_option_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            if cmd.get_about().is_none() && cmd.get_long_about().is_none() {
+                missing.push(format!("command `{path}`"));
+            }
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                let empty = |h: Option<&clap::builder::StyledStr>| {
+                    h.is_none_or(|h| h.to_string().trim().is_empty())
+                };
+                if empty(arg.get_help()) && empty(arg.get_long_help()) {
+                    missing.push(format!("option `{id}` of `{path}`"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_name() == "help" {
+                    continue;
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let root = Cli::command();
+        root.clone().debug_assert();
+        let mut missing = Vec::new();
+        walk(&root, "reckon", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:#?}");
+        // The walk reached the nested commands (not only the top level).
+        let mut names = Vec::new();
+        fn collect(cmd: &clap::Command, names: &mut Vec<String>) {
+            for sub in cmd.get_subcommands() {
+                names.push(sub.get_name().to_owned());
+                collect(sub, names);
+            }
+        }
+        collect(&root, &mut names);
+        for n in ["tenant", "token", "source", "scan", "revoke", "settings"] {
+            assert!(names.iter().any(|x| x == n), "{n} not walked");
+        }
+    }
 }

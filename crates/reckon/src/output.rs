@@ -20,8 +20,19 @@ pub fn progress(label: &str) -> ProgressBar {
     bar
 }
 
-fn when(t: Option<f64>) -> String {
-    t.map(|t| format!("{t:.3}")).unwrap_or_default()
+/// A ledger time (epoch seconds) as people read it in a table or a spreadsheet:
+/// "2026-12-01 18:40:05 UTC". JSON keeps the epoch seconds.
+pub fn when(t: f64) -> String {
+    match jiff::Timestamp::from_millisecond((t * 1000.0).round() as i64) {
+        Ok(ts) => ts.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        // Outside jiff's range (years -9999..9999): no real ledger time, shown as it is.
+        Err(_) => t.to_string(),
+    }
+}
+
+/// [`when`] of a time that may not have happened yet (empty when it has not).
+pub fn when_opt(t: Option<f64>) -> String {
+    t.map(when).unwrap_or_default()
 }
 
 pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
@@ -38,7 +49,7 @@ pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
             s.name.clone(),
             s.kind.as_str().to_owned(),
             s.dsn_display.clone().unwrap_or_default(),
-            when(s.last_success_at),
+            when_opt(s.last_success_at),
             s.last_error.clone().unwrap_or_default(),
             s.consecutive_failures.to_string(),
         ]
@@ -63,6 +74,11 @@ pub fn rows<T: serde::Serialize>(
             w.flush()?;
         }
         Format::Table => {
+            if list.is_empty() {
+                // stderr, so the table's reader (a person) is told and stdout stays empty.
+                eprintln!("(none)");
+                return Ok(());
+            }
             let mut b = tabled::builder::Builder::default();
             b.push_record(header.iter().copied());
             for s in list {
@@ -80,5 +96,18 @@ fn neutralise(cell: &str) -> String {
     match cell.chars().next() {
         Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}"),
         _ => cell.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_times_read_as_utc_dates_to_the_second() {
+        // 2026-12-01 18:40:05.4 UTC
+        assert_eq!(when(1_796_150_405.4), "2026-12-01 18:40:05 UTC");
+        assert_eq!(when_opt(None), "");
+        assert_eq!(when_opt(Some(0.0)), "1970-01-01 00:00:00 UTC");
     }
 }

@@ -17,8 +17,10 @@ pub enum ProviderCmd {
     /// --secret-env or from stdin (--secret-stdin), never from an argument (arguments
     /// show in `ps` and shell history).
     Add {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// The provider's name within the tenant (routes name it).
         #[arg(long)]
         name: String,
         /// stripe | http | demo
@@ -37,8 +39,10 @@ pub enum ProviderCmd {
     },
     /// The tenant's providers (never their secrets).
     List {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// How to print the list.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
@@ -48,10 +52,13 @@ pub enum ProviderCmd {
 pub enum RouteCmd {
     /// Route an operation of a source (or `*`, every operation) to a provider, or to none.
     Set {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// The source's name.
         #[arg(long)]
         source: String,
+        /// The operation (a key's first part, e.g. charge), or `*` for every operation.
         #[arg(long)]
         operation: String,
         /// The provider's name; omit with --none.
@@ -61,9 +68,12 @@ pub enum RouteCmd {
         #[arg(long, conflicts_with = "provider")]
         none: bool,
     },
+    /// The tenant's routes: which provider answers for which operation of which source.
     List {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// How to print the list.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },

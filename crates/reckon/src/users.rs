@@ -14,8 +14,10 @@ use std::io::Read;
 pub enum UserCmd {
     /// Create a person (or give an existing one a role in another tenant).
     Create {
+        /// The person's email address (their sign-in name).
         #[arg(long)]
         email: String,
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
         /// admin | finance | support | viewer
@@ -27,24 +29,31 @@ pub enum UserCmd {
     },
     /// Set a new password (stdin, or generated); ends all of the person's sessions and tokens.
     Password {
+        /// The person's email address.
         #[arg(long)]
         email: String,
+        /// Read the new password from stdin instead of generating one.
         #[arg(long)]
         password_stdin: bool,
     },
     /// Disable a person: all of their sessions and tokens end now.
     Disable {
+        /// The person's email address.
         #[arg(long)]
         email: String,
     },
+    /// Let a disabled person sign in again.
     Enable {
+        /// The person's email address.
         #[arg(long)]
         email: String,
     },
     /// Turn on a TOTP second factor and print its otpauth:// URL once (or --off).
     Totp {
+        /// The person's email address.
         #[arg(long)]
         email: String,
+        /// Turn the second factor off instead.
         #[arg(long)]
         off: bool,
     },
@@ -164,12 +173,37 @@ pub async fn run(ledger: &dyn Ledger, cmd: UserCmd) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn list_tokens(ledger: &dyn Ledger, tenant: &str) -> anyhow::Result<()> {
+pub async fn list_tokens(
+    ledger: &dyn Ledger,
+    tenant: &str,
+    format: crate::Format,
+) -> anyhow::Result<()> {
+    use crate::output::{rows, when, when_opt};
     let t = ledger.tenant_by_slug(tenant).await?;
-    for k in ledger.list_tokens(t.id).await? {
-        println!("{}", serde_json::to_string(&k)?);
-    }
-    Ok(())
+    rows(
+        &ledger.list_tokens(t.id).await?,
+        format,
+        &[
+            "id",
+            "role",
+            "label",
+            "created_by",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+        ],
+        |k| {
+            vec![
+                k.id.to_string(),
+                k.role.as_str().to_owned(),
+                k.label.clone(),
+                k.created_by.clone().unwrap_or_else(|| "operator".into()),
+                when(k.created_at),
+                when_opt(k.last_used_at),
+                when_opt(k.revoked_at),
+            ]
+        },
+    )
 }
 
 pub async fn revoke_token(ledger: &dyn Ledger, tenant: &str, id: i64) -> anyhow::Result<()> {

@@ -2,6 +2,8 @@
 //! that opted in, show what a run would do (`--dry-run`), turn a source's write-back on or
 //! off (`set`), and read the write-back log (`list`).
 
+use crate::Format;
+use crate::output::{rows, when, when_opt};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use reckon_engine::writeback::{WritebackCtx, WritebackOutcome, writeback_all, writeback_dry_run};
@@ -17,11 +19,15 @@ pub struct WritebackArgs {
     /// Write back the tenant's resolved effects (every opted-in source, or `--source`).
     #[arg(long)]
     tenant: Option<String>,
+    /// Only this source.
     #[arg(long)]
     source: Option<String>,
-    /// Print each row's diff (before -> after) and write nothing.
+    /// Show each row's diff (before -> after) and write nothing.
     #[arg(long)]
     dry_run: bool,
+    /// How to print the outcomes (json carries each row before and after).
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
 }
 
 #[derive(Subcommand)]
@@ -29,22 +35,29 @@ enum WritebackCmd {
     /// Turn a source's write-back on, with what `not_applied` does (`release` deletes the row
     /// so the application's retry can run, `fail` makes it terminal), or `off`.
     Set {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// The source's name.
         #[arg(long)]
         source: String,
-        /// release | fail | off
+        /// What a `not_applied` verdict does: release | fail, or off (no write-back).
         not_applied: String,
     },
-    /// The write-back log, one JSON object a line.
+    /// The write-back log: each write-back with its status.
     List {
+        /// The tenant's slug.
         #[arg(long)]
         tenant: String,
+        /// Only this source's write-backs.
         #[arg(long)]
         source: Option<String>,
         /// pending | written | conflict
         #[arg(long)]
         status: Option<String>,
+        /// How to print the list.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
     },
 }
 
@@ -81,6 +94,7 @@ pub async fn run(
             tenant,
             source,
             status,
+            format,
         }) => {
             let t = ledger.tenant_by_slug(&tenant).await?;
             let source_id = match source {
@@ -93,12 +107,27 @@ pub async fn run(
                         .with_context(|| format!("{s:?} is not one of pending, written, conflict"))
                 })
                 .transpose()?;
-            for w in ledger
+            let list = ledger
                 .list_writebacks(t.id, source_id, status, 100_000)
-                .await?
-            {
-                println!("{}", serde_json::to_string(&w)?);
-            }
+                .await?;
+            rows(
+                &list,
+                format,
+                &[
+                    "id", "key", "action", "status", "detail", "created", "settled",
+                ],
+                |w| {
+                    vec![
+                        w.id.to_string(),
+                        w.key.clone(),
+                        w.action.as_str().to_owned(),
+                        w.status.as_str().to_owned(),
+                        w.detail.clone().unwrap_or_default(),
+                        when(w.created_at),
+                        when_opt(w.settled_at),
+                    ]
+                },
+            )?;
         }
         None => {
             let Some(tenant) = args.tenant else {
@@ -112,17 +141,31 @@ pub async fn run(
             } else {
                 writeback_all(&ctx, t.id, source).await?
             };
-            report(&outcomes, args.dry_run)?;
+            report(&outcomes, args.dry_run, args.format)?;
         }
     }
     Ok(())
 }
 
-/// One JSON object a line on stdout (the diff: `before` and `after`), a summary on stderr.
-fn report(outcomes: &[WritebackOutcome], dry_run: bool) -> anyhow::Result<()> {
+/// The outcomes on stdout (as JSON with each row's `before` and `after`), a summary on
+/// stderr.
+fn report(outcomes: &[WritebackOutcome], dry_run: bool, format: Format) -> anyhow::Result<()> {
+    rows(
+        outcomes,
+        format,
+        &["source", "key", "action", "status", "detail"],
+        |o| {
+            vec![
+                o.source.clone(),
+                o.key.clone(),
+                o.action.as_str().to_owned(),
+                o.status.clone(),
+                o.detail.clone(),
+            ]
+        },
+    )?;
     let mut counts = std::collections::BTreeMap::<&str, usize>::new();
     for o in outcomes {
-        println!("{}", serde_json::to_string(o)?);
         *counts.entry(o.status.as_str()).or_default() += 1;
     }
     let summary: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();

@@ -1,0 +1,146 @@
+//! The CLI against ledgers that exist and ledgers that do not: a read command never
+//! creates a ledger or a key file (it fails naming where it looked), only the commands
+//! meant to set one up do; every failure exits non-zero with one line on stderr and no
+//! backtrace.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn reckon(data: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_reckon"))
+        .arg("--data-dir")
+        .arg(data)
+        // No reckon.toml from wherever the test runs.
+        .arg("--config")
+        .arg(data.with_extension("no-such.toml"))
+        .args(args)
+        .env("RECKON_LOG", "warn")
+        // A backtrace would be printed here if errors carried one to the user.
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RECKON_DATABASE_URL")
+        .env_remove("RECKON_MASTER_KEY")
+        .env_remove("RECKON_DATA_DIR")
+        .output()
+        .expect("run reckon")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A failure: exit status 1, one line on stderr starting `error:`, no backtrace.
+fn failure(what: &str, out: &Output) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+    assert_eq!(err.lines().count(), 1, "{what}: not one line: {err}");
+    assert!(err.starts_with("error: "), "{what}: {err}");
+    assert!(
+        !err.contains("backtrace") && !err.contains("Caused by"),
+        "{what}: {err}"
+    );
+    err
+}
+
+const READ_COMMANDS: &[&[&str]] = &[
+    &["tenant", "list"],
+    &["token", "list", "--tenant", "acme"],
+    &["source", "list", "--tenant", "acme"],
+    &["source", "scan"],
+    &["provider", "list", "--tenant", "acme"],
+    &["route", "list", "--tenant", "acme"],
+    &["audit", "list", "--tenant", "acme"],
+    &["audit", "verify", "--tenant", "acme"],
+    &["writeback", "list", "--tenant", "acme"],
+    &["lookup", "--tenant", "acme", "ORD-1"],
+    &["reconcile"],
+    &["keys", "rotate"],
+];
+
+#[test]
+fn a_read_command_on_a_missing_ledger_names_the_path_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // A data directory that does not exist, and one that exists but holds no ledger.
+    let missing = dir.path().join("missing");
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for data in [&missing, &empty] {
+        for args in READ_COMMANDS {
+            let what = args.join(" ");
+            let err = failure(&what, &reckon(data, args));
+            let db = data.join("reckon.db");
+            assert!(
+                err.contains(&db.display().to_string()),
+                "{what}: the path is not named: {err}"
+            );
+            assert!(!db.exists(), "{what} created {}", db.display());
+            assert!(!data.join("master.key").exists(), "{what} made a key file");
+        }
+    }
+    assert!(
+        !missing.exists(),
+        "a read command created the data directory"
+    );
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+}
+
+#[test]
+fn setting_up_creates_the_ledger_and_failures_exit_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // `tenant create` is meant to set a ledger up: it creates it, with its key file.
+    let out = reckon(&data, &["tenant", "create", "acme"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(data.join("reckon.db").exists() && data.join("master.key").exists());
+    let out = reckon(&data, &["tenant", "list", "--format", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["slug"], "acme", "{v}");
+    // `migrate` on it again is harmless.
+    let out = reckon(&data, &["migrate"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Failures of every kind exit 1 with one line.
+    let err = failure(
+        "scan of an unknown source",
+        &reckon(
+            &data,
+            &["source", "scan", "--tenant", "acme", "--name", "nope"],
+        ),
+    );
+    assert!(err.contains("nope"), "{err}");
+    failure(
+        "unknown tenant",
+        &reckon(&data, &["source", "list", "--tenant", "nobody"]),
+    );
+    failure(
+        "revoking a token that does not exist",
+        &reckon(
+            &data,
+            &["token", "revoke", "--tenant", "acme", "--id", "999"],
+        ),
+    );
+
+    // Another master key than the ledger's: refused, exit 1, for a scan as for any other
+    // command, and the key file is left alone.
+    let key_file = std::fs::read_to_string(data.join("master.key")).unwrap();
+    let other = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let out = Command::new(env!("CARGO_BIN_EXE_reckon"))
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["source", "scan"])
+        .env("RECKON_LOG", "warn")
+        .env("RECKON_MASTER_KEY", other)
+        .env_remove("RECKON_DATABASE_URL")
+        .output()
+        .unwrap();
+    let err = failure("scan with another master key", &out);
+    assert!(err.contains("master key does not open"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(data.join("master.key")).unwrap(),
+        key_file
+    );
+
+    // A usage error is clap's (exit 2), with the usage line.
+    let out = reckon(&data, &["source", "scan", "--tenant", "acme"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
