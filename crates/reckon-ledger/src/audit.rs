@@ -467,16 +467,31 @@ macro_rules! impl_audits {
                 tenant: $crate::model::TenantId,
                 charges: &[$crate::audit::StoredCharge],
             ) -> $crate::Result<()> {
+                // One statement per provider and chunk, not a round trip per charge.
+                let mut by_provider: std::collections::BTreeMap<i64, Vec<&str>> =
+                    std::collections::BTreeMap::new();
                 for c in charges {
-                    sqlx::query(
-                        "DELETE FROM provider_charge_term WHERE tenant_id = $1 \
-                         AND provider_id = $2 AND charge_id = $3",
-                    )
-                    .bind(tenant.0)
-                    .bind(c.provider_id)
-                    .bind(&c.charge_id)
-                    .execute(&mut **tx)
-                    .await?;
+                    by_provider
+                        .entry(c.provider_id)
+                        .or_default()
+                        .push(c.charge_id.as_str());
+                }
+                for (provider, ids) in by_provider {
+                    for chunk in ids.chunks(1000) {
+                        let mut qb: sqlx::QueryBuilder<$db> = sqlx::QueryBuilder::new(
+                            "DELETE FROM provider_charge_term WHERE tenant_id = ",
+                        );
+                        qb.push_bind(tenant.0);
+                        qb.push(" AND provider_id = ");
+                        qb.push_bind(provider);
+                        qb.push(" AND charge_id IN (");
+                        let mut list = qb.separated(", ");
+                        for id in chunk {
+                            list.push_bind(id.to_string());
+                        }
+                        qb.push(")");
+                        qb.build().execute(&mut **tx).await?;
+                    }
                 }
                 let rows: Vec<(i64, &str, String)> = charges
                     .iter()
