@@ -4,6 +4,7 @@
 
 pub mod key;
 pub mod record;
+pub mod redact;
 pub mod state;
 pub mod time;
 
@@ -12,4 +13,5 @@ pub use record::{
     Decision, Limits, QuarantineReason, RawNum, RawRow, Rejected, SourceRecord, StoredSnapshot,
     decide, validate_row,
 };
+pub use redact::Redactor;
 pub use state::{Disappearance, State, UnresolvedKind};

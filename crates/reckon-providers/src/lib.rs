@@ -11,13 +11,13 @@ pub mod client;
 pub mod demo;
 pub mod http;
 pub mod listing;
-pub mod redact;
 pub mod settings;
 pub mod stripe;
 
 pub use classify::{Certificate, Classification, classify};
 pub use client::{AddressPolicy, GetClient, Pace};
-pub use redact::Redactor;
+// The redactor is pure and the ledger scrubs stored answers with it too.
+pub use reckon_domain::redact::{self, Redactor};
 pub use settings::{SettingsError, build_provider, provider_key};
 
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,8 @@
 //! it was sent ("Invalid API key provided: rk_live_...") must not get it stored. The
 //! [`Redactor`] replaces the secrets the request carried and the common credential shapes
 //! (Stripe's secret, restricted and webhook keys, reckon's own tokens, `Bearer` / `Basic`
-//! values) before anything is stored.
+//! values) before anything is stored, and the ledger scrubs what was stored before it
+//! existed with the same rules.
 
 use serde_json::Value;
 
