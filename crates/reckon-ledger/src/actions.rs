@@ -9,7 +9,8 @@ use serde::Serialize;
 pub struct Action {
     pub id: i64,
     pub at: f64,
-    /// `user:<email>`, `token:<id>`, or `operator` (the CLI).
+    /// `user:<email>`, `token:<id>`, `operator` (the CLI), or `reckon` (the ledger itself,
+    /// when an upgrade changes what is stored).
     pub actor: String,
     /// e.g. `signin`, `signin_failed`, `source.add`, `provider.add`, `route.set`,
     /// `effect.resolve`, `token.create`, `token.revoke`, `export`.

@@ -804,6 +804,7 @@ macro_rules! impl_audits {
                         .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
                         .await?;
                     lease::fence(&mut *tx, lease).await?;
+                    Self::lock_audit_chain(&mut tx, tenant).await?;
                     if run.triggered_by == $crate::audit::SCHEDULE_AUTHOR
                         && run.status == "complete"
                     {

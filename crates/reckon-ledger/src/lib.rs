@@ -18,6 +18,7 @@ mod plan;
 mod postgres;
 mod reconcile;
 mod rows;
+mod scrub;
 mod sqlite;
 // write-back (issue 4 item 7)
 mod writeback;
@@ -47,6 +48,7 @@ pub use dashboard::{
 };
 pub use plan::ingest_plan;
 pub use reconcile::*;
+pub use scrub::{SCRUB_ACTION, ScrubReport};
 pub use writeback::{
     NewWriteback, Writeback, WritebackAction, WritebackCandidate, WritebackPolicy, WritebackStatus,
 };

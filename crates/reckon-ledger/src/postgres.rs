@@ -57,6 +57,7 @@ impl PgLedger {
             keyring,
         };
         ledger.backfill_charge_terms().await?;
+        ledger.scrub_pending().await?;
         Ok(ledger)
     }
 
@@ -91,6 +92,20 @@ impl PgLedger {
         let mut tx = self.pool.begin().await?;
         Self::rescope(&mut tx, scope).await?;
         Ok(tx)
+    }
+
+    /// Appends to a tenant's audit chain, and the scrub that re-links it, take this lock
+    /// first: a run appended on top of a head that is being rewritten would name a digest
+    /// that no longer exists.
+    async fn lock_audit_chain(
+        tx: &mut sqlx::Transaction<'static, Postgres>,
+        tenant: TenantId,
+    ) -> Result<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('reckon audit chain', $1))")
+            .bind(tenant.0)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
     }
 
     /// Name the scope of the rest of this transaction (see accounts.rs).
@@ -394,7 +409,8 @@ impl Ledger for PgLedger {
 
     async fn migrate(&self) -> Result<()> {
         Self::migrate_with(&self.owner_opts).await?;
-        self.backfill_charge_terms().await
+        self.backfill_charge_terms().await?;
+        self.scrub_pending().await
     }
 
     async fn ping(&self) -> Result<()> {
@@ -1132,5 +1148,6 @@ crate::accounts::impl_accounts!(PgLedger, Postgres);
 
 // ---- audit (issue 6, branch `audit`) ----
 crate::audit::impl_audits!(PgLedger, Postgres);
+crate::scrub::impl_scrub!(PgLedger, Postgres);
 // write-back (issue 4 item 7)
 crate::writeback::impl_writeback!(PgLedger, Postgres, lease::fence);

@@ -89,6 +89,15 @@ impl SqliteLedger {
         }
     }
 
+    /// Appends to a tenant's audit chain, and the scrub that re-links it, are serialised
+    /// here by the write transaction itself (`BEGIN IMMEDIATE`).
+    async fn lock_audit_chain(
+        _tx: &mut sqlx::Transaction<'static, Sqlite>,
+        _tenant: TenantId,
+    ) -> Result<()> {
+        Ok(())
+    }
+
     async fn rescope(
         _tx: &mut sqlx::Transaction<'static, Sqlite>,
         _scope: crate::accounts::Scope<'_>,
@@ -202,6 +211,7 @@ impl Ledger for SqliteLedger {
             .run(&self.pool)
             .await?;
         self.backfill_charge_terms().await?;
+        self.scrub_pending().await?;
         Ok(())
     }
 
@@ -1034,5 +1044,6 @@ crate::accounts::impl_accounts!(SqliteLedger, Sqlite);
 
 // ---- audit (issue 6, branch `audit`) ----
 crate::audit::impl_audits!(SqliteLedger, Sqlite);
+crate::scrub::impl_scrub!(SqliteLedger, Sqlite);
 // write-back (issue 4 item 7)
 crate::writeback::impl_writeback!(SqliteLedger, Sqlite, lease::fence);

@@ -89,6 +89,7 @@ conformance! {
     snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
     a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
     charges_stored_before_search_terms_get_them_at_the_next_migrate => story_charge_terms_backfill with raw;
+    credentials_stored_from_providers_before_the_redactor_are_scrubbed_and_the_audit_chain_relinked => story_scrub_stored_answers with raw;
     a_tenants_members_are_listed_with_their_role_there_and_no_one_else => story_dash_members;
     provider_health_counts_the_window_and_keeps_the_newest_error_per_tenant => story_dash_provider_health;
     a_scan_request_makes_a_scanned_source_due_until_a_scan_starts_after_it => story_dash_scan_request;
@@ -3418,6 +3419,251 @@ async fn story_charge_terms_backfill(ledger: Arc<dyn Ledger>, raw: RawDb) {
     raw.exec("DELETE FROM provider_charge_term").await;
     ledger.migrate().await.unwrap();
     assert_eq!(find(ledger.clone(), ids[0], "ORD-acme").await, 0);
+}
+
+/// Provider answers stored before every answer passed the redactor: the next migrate with
+/// the job pending scrubs the tenant's own secrets and the common key shapes from every
+/// table that holds them, re-links the audit chain it changed (the runs before the first
+/// change keep their digests), writes one audit log line with both heads, and leaves other
+/// tenants and clean rows alone.
+async fn story_scrub_stored_answers(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    // The tenant's own secret has no well-known shape: only knowing it finds it.
+    const OWN: &str = "tok-Secret-9f8e7d6c";
+    const SHAPED: &str = "sk_live_4eC39HqLyjWDarjtT1zdp7dc";
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, other_src) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let p = ledger
+        .add_provider(
+            t.id,
+            reckon_ledger::NewProvider {
+                name: "pay".into(),
+                kind: "http".into(),
+                secret: Some(secrecy::SecretString::from(OWN)),
+                settings: serde_json::json!({"base_url": "https://pay.example/"}),
+            },
+        )
+        .await
+        .unwrap();
+    let now = time::now();
+    for (tenant, source) in [(t.id, s.id), (other.id, other_src.id)] {
+        ledger
+            .ingest(
+                tenant,
+                source,
+                batch(vec![
+                    rec("charge:v1:a", State::Unknown, now - 100.0),
+                    rec("charge:v1:b", State::Unknown, now - 100.0),
+                ]),
+            )
+            .await
+            .unwrap();
+    }
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let echo = format!("401: Invalid API key provided: {OWN}");
+    for (i, c) in claims.iter().enumerate() {
+        let mut a = attempt(
+            if i == 0 { "applied" } else { "indeterminate" },
+            now,
+            now + 60.0,
+            i == 0,
+        );
+        a.provider_id = Some(p.id);
+        a.error = (i == 1).then(|| echo.clone());
+        a.evidence = serde_json::json!({"classification": {"certificate": {"method": "x"}},
+            "steps": [{"body": {"error": {"message": echo}}, "headers": {"authorization": format!("Bearer {OWN}")}}],
+            "clean": "page 2 of 3"});
+        ledger
+            .record_attempt(t.id, c.effect.id, "w", a)
+            .await
+            .unwrap();
+    }
+    // The other tenant's row holds the first tenant's secret as plain text: it is not the
+    // other tenant's secret, so it stays (each tenant is scrubbed with its own).
+    let oc = ledger
+        .claim_due(other.id, "w", now, 60.0, 10)
+        .await
+        .unwrap();
+    let mut a = attempt("indeterminate", now, now + 60.0, false);
+    a.error = Some(format!("globex saw {OWN}"));
+    ledger
+        .record_attempt(other.id, oc[0].effect.id, "w", a)
+        .await
+        .unwrap();
+
+    let mut c = stored_charge(p.id, "ch_1", now, 500);
+    c.metadata = serde_json::json!({"order_id": "ORD-1", "api_key": SHAPED});
+    c.raw = serde_json::json!({"id": "ch_1", "description": format!("made with {OWN}")});
+    let clean = stored_charge(p.id, "ch_2", now, 700);
+    ledger
+        .store_provider_charges(t.id, &[c, clean.clone()])
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger
+            .charges_by_ids_or_keys(t.id, &[SHAPED.to_owned()], &[], 10)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "before: the key is even a search term"
+    );
+
+    let mut r1 = new_run("2026-11-26", "operator", "complete");
+    r1.evidence = serde_json::json!({"pages": [{"page": 1}]});
+    let mut r2 = new_run("2026-11-27", "schedule", "failed");
+    r2.reason = Some(format!("provider pay: {echo}"));
+    let mut r3 = new_run("2026-11-28", "schedule", "complete");
+    r3.evidence = serde_json::json!({"providers": [{"name": "pay", "reason": SHAPED}]});
+    let r4 = new_run("2026-11-29", "schedule", "complete");
+    let mut before = Vec::new();
+    for r in [r1, r2, r3, r4] {
+        before.push(ledger.record_audit_run(t.id, r, None).await.unwrap());
+    }
+    let other_run = ledger
+        .record_audit_run(
+            other.id,
+            new_run("2026-11-27", "operator", "complete"),
+            None,
+        )
+        .await
+        .unwrap();
+
+    // As a version without the redactor left it: the secrets stored, the job pending.
+    let has = |cells: &[(String, Vec<u8>)], needle: &str| {
+        cells
+            .iter()
+            .any(|(_, v)| String::from_utf8_lossy(v).contains(needle))
+    };
+    assert!(has(&raw.cells("reconcile_attempt").await, OWN));
+    raw.exec("INSERT INTO pending_backfill (name) VALUES ('scrub_provider_answers') ON CONFLICT DO NOTHING")
+        .await;
+    ledger.migrate().await.unwrap();
+
+    for table in [
+        "reconcile_attempt",
+        "reconcile_state",
+        "resolution",
+        "provider_charge",
+        "provider_charge_term",
+        "audit_run",
+    ] {
+        let cells = raw.cells(table).await;
+        let own_tenant: Vec<_> = cells
+            .iter()
+            .filter(|(_, v)| !String::from_utf8_lossy(v).contains("globex saw"))
+            .cloned()
+            .collect();
+        assert!(
+            !has(&own_tenant, OWN),
+            "{table} still holds the tenant's secret"
+        );
+        assert!(!has(&cells, SHAPED), "{table} still holds a live key");
+    }
+    assert!(has(&raw.cells("resolution").await, "[redacted]"));
+    assert!(
+        has(
+            &raw.cells("reconcile_attempt").await,
+            &format!("globex saw {OWN}")
+        ),
+        "another tenant's rows are judged by that tenant's secrets"
+    );
+    // What was clean is as it was; the charge is still found by its order id.
+    let view = ledger
+        .reconcile_view(t.id, claims[1].effect.id)
+        .await
+        .unwrap();
+    assert_eq!(view.attempts[0].evidence["clean"], "page 2 of 3");
+    assert_eq!(
+        view.attempts[0].error.as_deref(),
+        Some("401: Invalid API key provided: [redacted]")
+    );
+    let found = ledger
+        .charges_by_ids_or_keys(t.id, &["ORD-1".to_owned()], &[], 10)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].metadata["api_key"], "[redacted]");
+    assert!(
+        ledger
+            .charges_by_ids_or_keys(t.id, &[SHAPED.to_owned()], &[], 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ledger
+            .provider_charges(t.id, None, now - 10.0, now + 10.0)
+            .await
+            .unwrap()
+            .iter()
+            .find(|c| c.charge_id == "ch_2")
+            .unwrap()
+            .raw,
+        clean.raw
+    );
+
+    // The chain: intact, the first run untouched, re-linked from the first scrubbed one.
+    let after = ledger.audit_chain(t.id, 0, 100).await.unwrap();
+    assert!(
+        reckon_ledger::verify_chain(t.id, &after).is_empty(),
+        "{after:?}"
+    );
+    assert_eq!(after[0].digest, before[0].digest);
+    for i in 1..4 {
+        assert_ne!(after[i].digest, before[i].digest, "run {} re-linked", i + 1);
+    }
+    assert_eq!(
+        after[3].run, before[3].run,
+        "a clean later run keeps its content"
+    );
+    assert_eq!(
+        after[1].run.reason.as_deref(),
+        Some("provider pay: 401: Invalid API key provided: [redacted]")
+    );
+    assert_eq!(
+        ledger.audit_chain(other.id, 0, 100).await.unwrap()[0].digest,
+        other_run.digest,
+        "another tenant's chain is not touched"
+    );
+    // A new run goes on top of the new head.
+    let r5 = ledger
+        .record_audit_run(t.id, new_run("2026-11-30", "operator", "complete"), None)
+        .await
+        .unwrap();
+    assert_eq!(r5.prev_digest, after[3].digest);
+
+    // One line in the tenant's audit log names what changed and both heads.
+    let log = ledger.list_actions(t.id, None, 50).await.unwrap();
+    let line = log
+        .iter()
+        .find(|a| a.action == reckon_ledger::SCRUB_ACTION)
+        .expect("the scrub is in the audit log");
+    assert_eq!(line.actor, "reckon");
+    assert_eq!(line.detail["previous_head"], before[3].digest.as_str());
+    assert_eq!(line.detail["new_head"], after[3].digest.as_str());
+    assert_eq!(line.detail["rechained_from_seq"], 2);
+    assert_eq!(line.detail["rows"]["reconcile_attempt"], 2);
+    assert_eq!(line.detail["rows"]["provider_charge"], 1);
+    assert!(
+        ledger
+            .list_actions(other.id, None, 50)
+            .await
+            .unwrap()
+            .iter()
+            .all(|a| a.action != reckon_ledger::SCRUB_ACTION),
+        "nothing changed there, nothing logged"
+    );
+
+    // Struck off: the next start does not walk the ledger again.
+    raw.exec(&format!(
+        "UPDATE reconcile_attempt SET error = 'again {OWN}'"
+    ))
+    .await;
+    ledger.migrate().await.unwrap();
+    assert!(has(
+        &raw.cells("reconcile_attempt").await,
+        &format!("again {OWN}")
+    ));
 }
 
 /// The settings page's people (dashboard, issue 7): a tenant's members with their role

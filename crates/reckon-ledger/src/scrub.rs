@@ -1,0 +1,645 @@
+//! Credentials that versions without a redactor stored from providers' answers, removed.
+//!
+//! What a provider answers is stored (a lookup's evidence and error, a verdict's evidence,
+//! imported charges, the audit's runs) and shown to people of lower roles than the admin who
+//! configured the provider. New answers pass the [`Redactor`] before they are stored; this
+//! pass applies the same redactor, with the tenant's own provider secrets, to what is
+//! already stored. It runs once, at the first migrate that finds the job pending, tenant by
+//! tenant inside the tenant's scope; a tenant whose secrets do not open under the configured
+//! master key stops it, and the job stays pending for the next start.
+//!
+//! Audit runs are chained by digest ([`crate::audit`]), so a scrubbed run gets a new digest
+//! and every later run a new link. The tenant's audit log gets one line naming the previous
+//! and the new head of the chain, so whoever kept the old head can see why it changed. A
+//! chain that did not verify before the scrub is not re-linked (that would hide the break):
+//! its runs are scrubbed in place, they then fail the content check too, and the log line
+//! names the runs that were broken before.
+
+use crate::audit::{AuditRun, NewAuditRun, run_digest};
+use crate::model::TenantId;
+use reckon_domain::Redactor;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The name of the job in `pending_backfill`.
+pub(crate) const JOB: &str = "scrub_provider_answers";
+
+/// The audit log's `action` of the line a scrub that changed anything writes.
+pub const SCRUB_ACTION: &str = "ledger.scrub";
+
+/// A table with a single integer key, and the columns of it that hold provider text.
+pub(crate) type Keyed = (&'static str, &'static str, &'static [(&'static str, Kind)]);
+
+pub(crate) const KEYED: &[Keyed] = &[
+    (
+        "reconcile_attempt",
+        "id",
+        &[("error", Kind::Text), ("evidence", Kind::Json)],
+    ),
+    (
+        "reconcile_state",
+        "effect_id",
+        &[("last_error", Kind::Text)],
+    ),
+    ("resolution", "id", &[("evidence", Kind::Json)]),
+    (
+        "resolution_retracted",
+        "id",
+        &[("evidence", Kind::Json), ("reason", Kind::Text)],
+    ),
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Text,
+    Json,
+}
+
+/// What the scrub changed in one tenant: the audit log line's detail.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ScrubReport {
+    /// Rows rewritten, per table.
+    pub rows: BTreeMap<String, u64>,
+    /// Search terms that held a credential, dropped.
+    pub terms_dropped: u64,
+    /// The first run re-linked, when the chain was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rechained_from_seq: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub previous_head: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_head: Option<String>,
+    /// Runs that did not verify before the scrub (the chain was then left as it was).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub broken_before: Vec<i64>,
+}
+
+impl ScrubReport {
+    pub fn changed(&self) -> bool {
+        !self.rows.is_empty() || self.terms_dropped > 0
+    }
+
+    pub(crate) fn count(&mut self, table: &str) {
+        *self.rows.entry(table.to_owned()).or_default() += 1;
+    }
+}
+
+/// The stored column scrubbed, or `None` when it held nothing to remove. JSON is scrubbed
+/// value by value (a credential as an object key too) and written back compact; text that
+/// does not parse as JSON is scrubbed as text.
+pub(crate) fn column(r: &Redactor, kind: Kind, stored: &str) -> Option<String> {
+    if kind == Kind::Json
+        && let Ok(mut v) = serde_json::from_str::<Value>(stored)
+    {
+        let before = v.clone();
+        r.json(&mut v);
+        return (v != before).then(|| v.to_string());
+    }
+    let t = r.text(stored);
+    (t != stored).then_some(t)
+}
+
+/// A run's content scrubbed, or `None` when it held nothing to remove.
+pub(crate) fn run_content(r: &Redactor, run: &NewAuditRun) -> Option<NewAuditRun> {
+    let mut out = run.clone();
+    out.reason = run.reason.as_deref().map(|s| r.text(s));
+    for v in [
+        &mut out.counts,
+        &mut out.findings,
+        &mut out.totals,
+        &mut out.evidence,
+    ] {
+        r.json(v);
+    }
+    (out != *run).then_some(out)
+}
+
+/// Walks a chain in seq order, run by run, so that no more than a page of runs is held.
+/// `verify` is the first pass (nothing written); `relink` the second.
+#[derive(Debug, Default)]
+pub(crate) struct ChainWalk {
+    expected_seq: i64,
+    prev_stored: String,
+    prev_new: String,
+    pub(crate) broken: Vec<i64>,
+}
+
+/// What the second pass does to one run.
+#[derive(Debug, PartialEq)]
+pub(crate) struct RunEdit {
+    pub id: i64,
+    pub run: NewAuditRun,
+    pub prev_digest: String,
+    pub digest: String,
+}
+
+impl ChainWalk {
+    pub(crate) fn new() -> ChainWalk {
+        ChainWalk {
+            expected_seq: 1,
+            ..ChainWalk::default()
+        }
+    }
+
+    /// First pass: note every run that does not check out (as `verify_chain` would).
+    pub(crate) fn verify(&mut self, tenant: TenantId, r: &AuditRun) {
+        let ok = r.seq == self.expected_seq
+            && r.prev_digest == self.prev_stored
+            && run_digest(tenant.0, r.seq, &r.prev_digest, &r.run) == r.digest;
+        if !ok {
+            self.broken.push(r.seq);
+        }
+        self.expected_seq = r.seq + 1;
+        self.prev_stored = r.digest.clone();
+    }
+
+    /// Second pass: the run as it is to be stored, or `None` when it stays as it is. A
+    /// broken chain only has its content scrubbed; an intact one is re-linked from the
+    /// first run whose content changed.
+    pub(crate) fn relink(
+        &mut self,
+        tenant: TenantId,
+        r: &AuditRun,
+        redactor: &Redactor,
+        intact: bool,
+    ) -> Option<RunEdit> {
+        let scrubbed = run_content(redactor, &r.run);
+        if !intact {
+            return scrubbed.map(|run| RunEdit {
+                id: r.id,
+                run,
+                prev_digest: r.prev_digest.clone(),
+                digest: r.digest.clone(),
+            });
+        }
+        let content_changed = scrubbed.is_some();
+        let run = scrubbed.unwrap_or_else(|| r.run.clone());
+        let prev = std::mem::take(&mut self.prev_new);
+        if !content_changed && prev == r.prev_digest {
+            self.prev_new = r.digest.clone();
+            return None;
+        }
+        let digest = run_digest(tenant.0, r.seq, &prev, &run);
+        self.prev_new = digest.clone();
+        Some(RunEdit {
+            id: r.id,
+            run,
+            prev_digest: prev,
+            digest,
+        })
+    }
+}
+
+/// The one implementation of the scrub for `$ledger` over `$db` (same requirements as
+/// `impl_audits!`, whose row readers and term writer it uses, plus `lock_audit_chain`).
+macro_rules! impl_scrub {
+    ($ledger:ty, $db:ty) => {
+        impl $ledger {
+            /// Run the scrub if it is pending, tenant by tenant; strike it off when every
+            /// tenant is done.
+            pub(crate) async fn scrub_pending(&self) -> $crate::Result<()> {
+                let pending: Option<String> =
+                    sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = $1")
+                        .bind($crate::scrub::JOB)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                if pending.is_none() {
+                    return Ok(());
+                }
+                for tenant in $crate::Ledger::list_tenants(self).await? {
+                    let Some(redactor) = self.scrub_redactor(tenant.id).await? else {
+                        tracing::warn!(
+                            tenant = %tenant.slug,
+                            "stored provider answers not scrubbed yet: a provider secret \
+                             does not open under this master key (the job stays pending)"
+                        );
+                        return Ok(());
+                    };
+                    let report = self.scrub_tenant(tenant.id, &redactor).await?;
+                    if report.changed() {
+                        tracing::info!(tenant = %tenant.slug, ?report, "scrubbed stored provider answers");
+                    }
+                }
+                sqlx::query("DELETE FROM pending_backfill WHERE name = $1")
+                    .bind($crate::scrub::JOB)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            /// The tenant's provider secrets and the common credential shapes; `None` when a
+            /// secret does not open.
+            async fn scrub_redactor(
+                &self,
+                tenant: $crate::model::TenantId,
+            ) -> $crate::Result<Option<reckon_domain::Redactor>> {
+                use sqlx::Row;
+                let mut tx = self
+                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
+                    .await?;
+                let rows = sqlx::query(
+                    "SELECT name, secret_ciphertext FROM provider \
+                     WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
+                )
+                .bind(tenant.0)
+                .fetch_all(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                let mut secrets = Vec::new();
+                for row in rows {
+                    let name: String = row.try_get(0)?;
+                    let sealed: Vec<u8> = row.try_get(1)?;
+                    let aad = $crate::reconcile::provider_secret_aad(tenant.0, &name);
+                    let Some(clear) = self.keyring.open(&aad, &sealed) else {
+                        return Ok(None);
+                    };
+                    match String::from_utf8(clear) {
+                        Ok(s) => secrets.push(s),
+                        Err(_) => return Ok(None),
+                    }
+                }
+                Ok(Some(reckon_domain::Redactor::new(secrets)))
+            }
+
+            /// Scrub one tenant's stored provider answers with `redactor`.
+            pub(crate) async fn scrub_tenant(
+                &self,
+                tenant: $crate::model::TenantId,
+                redactor: &reckon_domain::Redactor,
+            ) -> $crate::Result<$crate::scrub::ScrubReport> {
+                use sqlx::Row;
+                let mut report = $crate::scrub::ScrubReport::default();
+                let scope = || $crate::accounts::Scope::Tenant(tenant);
+
+                // Rows keyed by one integer: a page per transaction (each row's rewrite
+                // stands on its own, and scrubbing twice changes nothing).
+                for (table, key, cols) in $crate::scrub::KEYED {
+                    let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+                    let select = format!(
+                        "SELECT {key}, {} FROM {table} WHERE tenant_id = $1 AND {key} > $2 \
+                         ORDER BY {key} LIMIT 500",
+                        names.join(", ")
+                    );
+                    let mut after = i64::MIN;
+                    loop {
+                        let mut tx = self.begin_scoped(scope(), true).await?;
+                        let rows = sqlx::query(sqlx::AssertSqlSafe(select.clone()))
+                            .bind(tenant.0)
+                            .bind(after)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                        let Some(last) = rows.last() else {
+                            tx.commit().await?;
+                            break;
+                        };
+                        after = last.try_get(0)?;
+                        for row in &rows {
+                            let id: i64 = row.try_get(0)?;
+                            let mut sets = Vec::new();
+                            for (i, (col, kind)) in cols.iter().enumerate() {
+                                let stored: Option<String> = row.try_get(i + 1)?;
+                                if let Some(new) = stored
+                                    .as_deref()
+                                    .and_then(|s| $crate::scrub::column(redactor, *kind, s))
+                                {
+                                    sets.push((*col, new));
+                                }
+                            }
+                            if sets.is_empty() {
+                                continue;
+                            }
+                            let mut qb: sqlx::QueryBuilder<$db> =
+                                sqlx::QueryBuilder::new(format!("UPDATE {table} SET "));
+                            let mut list = qb.separated(", ");
+                            for (col, new) in sets {
+                                list.push(format!("{col} = "));
+                                list.push_bind_unseparated(new);
+                            }
+                            qb.push(" WHERE tenant_id = ");
+                            qb.push_bind(tenant.0);
+                            qb.push(format!(" AND {key} = "));
+                            qb.push_bind(id);
+                            qb.build().execute(&mut *tx).await?;
+                            report.count(table);
+                        }
+                        tx.commit().await?;
+                    }
+                }
+
+                // Imported charges: their evidence, metadata and refunds, then their search
+                // terms written again from what is now stored.
+                let mut after: (i64, String) = (i64::MIN, String::new());
+                loop {
+                    let mut tx = self.begin_scoped(scope(), true).await?;
+                    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
+                         AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
+                         ORDER BY provider_id, charge_id LIMIT 500",
+                        $crate::audit::CHARGE_COLUMNS
+                    )))
+                    .bind(tenant.0)
+                    .bind(after.0)
+                    .bind(&after.1)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let Some(last) = rows.last() else {
+                        tx.commit().await?;
+                        break;
+                    };
+                    after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
+                    let mut changed = Vec::new();
+                    for row in &rows {
+                        let mut c = Self::charge_row(row)?;
+                        let before = (c.raw.clone(), c.metadata.clone(), c.refunds.clone());
+                        redactor.json(&mut c.raw);
+                        redactor.json(&mut c.metadata);
+                        redactor.json(&mut c.refunds);
+                        if (&c.raw, &c.metadata, &c.refunds) == (&before.0, &before.1, &before.2) {
+                            continue;
+                        }
+                        sqlx::query(
+                            "UPDATE provider_charge SET raw = $1, metadata = $2, refunds = $3 \
+                             WHERE tenant_id = $4 AND provider_id = $5 AND charge_id = $6",
+                        )
+                        .bind(c.raw.to_string())
+                        .bind(c.metadata.to_string())
+                        .bind(c.refunds.to_string())
+                        .bind(tenant.0)
+                        .bind(c.provider_id)
+                        .bind(&c.charge_id)
+                        .execute(&mut *tx)
+                        .await?;
+                        report.count("provider_charge");
+                        changed.push(c);
+                    }
+                    if !changed.is_empty() {
+                        Self::write_charge_terms(&mut tx, tenant, &changed).await?;
+                    }
+                    tx.commit().await?;
+                }
+                // A term of a charge whose stored text was clean but whose term was not (a
+                // term is at most a value, so this only catches a whole secret).
+                {
+                    let mut tx = self.begin_scoped(scope(), true).await?;
+                    let terms: Vec<String> = sqlx::query_scalar(
+                        "SELECT DISTINCT term FROM provider_charge_term WHERE tenant_id = $1",
+                    )
+                    .bind(tenant.0)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    for term in terms {
+                        if redactor.text(&term) != term {
+                            let n = sqlx::query(
+                                "DELETE FROM provider_charge_term WHERE tenant_id = $1 AND term = $2",
+                            )
+                            .bind(tenant.0)
+                            .bind(&term)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                            report.terms_dropped += n;
+                        }
+                    }
+                    tx.commit().await?;
+                }
+
+                // The audit chain, whole, in one transaction that holds the chain's lock.
+                let mut tx = self.begin_scoped(scope(), true).await?;
+                Self::lock_audit_chain(&mut tx, tenant).await?;
+                let page = |after_seq: i64| {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "SELECT {} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
+                         ORDER BY seq LIMIT 20",
+                        $crate::audit::RUN_COLUMNS
+                    )))
+                    .bind(tenant.0)
+                    .bind(after_seq)
+                };
+                let mut walk = $crate::scrub::ChainWalk::new();
+                let mut needs_scrub = false;
+                let mut head: Option<String> = None;
+                let mut after_seq = i64::MIN;
+                loop {
+                    let rows = page(after_seq).fetch_all(&mut *tx).await?;
+                    let Some(last) = rows.last() else { break };
+                    after_seq = last.try_get("seq")?;
+                    for row in &rows {
+                        let run = Self::audit_run_row(row)?;
+                        walk.verify(tenant, &run);
+                        needs_scrub |= $crate::scrub::run_content(redactor, &run.run).is_some();
+                        head = Some(run.digest);
+                    }
+                }
+                if needs_scrub {
+                    let intact = walk.broken.is_empty();
+                    report.broken_before = std::mem::take(&mut walk.broken);
+                    let mut after_seq = i64::MIN;
+                    loop {
+                        let rows = page(after_seq).fetch_all(&mut *tx).await?;
+                        let Some(last) = rows.last() else { break };
+                        after_seq = last.try_get("seq")?;
+                        for row in &rows {
+                            let run = Self::audit_run_row(row)?;
+                            let Some(edit) = walk.relink(tenant, &run, redactor, intact) else {
+                                continue;
+                            };
+                            if intact && report.rechained_from_seq.is_none() {
+                                report.rechained_from_seq = Some(run.seq);
+                            }
+                            let canon = $crate::audit::canonical_json;
+                            sqlx::query(
+                                "UPDATE audit_run SET reason = $1, counts = $2, findings = $3, \
+                                 totals = $4, evidence = $5, prev_digest = $6, digest = $7 \
+                                 WHERE tenant_id = $8 AND id = $9",
+                            )
+                            .bind(&edit.run.reason)
+                            .bind(canon(&edit.run.counts))
+                            .bind(canon(&edit.run.findings))
+                            .bind(canon(&edit.run.totals))
+                            .bind(canon(&edit.run.evidence))
+                            .bind(&edit.prev_digest)
+                            .bind(&edit.digest)
+                            .bind(tenant.0)
+                            .bind(edit.id)
+                            .execute(&mut *tx)
+                            .await?;
+                            report.count("audit_run");
+                            if intact {
+                                report.new_head = Some(edit.digest.clone());
+                            }
+                        }
+                    }
+                    if report.new_head.is_some() {
+                        report.previous_head = head;
+                    }
+                }
+                if report.changed() {
+                    let detail = serde_json::to_value(&report).unwrap_or_default();
+                    sqlx::query(
+                        "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
+                         VALUES ($1, $2, 'reckon', $3, NULL, $4, NULL)",
+                    )
+                    .bind(tenant.0)
+                    .bind(reckon_domain::time::now())
+                    .bind($crate::scrub::SCRUB_ACTION)
+                    .bind(detail.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(report)
+            }
+        }
+    };
+}
+
+pub(crate) use impl_scrub;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::verify_chain;
+    use serde_json::json;
+
+    const KEY: &str = "rk_live_51HxYzAbCdEf";
+
+    fn run(reason: Option<&str>, evidence: Value) -> NewAuditRun {
+        NewAuditRun {
+            day: "2026-11-30".into(),
+            time_zone: "UTC".into(),
+            window_start: 0.0,
+            window_end: 86400.0,
+            provider: "*".into(),
+            triggered_by: "schedule".into(),
+            status: "failed".into(),
+            reason: reason.map(str::to_owned),
+            started_at: 1.0,
+            finished_at: 2.0,
+            counts: json!({}),
+            findings: json!([]),
+            totals: json!({}),
+            evidence,
+        }
+    }
+
+    fn chain(tenant: TenantId, runs: Vec<NewAuditRun>) -> Vec<AuditRun> {
+        let mut prev = String::new();
+        runs.into_iter()
+            .enumerate()
+            .map(|(i, run)| {
+                let seq = i as i64 + 1;
+                let digest = run_digest(tenant.0, seq, &prev, &run);
+                let prev_digest = std::mem::replace(&mut prev, digest.clone());
+                AuditRun {
+                    id: 100 + seq,
+                    seq,
+                    run,
+                    prev_digest,
+                    digest,
+                }
+            })
+            .collect()
+    }
+
+    /// Both passes over `runs`, the edits applied: what the ledger would hold after.
+    fn scrub(tenant: TenantId, runs: &[AuditRun], r: &Redactor) -> (Vec<AuditRun>, Vec<i64>) {
+        let mut walk = ChainWalk::new();
+        for x in runs {
+            walk.verify(tenant, x);
+        }
+        let intact = walk.broken.is_empty();
+        let broken = walk.broken.clone();
+        let out = runs
+            .iter()
+            .map(|x| match walk.relink(tenant, x, r, intact) {
+                Some(e) => AuditRun {
+                    id: e.id,
+                    seq: x.seq,
+                    run: e.run,
+                    prev_digest: e.prev_digest,
+                    digest: e.digest,
+                },
+                None => x.clone(),
+            })
+            .collect();
+        (out, broken)
+    }
+
+    #[test]
+    fn a_scrubbed_chain_verifies_and_keeps_the_runs_before_the_first_change() {
+        let t = TenantId(7);
+        let runs = chain(
+            t,
+            vec![
+                run(None, json!({"pages": 1})),
+                run(
+                    Some(&format!("provider p: 401 Invalid API Key provided: {KEY}")),
+                    json!({}),
+                ),
+                run(
+                    None,
+                    json!({"providers": [{"reason": format!("echo {KEY}")}]}),
+                ),
+                run(None, json!({"pages": 4})),
+            ],
+        );
+        assert!(verify_chain(t, &runs).is_empty());
+        let (after, broken) = scrub(t, &runs, &Redactor::new([KEY]));
+        assert!(broken.is_empty());
+        assert!(
+            verify_chain(t, &after).is_empty(),
+            "the re-linked chain verifies"
+        );
+        assert_eq!(
+            after[0], runs[0],
+            "a run before the first change is untouched"
+        );
+        assert_ne!(after[3].digest, runs[3].digest, "a later run is re-linked");
+        assert_eq!(after[3].run, runs[3].run, "with its content as it was");
+        let text = serde_json::to_string(&after).unwrap();
+        assert!(!text.contains(KEY), "{text}");
+        assert!(text.contains("[redacted]"));
+    }
+
+    #[test]
+    fn a_chain_broken_before_is_scrubbed_but_not_relinked() {
+        let t = TenantId(7);
+        let mut runs = chain(
+            t,
+            vec![
+                run(None, json!({"pages": 1})),
+                run(Some(&format!("echo {KEY}")), json!({})),
+            ],
+        );
+        runs[0].run.evidence = json!({"pages": 2}); // edited after it was stored
+        let (after, broken) = scrub(t, &runs, &Redactor::new([KEY]));
+        assert_eq!(broken, vec![1]);
+        assert_eq!(after[1].digest, runs[1].digest, "not re-linked");
+        assert_eq!(after[1].run.reason.as_deref(), Some("echo [redacted]"));
+        assert!(
+            !verify_chain(t, &after).is_empty(),
+            "the break stays visible"
+        );
+    }
+
+    #[test]
+    fn a_clean_column_is_left_as_stored() {
+        let r = Redactor::new([KEY]);
+        assert_eq!(column(&r, Kind::Json, r#"{"b":1,"a":"x"}"#), None);
+        assert_eq!(column(&r, Kind::Text, "timeout"), None);
+        assert_eq!(
+            column(
+                &r,
+                Kind::Json,
+                &format!(r#"{{"{KEY}":"Bearer abcdefgh1234"}}"#)
+            )
+            .as_deref(),
+            Some(r#"{"[redacted]":"Bearer [redacted]"}"#)
+        );
+        assert_eq!(
+            column(&r, Kind::Json, &format!("not json {KEY}")).as_deref(),
+            Some("not json [redacted]")
+        );
+    }
+}
