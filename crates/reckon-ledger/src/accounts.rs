@@ -1,16 +1,18 @@
-//! People, memberships, dashboard sessions, sign-in throttling and the token lifecycle
-//! (issue 3). [`Accounts`] is a supertrait of [`crate::Ledger`], so every ledger has it.
+//! People, memberships, dashboard sessions, sign-in throttling and the token lifecycle.
+//! [`Accounts`] is a supertrait of [`crate::Ledger`], so every ledger has it.
 //!
-//! Both backends run the same SQL (`$n` placeholders work in SQLite too); the bodies are
-//! written once in [`impl_accounts!`] and differ only in how a transaction is opened:
+//! Both backends run the same SQL (`$n` placeholders work in SQLite too), written once for
+//! [`SqlLedger`]; they differ only in how a transaction is opened ([`Driver::begin`]):
 //! PostgreSQL names the scope of each transaction for row-level security
 //! (`set_config('reckon.tenant' | 'reckon.token' | 'reckon.session' | 'reckon.user', ...,
 //! true)`), SQLite has no RLS and ignores it.
 
 use crate::Result;
+use crate::driver::{Driver, RowsAffected, SqlLedger};
 use crate::model::{Role, Tenant, TenantId};
 use async_trait::async_trait;
 use serde::Serialize;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
 
 /// What a transaction may see under PostgreSQL row-level security.
 #[derive(Debug, Clone, Copy)]
@@ -241,705 +243,711 @@ pub trait Accounts: Send + Sync {
     async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool>;
 }
 
-/// The one implementation of [`Accounts`], for a ledger type `$ledger` over database `$db`.
-/// The ledger must have `keyring: Keyring`, `async fn begin_scoped(&self, Scope, write: bool)
-/// -> Result<Transaction<'static, $db>>` and `async fn rescope(conn, Scope) -> Result<()>`.
-macro_rules! impl_accounts {
-    ($ledger:ty, $db:ty) => {
-        #[async_trait::async_trait]
-        impl $crate::accounts::Accounts for $ledger {
-            async fn create_user(
-                &self,
-                email: &str,
-                password_hash: &str,
-            ) -> $crate::Result<$crate::accounts::User> {
-                let email = $crate::accounts::normalise_email(email)?;
-                let now = reckon_domain::time::now();
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO app_user (email, password_hash, created_at) VALUES ($1, $2, $3) \
-                     RETURNING id",
-                )
-                .bind(&email)
-                .bind(password_hash)
-                .bind(now)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(|e| match $crate::LedgerError::from(e) {
-                    $crate::LedgerError::Conflict(_) => {
-                        $crate::LedgerError::Conflict(format!("user {email:?}"))
-                    }
-                    other => other,
-                })?;
-                tx.commit().await?;
-                Ok($crate::accounts::User {
-                    id,
-                    email,
-                    disabled: false,
-                    created_at: now,
+#[async_trait::async_trait]
+impl<B: Driver> crate::accounts::Accounts for SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    async fn create_user(
+        &self,
+        email: &str,
+        password_hash: &str,
+    ) -> crate::Result<crate::accounts::User> {
+        let email = crate::accounts::normalise_email(email)?;
+        let now = reckon_domain::time::now();
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO app_user (email, password_hash, created_at) VALUES ($1, $2, $3) \
+             RETURNING id",
+        )
+        .bind(&email)
+        .bind(password_hash)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| match crate::LedgerError::from(e) {
+            crate::LedgerError::Conflict(_) => {
+                crate::LedgerError::Conflict(format!("user {email:?}"))
+            }
+            other => other,
+        })?;
+        tx.commit().await?;
+        Ok(crate::accounts::User {
+            id,
+            email,
+            disabled: false,
+            created_at: now,
+        })
+    }
+
+    async fn user_by_email(
+        &self,
+        email: &str,
+    ) -> crate::Result<Option<crate::accounts::UserCredentials>> {
+        use sqlx::Row;
+        let Ok(email) = crate::accounts::normalise_email(email) else {
+            return Ok(None);
+        };
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
+        let row = sqlx::query(
+            "SELECT id, email, password_hash, totp_secret, auth_generation, disabled_at, \
+             created_at FROM app_user WHERE email = $1",
+        )
+        .bind(&email)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let Some(row) = row else { return Ok(None) };
+        let id: i64 = row.try_get("id")?;
+        let sealed: Option<Vec<u8>> = row.try_get("totp_secret")?;
+        let totp_secret = match sealed {
+            None => None,
+            Some(s) => Some(secrecy::SecretBox::new(Box::new(
+                self.keyring
+                    .open(&crate::accounts::totp_aad(id), &s)
+                    .ok_or(crate::LedgerError::Decrypt)?,
+            ))),
+        };
+        let disabled_at: Option<f64> = row.try_get("disabled_at")?;
+        Ok(Some(crate::accounts::UserCredentials {
+            user: crate::accounts::User {
+                id,
+                email: row.try_get("email")?,
+                disabled: disabled_at.is_some(),
+                created_at: row.try_get("created_at")?,
+            },
+            password_hash: row.try_get("password_hash")?,
+            totp_secret,
+            generation: row.try_get("auth_generation")?,
+        }))
+    }
+
+    async fn set_membership(
+        &self,
+        tenant: crate::TenantId,
+        user_id: i64,
+        role: crate::Role,
+    ) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        sqlx::query(
+            "INSERT INTO membership (user_id, tenant_id, role, created_at) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
+        )
+        .bind(user_id)
+        .bind(tenant.0)
+        .bind(role.as_str())
+        .bind(reckon_domain::time::now())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn memberships(&self, user_id: i64) -> crate::Result<Vec<(crate::Tenant, crate::Role)>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::User(user_id), false).await?;
+        let rows = sqlx::query(
+            "SELECT t.id, t.slug, t.created_at, m.role FROM membership m \
+             JOIN tenant t ON t.id = m.tenant_id WHERE m.user_id = $1 ORDER BY t.slug",
+        )
+        .bind(user_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                let role: String = r.try_get("role")?;
+                Ok((
+                    crate::rows::tenant::<B::DB>(r)?,
+                    crate::Role::parse(&role).ok_or_else(|| {
+                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
+                    })?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn members(
+        &self,
+        tenant: crate::model::TenantId,
+    ) -> crate::Result<Vec<(crate::accounts::User, crate::Role)>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(
+            "SELECT u.id, u.email, u.disabled_at, u.created_at, m.role FROM membership m \
+             JOIN app_user u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.email",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                let role: String = r.try_get("role")?;
+                Ok((
+                    crate::accounts::User {
+                        id: r.try_get("id")?,
+                        email: r.try_get("email")?,
+                        disabled: r.try_get::<Option<f64>, _>("disabled_at")?.is_some(),
+                        created_at: r.try_get("created_at")?,
+                    },
+                    crate::Role::parse(&role).ok_or_else(|| {
+                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
+                    })?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn set_password(&self, user_id: i64, password_hash: &str) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let n = sqlx::query(
+            "UPDATE app_user SET password_hash = $1, \
+             auth_generation = auth_generation + 1 WHERE id = $2",
+        )
+        .bind(password_hash)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        if n == 0 {
+            return Err(crate::LedgerError::NotFound(format!("user {user_id}")));
+        }
+        Ok(())
+    }
+
+    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let at = disabled.then(reckon_domain::time::now);
+        let n = sqlx::query(
+            "UPDATE app_user SET disabled_at = $1, \
+             auth_generation = auth_generation + 1 WHERE id = $2",
+        )
+        .bind(at)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        if n == 0 {
+            return Err(crate::LedgerError::NotFound(format!("user {user_id}")));
+        }
+        Ok(())
+    }
+
+    async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> crate::Result<()> {
+        let sealed = secret.map(|s| self.keyring.seal(&crate::accounts::totp_aad(user_id), s));
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        sqlx::query("UPDATE app_user SET totp_secret = $1 WHERE id = $2")
+            .bind(sealed)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn use_totp_step(&self, user_id: i64, step: i64) -> crate::Result<bool> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let n = sqlx::query(
+            "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
+             AND (totp_last_step IS NULL OR totp_last_step < $2)",
+        )
+        .bind(user_id)
+        .bind(step)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
+    async fn create_session(
+        &self,
+        tenant: crate::TenantId,
+        new: crate::accounts::NewSession,
+    ) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        sqlx::query(
+            "INSERT INTO web_session (id_hash, tenant_id, user_id, auth_generation, \
+             csrf_token, created_at, last_seen_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $6, $7)",
+        )
+        .bind(&new.id_hash)
+        .bind(tenant.0)
+        .bind(new.user_id)
+        .bind(new.generation)
+        .bind(&new.csrf_token)
+        .bind(new.now)
+        .bind(new.expires_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn session(
+        &self,
+        id_hash: &str,
+        now: f64,
+        idle_secs: f64,
+    ) -> crate::Result<Option<crate::accounts::SessionGrant>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Session(id_hash), true).await?;
+        let Some(s) = sqlx::query(
+            "SELECT tenant_id, user_id, auth_generation, csrf_token, last_seen_at, \
+             expires_at FROM web_session WHERE id_hash = $1",
+        )
+        .bind(id_hash)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let tenant_id: i64 = s.try_get("tenant_id")?;
+        let user_id: i64 = s.try_get("user_id")?;
+        let generation: i64 = s.try_get("auth_generation")?;
+        let expires_at: f64 = s.try_get("expires_at")?;
+        let last_seen: f64 = s.try_get("last_seen_at")?;
+        let csrf_token: String = s.try_get("csrf_token")?;
+        let tenant = crate::TenantId(tenant_id);
+        B::rescope(&mut tx, crate::accounts::Scope::Tenant(tenant)).await?;
+        let live = sqlx::query(
+            "SELECT u.email, u.created_at AS user_created_at, u.auth_generation, \
+             u.disabled_at, m.role, t.id, t.slug, t.created_at \
+             FROM app_user u JOIN membership m ON m.user_id = u.id AND m.tenant_id = $2 \
+             JOIN tenant t ON t.id = m.tenant_id WHERE u.id = $1",
+        )
+        .bind(user_id)
+        .bind(tenant_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let grant = match live {
+            Some(r)
+                if expires_at > now
+                    && now - last_seen < idle_secs
+                    && r.try_get::<Option<f64>, _>("disabled_at")?.is_none()
+                    && r.try_get::<i64, _>("auth_generation")? == generation =>
+            {
+                let role: String = r.try_get("role")?;
+                Some(crate::accounts::SessionGrant {
+                    tenant: crate::rows::tenant::<B::DB>(&r)?,
+                    user: crate::accounts::User {
+                        id: user_id,
+                        email: r.try_get("email")?,
+                        disabled: false,
+                        created_at: r.try_get("user_created_at")?,
+                    },
+                    role: crate::Role::parse(&role).ok_or_else(|| {
+                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
+                    })?,
+                    csrf_token,
                 })
             }
-
-            async fn user_by_email(
-                &self,
-                email: &str,
-            ) -> $crate::Result<Option<$crate::accounts::UserCredentials>> {
-                use sqlx::Row;
-                let Ok(email) = $crate::accounts::normalise_email(email) else {
-                    return Ok(None);
-                };
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, false).await?;
-                let row = sqlx::query(
-                    "SELECT id, email, password_hash, totp_secret, auth_generation, disabled_at, \
-                     created_at FROM app_user WHERE email = $1",
-                )
-                .bind(&email)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                let Some(row) = row else { return Ok(None) };
-                let id: i64 = row.try_get("id")?;
-                let sealed: Option<Vec<u8>> = row.try_get("totp_secret")?;
-                let totp_secret = match sealed {
-                    None => None,
-                    Some(s) => Some(secrecy::SecretBox::new(Box::new(
-                        self.keyring
-                            .open(&$crate::accounts::totp_aad(id), &s)
-                            .ok_or($crate::LedgerError::Decrypt)?,
-                    ))),
-                };
-                let disabled_at: Option<f64> = row.try_get("disabled_at")?;
-                Ok(Some($crate::accounts::UserCredentials {
-                    user: $crate::accounts::User {
-                        id,
-                        email: row.try_get("email")?,
-                        disabled: disabled_at.is_some(),
-                        created_at: row.try_get("created_at")?,
-                    },
-                    password_hash: row.try_get("password_hash")?,
-                    totp_secret,
-                    generation: row.try_get("auth_generation")?,
-                }))
-            }
-
-            async fn set_membership(
-                &self,
-                tenant: $crate::TenantId,
-                user_id: i64,
-                role: $crate::Role,
-            ) -> $crate::Result<()> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Tenant(tenant), true).await?;
-                sqlx::query(
-                    "INSERT INTO membership (user_id, tenant_id, role, created_at) \
-                     VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
-                )
-                .bind(user_id)
-                .bind(tenant.0)
-                .bind(role.as_str())
-                .bind(reckon_domain::time::now())
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn memberships(
-                &self,
-                user_id: i64,
-            ) -> $crate::Result<Vec<($crate::Tenant, $crate::Role)>> {
-                use sqlx::Row;
-                let mut tx = self.begin_scoped($crate::accounts::Scope::User(user_id), false).await?;
-                let rows = sqlx::query(
-                    "SELECT t.id, t.slug, t.created_at, m.role FROM membership m \
-                     JOIN tenant t ON t.id = m.tenant_id WHERE m.user_id = $1 ORDER BY t.slug",
-                )
-                .bind(user_id)
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map(|r| {
-                        let role: String = r.try_get("role")?;
-                        Ok((
-                            $crate::rows::tenant::<$db>(r)?,
-                            $crate::Role::parse(&role).ok_or_else(|| {
-                                $crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                            })?,
-                        ))
-                    })
-                    .collect()
-            }
-
-            async fn members(
-                &self,
-                tenant: $crate::model::TenantId,
-            ) -> $crate::Result<Vec<($crate::accounts::User, $crate::Role)>> {
-                use sqlx::Row;
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Tenant(tenant), false).await?;
-                let rows = sqlx::query(
-                    "SELECT u.id, u.email, u.disabled_at, u.created_at, m.role FROM membership m \
-                     JOIN app_user u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.email",
-                )
-                .bind(tenant.0)
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map(|r| {
-                        let role: String = r.try_get("role")?;
-                        Ok((
-                            $crate::accounts::User {
-                                id: r.try_get("id")?,
-                                email: r.try_get("email")?,
-                                disabled: r.try_get::<Option<f64>, _>("disabled_at")?.is_some(),
-                                created_at: r.try_get("created_at")?,
-                            },
-                            $crate::Role::parse(&role).ok_or_else(|| {
-                                $crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                            })?,
-                        ))
-                    })
-                    .collect()
-            }
-
-            async fn set_password(&self, user_id: i64, password_hash: &str) -> $crate::Result<()> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                let n = sqlx::query(
-                    "UPDATE app_user SET password_hash = $1, \
-                     auth_generation = auth_generation + 1 WHERE id = $2",
-                )
-                .bind(password_hash)
-                .bind(user_id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                tx.commit().await?;
-                if n == 0 {
-                    return Err($crate::LedgerError::NotFound(format!("user {user_id}")));
-                }
-                Ok(())
-            }
-
-            async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> $crate::Result<()> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                let at = disabled.then(reckon_domain::time::now);
-                let n = sqlx::query(
-                    "UPDATE app_user SET disabled_at = $1, \
-                     auth_generation = auth_generation + 1 WHERE id = $2",
-                )
-                .bind(at)
-                .bind(user_id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                tx.commit().await?;
-                if n == 0 {
-                    return Err($crate::LedgerError::NotFound(format!("user {user_id}")));
-                }
-                Ok(())
-            }
-
-            async fn set_totp_secret(
-                &self,
-                user_id: i64,
-                secret: Option<&[u8]>,
-            ) -> $crate::Result<()> {
-                let sealed = secret
-                    .map(|s| self.keyring.seal(&$crate::accounts::totp_aad(user_id), s));
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                sqlx::query("UPDATE app_user SET totp_secret = $1 WHERE id = $2")
-                    .bind(sealed)
-                    .bind(user_id)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn use_totp_step(&self, user_id: i64, step: i64) -> $crate::Result<bool> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                let n = sqlx::query(
-                    "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
-                     AND (totp_last_step IS NULL OR totp_last_step < $2)",
-                )
-                .bind(user_id)
-                .bind(step)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                tx.commit().await?;
-                Ok(n == 1)
-            }
-
-            async fn create_session(
-                &self,
-                tenant: $crate::TenantId,
-                new: $crate::accounts::NewSession,
-            ) -> $crate::Result<()> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Tenant(tenant), true).await?;
-                sqlx::query(
-                    "INSERT INTO web_session (id_hash, tenant_id, user_id, auth_generation, \
-                     csrf_token, created_at, last_seen_at, expires_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $6, $7)",
-                )
-                .bind(&new.id_hash)
-                .bind(tenant.0)
-                .bind(new.user_id)
-                .bind(new.generation)
-                .bind(&new.csrf_token)
-                .bind(new.now)
-                .bind(new.expires_at)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn session(
-                &self,
-                id_hash: &str,
-                now: f64,
-                idle_secs: f64,
-            ) -> $crate::Result<Option<$crate::accounts::SessionGrant>> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Session(id_hash), true)
-                    .await?;
-                let Some(s) = sqlx::query(
-                    "SELECT tenant_id, user_id, auth_generation, csrf_token, last_seen_at, \
-                     expires_at FROM web_session WHERE id_hash = $1",
-                )
-                .bind(id_hash)
-                .fetch_optional(&mut *tx)
-                .await?
-                else {
-                    return Ok(None);
-                };
-                let tenant_id: i64 = s.try_get("tenant_id")?;
-                let user_id: i64 = s.try_get("user_id")?;
-                let generation: i64 = s.try_get("auth_generation")?;
-                let expires_at: f64 = s.try_get("expires_at")?;
-                let last_seen: f64 = s.try_get("last_seen_at")?;
-                let csrf_token: String = s.try_get("csrf_token")?;
-                let tenant = $crate::TenantId(tenant_id);
-                Self::rescope(&mut tx, $crate::accounts::Scope::Tenant(tenant)).await?;
-                let live = sqlx::query(
-                    "SELECT u.email, u.created_at AS user_created_at, u.auth_generation, \
-                     u.disabled_at, m.role, t.id, t.slug, t.created_at \
-                     FROM app_user u JOIN membership m ON m.user_id = u.id AND m.tenant_id = $2 \
-                     JOIN tenant t ON t.id = m.tenant_id WHERE u.id = $1",
-                )
-                .bind(user_id)
-                .bind(tenant_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let grant = match live {
-                    Some(r)
-                        if expires_at > now
-                            && now - last_seen < idle_secs
-                            && r.try_get::<Option<f64>, _>("disabled_at")?.is_none()
-                            && r.try_get::<i64, _>("auth_generation")? == generation =>
-                    {
-                        let role: String = r.try_get("role")?;
-                        Some($crate::accounts::SessionGrant {
-                            tenant: $crate::rows::tenant::<$db>(&r)?,
-                            user: $crate::accounts::User {
-                                id: user_id,
-                                email: r.try_get("email")?,
-                                disabled: false,
-                                created_at: r.try_get("user_created_at")?,
-                            },
-                            role: $crate::Role::parse(&role).ok_or_else(|| {
-                                $crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                            })?,
-                            csrf_token,
-                        })
-                    }
-                    _ => None,
-                };
-                if grant.is_some() {
-                    // At most one write a minute per session, like token last_used_at.
-                    if now - last_seen > 60.0 {
-                        sqlx::query("UPDATE web_session SET last_seen_at = $1 WHERE id_hash = $2")
-                            .bind(now)
-                            .bind(id_hash)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                } else {
-                    // Dead for good (expired, idle, disabled, new password, no membership).
-                    sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
-                        .bind(id_hash)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok(grant)
-            }
-
-            async fn delete_session(&self, id_hash: &str) -> $crate::Result<()> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Session(id_hash), true)
-                    .await?;
-                sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
+            _ => None,
+        };
+        if grant.is_some() {
+            // At most one write a minute per session, like token last_used_at.
+            if now - last_seen > 60.0 {
+                sqlx::query("UPDATE web_session SET last_seen_at = $1 WHERE id_hash = $2")
+                    .bind(now)
                     .bind(id_hash)
                     .execute(&mut *tx)
                     .await?;
-                tx.commit().await?;
-                Ok(())
             }
-
-            async fn throttle_failures(
-                &self,
-                scope: &str,
-                key: &str,
-                now: f64,
-                window: f64,
-            ) -> $crate::Result<i64> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, false).await?;
-                let n: Option<i64> = sqlx::query_scalar(
-                    "SELECT failures FROM auth_throttle WHERE scope = $1 AND key = $2 \
-                     AND window_start > $3",
-                )
-                .bind(scope)
-                .bind(key)
-                .bind(now - window)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(n.unwrap_or(0))
-            }
-
-            async fn throttle_record_failure(
-                &self,
-                scope: &str,
-                key: &str,
-                now: f64,
-                window: f64,
-            ) -> $crate::Result<()> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                // One statement, so concurrent failures on several replicas all count.
-                sqlx::query(
-                    "INSERT INTO auth_throttle (scope, key, failures, window_start) \
-                     VALUES ($1, $2, 1, $3) ON CONFLICT (scope, key) DO UPDATE SET \
-                     failures = CASE WHEN auth_throttle.window_start > $4 \
-                                THEN auth_throttle.failures + 1 ELSE 1 END, \
-                     window_start = CASE WHEN auth_throttle.window_start > $4 \
-                                THEN auth_throttle.window_start ELSE $3 END",
-                )
-                .bind(scope)
-                .bind(key)
-                .bind(now)
-                .bind(now - window)
+        } else {
+            // Dead for good (expired, idle, disabled, new password, no membership).
+            sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
+                .bind(id_hash)
                 .execute(&mut *tx)
                 .await?;
-                tx.commit().await?;
-                Ok(())
-            }
+        }
+        tx.commit().await?;
+        Ok(grant)
+    }
 
-            async fn throttle_admit(
-                &self,
-                account: &str,
-                address: &str,
-                now: f64,
-                policy: &$crate::accounts::ThrottlePolicy,
-            ) -> $crate::Result<$crate::accounts::Admission> {
-                use $crate::accounts::Admission;
-                // One write transaction (SQLite: the write lock from BEGIN; PostgreSQL:
-                // the rows' locks, taken by the first UPDATE of each and held to commit,
-                // and a concurrent UPDATE re-reads the row it waited for). A refusal rolls
-                // back whatever this attempt had counted.
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                for (scope, key) in [("address", address), ("account", account)] {
-                    sqlx::query(
-                        "INSERT INTO auth_throttle (scope, key, failures, window_start, \
-                         locked_until) VALUES ($1, $2, 0, $3, 0) \
-                         ON CONFLICT (scope, key) DO NOTHING",
-                    )
-                    .bind(scope)
-                    .bind(key)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                let window_from = now - policy.address_window_secs;
-                let by_address: Option<i64> = sqlx::query_scalar(
-                    "UPDATE auth_throttle SET \
-                     failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
-                     window_start = CASE WHEN window_start > $3 THEN window_start ELSE $2 END \
-                     WHERE scope = 'address' AND key = $1 \
-                     AND (window_start <= $3 OR failures < $4) \
-                     RETURNING failures",
+    async fn delete_session(&self, id_hash: &str) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Session(id_hash), true).await?;
+        sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
+            .bind(id_hash)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn throttle_failures(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> crate::Result<i64> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
+        let n: Option<i64> = sqlx::query_scalar(
+            "SELECT failures FROM auth_throttle WHERE scope = $1 AND key = $2 \
+             AND window_start > $3",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(now - window)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(n.unwrap_or(0))
+    }
+
+    async fn throttle_record_failure(
+        &self,
+        scope: &str,
+        key: &str,
+        now: f64,
+        window: f64,
+    ) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        // One statement, so concurrent failures on several replicas all count.
+        sqlx::query(
+            "INSERT INTO auth_throttle (scope, key, failures, window_start) \
+             VALUES ($1, $2, 1, $3) ON CONFLICT (scope, key) DO UPDATE SET \
+             failures = CASE WHEN auth_throttle.window_start > $4 \
+                        THEN auth_throttle.failures + 1 ELSE 1 END, \
+             window_start = CASE WHEN auth_throttle.window_start > $4 \
+                        THEN auth_throttle.window_start ELSE $3 END",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(now)
+        .bind(now - window)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn throttle_admit(
+        &self,
+        account: &str,
+        address: &str,
+        now: f64,
+        policy: &crate::accounts::ThrottlePolicy,
+    ) -> crate::Result<crate::accounts::Admission> {
+        use crate::accounts::Admission;
+        // One write transaction (SQLite: the write lock from BEGIN; PostgreSQL:
+        // the rows' locks, taken by the first UPDATE of each and held to commit,
+        // and a concurrent UPDATE re-reads the row it waited for). A refusal rolls
+        // back whatever this attempt had counted.
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        for (scope, key) in [("address", address), ("account", account)] {
+            sqlx::query(
+                "INSERT INTO auth_throttle (scope, key, failures, window_start, \
+                 locked_until) VALUES ($1, $2, 0, $3, 0) \
+                 ON CONFLICT (scope, key) DO NOTHING",
+            )
+            .bind(scope)
+            .bind(key)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let window_from = now - policy.address_window_secs;
+        let by_address: Option<i64> = sqlx::query_scalar(
+            "UPDATE auth_throttle SET \
+             failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
+             window_start = CASE WHEN window_start > $3 THEN window_start ELSE $2 END \
+             WHERE scope = 'address' AND key = $1 \
+             AND (window_start <= $3 OR failures < $4) \
+             RETURNING failures",
+        )
+        .bind(address)
+        .bind(now)
+        .bind(window_from)
+        .bind(policy.address_limit)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if by_address.is_none() {
+            tx.rollback().await?;
+            return Ok(Admission::AddressLimited);
+        }
+        // `window_start` of an account row: its last admitted attempt.
+        let forget_from = now - policy.forget_after_secs;
+        let failures: Option<i64> = sqlx::query_scalar(
+            "UPDATE auth_throttle SET \
+             failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
+             window_start = $2 \
+             WHERE scope = 'account' AND key = $1 AND locked_until <= $2 \
+             RETURNING failures",
+        )
+        .bind(account)
+        .bind(now)
+        .bind(forget_from)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(failures) = failures else {
+            let until: f64 = sqlx::query_scalar(
+                "SELECT locked_until FROM auth_throttle \
+                 WHERE scope = 'account' AND key = $1",
+            )
+            .bind(account)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.rollback().await?;
+            return Ok(Admission::AccountLocked(until));
+        };
+        let lock = policy.lock_after(failures);
+        if lock > 0.0 {
+            sqlx::query(
+                "UPDATE auth_throttle SET locked_until = $2 \
+                 WHERE scope = 'account' AND key = $1",
+            )
+            .bind(account)
+            .bind(now + lock)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(Admission::Admitted)
+    }
+
+    async fn throttle_succeeded(&self, account: &str, address: &str) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
+            .bind(account)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE auth_throttle SET \
+             failures = CASE WHEN failures > 0 THEN failures - 1 ELSE 0 END \
+             WHERE scope = 'address' AND key = $1",
+        )
+        .bind(address)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn throttle_reset(&self, scope: &str, key: &str) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        sqlx::query("DELETE FROM auth_throttle WHERE scope = $1 AND key = $2")
+            .bind(scope)
+            .bind(key)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn create_token_by(
+        &self,
+        tenant: crate::TenantId,
+        role: crate::Role,
+        token_hash: &str,
+        label: &str,
+        creator: crate::accounts::TokenCreator,
+    ) -> crate::Result<i64> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let (created_by, generation) = match creator {
+            crate::accounts::TokenCreator::Operator => (None, None),
+            crate::accounts::TokenCreator::User { id } => {
+                let row = sqlx::query(
+                    "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
+                     JOIN app_user u ON u.id = m.user_id \
+                     WHERE m.user_id = $1 AND m.tenant_id = $2",
                 )
-                .bind(address)
-                .bind(now)
-                .bind(window_from)
-                .bind(policy.address_limit)
+                .bind(id)
+                .bind(tenant.0)
                 .fetch_optional(&mut *tx)
-                .await?;
-                if by_address.is_none() {
-                    tx.rollback().await?;
-                    return Ok(Admission::AddressLimited);
+                .await?
+                .ok_or_else(|| {
+                    crate::LedgerError::Invalid("the creator is not a member of this tenant".into())
+                })?;
+                let theirs: String = row.try_get("role")?;
+                let theirs = crate::Role::parse(&theirs).unwrap_or(crate::Role::Viewer);
+                if row.try_get::<Option<f64>, _>("disabled_at")?.is_some() {
+                    return Err(crate::LedgerError::Invalid(
+                        "the creator is disabled".into(),
+                    ));
                 }
-                // `window_start` of an account row: its last admitted attempt.
-                let forget_from = now - policy.forget_after_secs;
-                let failures: Option<i64> = sqlx::query_scalar(
-                    "UPDATE auth_throttle SET \
-                     failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
-                     window_start = $2 \
-                     WHERE scope = 'account' AND key = $1 AND locked_until <= $2 \
-                     RETURNING failures",
-                )
-                .bind(account)
+                if role > theirs {
+                    return Err(crate::LedgerError::Invalid(format!(
+                        "a token cannot have a higher role ({}) than its creator ({})",
+                        role.as_str(),
+                        theirs.as_str()
+                    )));
+                }
+                (Some(id), Some(row.try_get::<i64, _>("auth_generation")?))
+            }
+        };
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at, \
+             created_by, creator_generation) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             RETURNING id",
+        )
+        .bind(tenant.0)
+        .bind(role.as_str())
+        .bind(token_hash)
+        .bind(label)
+        .bind(reckon_domain::time::now())
+        .bind(created_by)
+        .bind(generation)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    async fn list_tokens(
+        &self,
+        tenant: crate::TenantId,
+    ) -> crate::Result<Vec<crate::accounts::TokenInfo>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(
+            "SELECT k.id, k.role, k.label, u.email, k.created_at, k.last_used_at, \
+             k.revoked_at FROM api_token k LEFT JOIN app_user u ON u.id = k.created_by \
+             WHERE k.tenant_id = $1 ORDER BY k.id",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                let role: String = r.try_get("role")?;
+                Ok(crate::accounts::TokenInfo {
+                    id: r.try_get("id")?,
+                    role: crate::Role::parse(&role).ok_or_else(|| {
+                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
+                    })?,
+                    label: r.try_get("label")?,
+                    created_by: r.try_get("email")?,
+                    created_at: r.try_get("created_at")?,
+                    last_used_at: r.try_get("last_used_at")?,
+                    revoked_at: r.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn revoke_token(&self, tenant: crate::TenantId, token_id: i64) -> crate::Result<bool> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let n = sqlx::query(
+            "UPDATE api_token SET revoked_at = $1 \
+             WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
+        )
+        .bind(reckon_domain::time::now())
+        .bind(tenant.0)
+        .bind(token_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+}
+
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    /// The tenant and (effective) role of a live token with this hash. A person's
+    /// token acts with at most their current role, and dies with their generation.
+    pub(crate) async fn authenticate_token_impl(
+        &self,
+        token_hash: &str,
+    ) -> crate::Result<Option<crate::TokenGrant>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Token(token_hash), true).await?;
+        let Some(row) = sqlx::query(
+            "SELECT k.id AS token_id, k.role, k.last_used_at, k.created_by, \
+             k.creator_generation, t.id, t.slug, t.created_at \
+             FROM api_token k JOIN tenant t ON t.id = k.tenant_id \
+             WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
+        )
+        .bind(token_hash)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let tenant = crate::rows::tenant::<B::DB>(&row)?;
+        let token_id: i64 = row.try_get("token_id")?;
+        let role: String = row.try_get("role")?;
+        let mut role = crate::Role::parse(&role)
+            .ok_or_else(|| crate::LedgerError::Invalid(format!("stored role {role:?}")))?;
+        let created_by: Option<i64> = row.try_get("created_by")?;
+        let creator_generation: Option<i64> = row.try_get("creator_generation")?;
+        let last_used: Option<f64> = row.try_get("last_used_at")?;
+        if let Some(user_id) = created_by {
+            B::rescope(&mut tx, crate::accounts::Scope::Tenant(tenant.id)).await?;
+            let Some(c) = sqlx::query(
+                "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
+                 JOIN app_user u ON u.id = m.user_id \
+                 WHERE m.user_id = $1 AND m.tenant_id = $2",
+            )
+            .bind(user_id)
+            .bind(tenant.id.0)
+            .fetch_optional(&mut *tx)
+            .await?
+            else {
+                return Ok(None);
+            };
+            if c.try_get::<Option<f64>, _>("disabled_at")?.is_some()
+                || Some(c.try_get::<i64, _>("auth_generation")?) != creator_generation
+            {
+                return Ok(None);
+            }
+            let theirs: String = c.try_get("role")?;
+            let theirs = crate::Role::parse(&theirs).unwrap_or(crate::Role::Viewer);
+            role = role.min(theirs);
+        }
+        let now = reckon_domain::time::now();
+        // Write last_used_at at most once a minute: a busy client must not turn every
+        // request into a write.
+        if last_used.is_none_or(|t| now - t > 60.0) {
+            sqlx::query("UPDATE api_token SET last_used_at = $1 WHERE id = $2")
                 .bind(now)
-                .bind(forget_from)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let Some(failures) = failures else {
-                    let until: f64 = sqlx::query_scalar(
-                        "SELECT locked_until FROM auth_throttle \
-                         WHERE scope = 'account' AND key = $1",
-                    )
-                    .bind(account)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    tx.rollback().await?;
-                    return Ok(Admission::AccountLocked(until));
-                };
-                let lock = policy.lock_after(failures);
-                if lock > 0.0 {
-                    sqlx::query(
-                        "UPDATE auth_throttle SET locked_until = $2 \
-                         WHERE scope = 'account' AND key = $1",
-                    )
-                    .bind(account)
-                    .bind(now + lock)
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                tx.commit().await?;
-                Ok(Admission::Admitted)
-            }
-
-            async fn throttle_succeeded(&self, account: &str, address: &str) -> $crate::Result<()> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
-                    .bind(account)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
-                    "UPDATE auth_throttle SET \
-                     failures = CASE WHEN failures > 0 THEN failures - 1 ELSE 0 END \
-                     WHERE scope = 'address' AND key = $1",
-                )
-                .bind(address)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn throttle_reset(&self, scope: &str, key: &str) -> $crate::Result<()> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Global, true).await?;
-                sqlx::query("DELETE FROM auth_throttle WHERE scope = $1 AND key = $2")
-                    .bind(scope)
-                    .bind(key)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn create_token_by(
-                &self,
-                tenant: $crate::TenantId,
-                role: $crate::Role,
-                token_hash: &str,
-                label: &str,
-                creator: $crate::accounts::TokenCreator,
-            ) -> $crate::Result<i64> {
-                use sqlx::Row;
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Tenant(tenant), true).await?;
-                let (created_by, generation) = match creator {
-                    $crate::accounts::TokenCreator::Operator => (None, None),
-                    $crate::accounts::TokenCreator::User { id } => {
-                        let row = sqlx::query(
-                            "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
-                             JOIN app_user u ON u.id = m.user_id \
-                             WHERE m.user_id = $1 AND m.tenant_id = $2",
-                        )
-                        .bind(id)
-                        .bind(tenant.0)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                        .ok_or_else(|| {
-                            $crate::LedgerError::Invalid(
-                                "the creator is not a member of this tenant".into(),
-                            )
-                        })?;
-                        let theirs: String = row.try_get("role")?;
-                        let theirs = $crate::Role::parse(&theirs).unwrap_or($crate::Role::Viewer);
-                        if row.try_get::<Option<f64>, _>("disabled_at")?.is_some() {
-                            return Err($crate::LedgerError::Invalid(
-                                "the creator is disabled".into(),
-                            ));
-                        }
-                        if role > theirs {
-                            return Err($crate::LedgerError::Invalid(format!(
-                                "a token cannot have a higher role ({}) than its creator ({})",
-                                role.as_str(),
-                                theirs.as_str()
-                            )));
-                        }
-                        (Some(id), Some(row.try_get::<i64, _>("auth_generation")?))
-                    }
-                };
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at, \
-                     created_by, creator_generation) VALUES ($1, $2, $3, $4, $5, $6, $7) \
-                     RETURNING id",
-                )
-                .bind(tenant.0)
-                .bind(role.as_str())
-                .bind(token_hash)
-                .bind(label)
-                .bind(reckon_domain::time::now())
-                .bind(created_by)
-                .bind(generation)
-                .fetch_one(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(id)
-            }
-
-            async fn list_tokens(
-                &self,
-                tenant: $crate::TenantId,
-            ) -> $crate::Result<Vec<$crate::accounts::TokenInfo>> {
-                use sqlx::Row;
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Tenant(tenant), false).await?;
-                let rows = sqlx::query(
-                    "SELECT k.id, k.role, k.label, u.email, k.created_at, k.last_used_at, \
-                     k.revoked_at FROM api_token k LEFT JOIN app_user u ON u.id = k.created_by \
-                     WHERE k.tenant_id = $1 ORDER BY k.id",
-                )
-                .bind(tenant.0)
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map(|r| {
-                        let role: String = r.try_get("role")?;
-                        Ok($crate::accounts::TokenInfo {
-                            id: r.try_get("id")?,
-                            role: $crate::Role::parse(&role).ok_or_else(|| {
-                                $crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                            })?,
-                            label: r.try_get("label")?,
-                            created_by: r.try_get("email")?,
-                            created_at: r.try_get("created_at")?,
-                            last_used_at: r.try_get("last_used_at")?,
-                            revoked_at: r.try_get("revoked_at")?,
-                        })
-                    })
-                    .collect()
-            }
-
-            async fn revoke_token(
-                &self,
-                tenant: $crate::TenantId,
-                token_id: i64,
-            ) -> $crate::Result<bool> {
-                let mut tx = self.begin_scoped($crate::accounts::Scope::Tenant(tenant), true).await?;
-                let n = sqlx::query(
-                    "UPDATE api_token SET revoked_at = $1 \
-                     WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
-                )
-                .bind(reckon_domain::time::now())
-                .bind(tenant.0)
                 .bind(token_id)
                 .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                tx.commit().await?;
-                Ok(n == 1)
-            }
+                .await?;
         }
-
-        impl $ledger {
-            /// The tenant and (effective) role of a live token with this hash. A person's
-            /// token acts with at most their current role, and dies with their generation.
-            async fn authenticate_token_impl(
-                &self,
-                token_hash: &str,
-            ) -> $crate::Result<Option<$crate::TokenGrant>> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Token(token_hash), true)
-                    .await?;
-                let Some(row) = sqlx::query(
-                    "SELECT k.id AS token_id, k.role, k.last_used_at, k.created_by, \
-                     k.creator_generation, t.id, t.slug, t.created_at \
-                     FROM api_token k JOIN tenant t ON t.id = k.tenant_id \
-                     WHERE k.token_hash = $1 AND k.revoked_at IS NULL",
-                )
-                .bind(token_hash)
-                .fetch_optional(&mut *tx)
-                .await?
-                else {
-                    return Ok(None);
-                };
-                let tenant = $crate::rows::tenant::<$db>(&row)?;
-                let token_id: i64 = row.try_get("token_id")?;
-                let role: String = row.try_get("role")?;
-                let mut role = $crate::Role::parse(&role)
-                    .ok_or_else(|| $crate::LedgerError::Invalid(format!("stored role {role:?}")))?;
-                let created_by: Option<i64> = row.try_get("created_by")?;
-                let creator_generation: Option<i64> = row.try_get("creator_generation")?;
-                let last_used: Option<f64> = row.try_get("last_used_at")?;
-                if let Some(user_id) = created_by {
-                    Self::rescope(&mut tx, $crate::accounts::Scope::Tenant(tenant.id)).await?;
-                    let Some(c) = sqlx::query(
-                        "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
-                         JOIN app_user u ON u.id = m.user_id \
-                         WHERE m.user_id = $1 AND m.tenant_id = $2",
-                    )
-                    .bind(user_id)
-                    .bind(tenant.id.0)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    else {
-                        return Ok(None);
-                    };
-                    if c.try_get::<Option<f64>, _>("disabled_at")?.is_some()
-                        || Some(c.try_get::<i64, _>("auth_generation")?) != creator_generation
-                    {
-                        return Ok(None);
-                    }
-                    let theirs: String = c.try_get("role")?;
-                    let theirs = $crate::Role::parse(&theirs).unwrap_or($crate::Role::Viewer);
-                    role = role.min(theirs);
-                }
-                let now = reckon_domain::time::now();
-                // Write last_used_at at most once a minute: a busy client must not turn every
-                // request into a write.
-                if last_used.is_none_or(|t| now - t > 60.0) {
-                    sqlx::query("UPDATE api_token SET last_used_at = $1 WHERE id = $2")
-                        .bind(now)
-                        .bind(token_id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                tx.commit().await?;
-                Ok(Some($crate::TokenGrant {
-                    tenant,
-                    role,
-                    token_id,
-                    created_by,
-                }))
-            }
-        }
-    };
+        tx.commit().await?;
+        Ok(Some(crate::TokenGrant {
+            tenant,
+            role,
+            token_id,
+            created_by,
+        }))
+    }
 }
-pub(crate) use impl_accounts;

@@ -1,8 +1,13 @@
-//! The audit log of people's actions (issue 3): append-only, per tenant, read by the
-//! tenant's admins. Written by the surfaces (API, dashboard, CLI) where a person acts; the
-//! ledger only stores and lists. Both backends run the same SQL ([`impl_actions!`]).
+//! The audit log of people's actions: append-only, per tenant, read by the tenant's admins.
+//! Written by the surfaces (API, dashboard, CLI) where a person acts; the ledger only stores
+//! and lists.
 
+use crate::accounts::Scope;
+use crate::driver::{Driver, SqlLedger};
+use crate::model::TenantId;
+use crate::{LedgerError, Result};
 use serde::Serialize;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
 
 /// One action, as recorded.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -30,73 +35,66 @@ pub struct NewAction {
     pub address: Option<String>,
 }
 
-macro_rules! impl_actions {
-    ($ledger:ty, $db:ty) => {
-        impl $ledger {
-            pub(crate) async fn actions_record(
-                &self,
-                tenant: $crate::TenantId,
-                a: $crate::actions::NewAction,
-            ) -> $crate::Result<()> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
-                    .await?;
-                sqlx::query(
-                    "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                )
-                .bind(tenant.0)
-                .bind(reckon_domain::time::now())
-                .bind(&a.actor)
-                .bind(&a.action)
-                .bind(&a.target)
-                .bind(a.detail.to_string())
-                .bind(&a.address)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
-            }
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+{
+    pub(crate) async fn actions_record(&self, tenant: TenantId, a: NewAction) -> Result<()> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        sqlx::query(
+            "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(tenant.0)
+        .bind(reckon_domain::time::now())
+        .bind(a.actor)
+        .bind(a.action)
+        .bind(a.target)
+        .bind(a.detail.to_string())
+        .bind(a.address)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
 
-            pub(crate) async fn actions_list(
-                &self,
-                tenant: $crate::TenantId,
-                before_id: Option<i64>,
-                limit: i64,
-            ) -> $crate::Result<Vec<$crate::actions::Action>> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let rows = sqlx::query(
-                    "SELECT id, at, actor, action, target, detail, address FROM audit_log \
-                     WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
-                )
-                .bind(tenant.0)
-                .bind(before_id.unwrap_or(i64::MAX))
-                .bind(limit.clamp(1, 1000))
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map(|r| {
-                        let detail: String = r.try_get("detail")?;
-                        Ok($crate::actions::Action {
-                            id: r.try_get("id")?,
-                            at: r.try_get("at")?,
-                            actor: r.try_get("actor")?,
-                            action: r.try_get("action")?,
-                            target: r.try_get("target")?,
-                            detail: serde_json::from_str(&detail).map_err(|e| {
-                                $crate::LedgerError::Invalid(format!("stored JSON: {e}"))
-                            })?,
-                            address: r.try_get("address")?,
-                        })
-                    })
-                    .collect()
-            }
-        }
-    };
+    pub(crate) async fn actions_list(
+        &self,
+        tenant: TenantId,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Action>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(
+            "SELECT id, at, actor, action, target, detail, address FROM audit_log \
+             WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
+        )
+        .bind(tenant.0)
+        .bind(before_id.unwrap_or(i64::MAX))
+        .bind(limit.clamp(1, 1000))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                let detail: String = r.try_get("detail")?;
+                Ok(Action {
+                    id: r.try_get("id")?,
+                    at: r.try_get("at")?,
+                    actor: r.try_get("actor")?,
+                    action: r.try_get("action")?,
+                    target: r.try_get("target")?,
+                    detail: serde_json::from_str(&detail)
+                        .map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))?,
+                    address: r.try_get("address")?,
+                })
+            })
+            .collect()
+    }
 }
-
-pub(crate) use impl_actions;

@@ -1,10 +1,10 @@
-//! Storage of the double-charge audit (issue 6): the tenant's calendar (time zone and the
+//! Storage of the double-charge audit: the tenant's calendar (time zone and the
 //! local time of the nightly run), the provider's charges as imported for a day, the effects
 //! of a day (by creation time, through the `effect_created` index), and audit runs chained
 //! by digest. [`Audits`] is a supertrait of [`crate::Ledger`].
 //!
-//! Both backends run the same SQL, written once in [`impl_audits!`] (like `accounts.rs`);
-//! PostgreSQL runs every query inside the tenant's row-level-security scope.
+//! Both backends run the same SQL, written once for [`SqlLedger`]; PostgreSQL runs every
+//! query inside the tenant's row-level-security scope.
 //!
 //! The chain: every run of a tenant has `seq` (1, 2, ...) and `digest` = SHA-256 over a
 //! fixed prefix, the previous run's digest, and the canonical encoding (JSON with keys
@@ -12,11 +12,13 @@
 //! run, or removing a run, breaks [`verify_chain`] from that run on.
 
 use crate::Result;
+use crate::driver::{Driver, RowsAffected, SqlLedger};
 use crate::model::{Effect, Lease, TenantId};
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
 
 /// `triggered_by` of the nightly run; the ledger stores a completed one once per day.
 pub const SCHEDULE_AUTHOR: &str = "schedule";
@@ -430,665 +432,672 @@ pub(crate) fn check_settings(s: &AuditSettings) -> Result<()> {
     Ok(())
 }
 
-macro_rules! impl_audits {
-    ($ledger:ty, $db:ty) => {
-        impl $ledger {
-            fn audit_run_row(row: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::audit::AuditRun> {
-                use sqlx::Row;
-                use $crate::audit::parse_json;
-                Ok($crate::audit::AuditRun {
-                    id: row.try_get("id")?,
-                    seq: row.try_get("seq")?,
-                    run: $crate::audit::NewAuditRun {
-                        day: row.try_get("day")?,
-                        time_zone: row.try_get("time_zone")?,
-                        window_start: row.try_get("window_start")?,
-                        window_end: row.try_get("window_end")?,
-                        provider: row.try_get("provider")?,
-                        triggered_by: row.try_get("triggered_by")?,
-                        status: row.try_get("status")?,
-                        reason: row.try_get("reason")?,
-                        started_at: row.try_get("started_at")?,
-                        finished_at: row.try_get("finished_at")?,
-                        counts: parse_json("counts", &row.try_get::<String, _>("counts")?)?,
-                        findings: parse_json("findings", &row.try_get::<String, _>("findings")?)?,
-                        totals: parse_json("totals", &row.try_get::<String, _>("totals")?)?,
-                        evidence: parse_json("evidence", &row.try_get::<String, _>("evidence")?)?,
-                    },
-                    prev_digest: row.try_get("prev_digest")?,
-                    digest: row.try_get("digest")?,
-                })
-            }
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    pub(crate) fn audit_run_row(
+        row: &<B::DB as Database>::Row,
+    ) -> crate::Result<crate::audit::AuditRun> {
+        use crate::audit::parse_json;
+        use sqlx::Row;
+        Ok(crate::audit::AuditRun {
+            id: row.try_get("id")?,
+            seq: row.try_get("seq")?,
+            run: crate::audit::NewAuditRun {
+                day: row.try_get("day")?,
+                time_zone: row.try_get("time_zone")?,
+                window_start: row.try_get("window_start")?,
+                window_end: row.try_get("window_end")?,
+                provider: row.try_get("provider")?,
+                triggered_by: row.try_get("triggered_by")?,
+                status: row.try_get("status")?,
+                reason: row.try_get("reason")?,
+                started_at: row.try_get("started_at")?,
+                finished_at: row.try_get("finished_at")?,
+                counts: parse_json("counts", &row.try_get::<String, _>("counts")?)?,
+                findings: parse_json("findings", &row.try_get::<String, _>("findings")?)?,
+                totals: parse_json("totals", &row.try_get::<String, _>("totals")?)?,
+                evidence: parse_json("evidence", &row.try_get::<String, _>("evidence")?)?,
+            },
+            prev_digest: row.try_get("prev_digest")?,
+            digest: row.try_get("digest")?,
+        })
+    }
 
-            /// Replace the search terms of these charges (a re-import may change their
-            /// metadata or refunds).
-            async fn write_charge_terms(
-                tx: &mut sqlx::Transaction<'static, $db>,
-                tenant: $crate::model::TenantId,
-                charges: &[$crate::audit::StoredCharge],
-            ) -> $crate::Result<()> {
-                // One statement per provider and chunk, not a round trip per charge.
-                let mut by_provider: std::collections::BTreeMap<i64, Vec<&str>> =
-                    std::collections::BTreeMap::new();
-                for c in charges {
-                    by_provider
-                        .entry(c.provider_id)
-                        .or_default()
-                        .push(c.charge_id.as_str());
+    /// Replace the search terms of these charges (a re-import may change their
+    /// metadata or refunds).
+    pub(crate) async fn write_charge_terms(
+        tx: &mut sqlx::Transaction<'static, B::DB>,
+        tenant: crate::model::TenantId,
+        charges: &[crate::audit::StoredCharge],
+    ) -> crate::Result<()> {
+        // One statement per provider and chunk, not a round trip per charge.
+        let mut by_provider: std::collections::BTreeMap<i64, Vec<&str>> =
+            std::collections::BTreeMap::new();
+        for c in charges {
+            by_provider
+                .entry(c.provider_id)
+                .or_default()
+                .push(c.charge_id.as_str());
+        }
+        for (provider, ids) in by_provider {
+            for chunk in ids.chunks(1000) {
+                let mut qb: sqlx::QueryBuilder<B::DB> =
+                    sqlx::QueryBuilder::new("DELETE FROM provider_charge_term WHERE tenant_id = ");
+                qb.push_bind(tenant.0);
+                qb.push(" AND provider_id = ");
+                qb.push_bind(provider);
+                qb.push(" AND charge_id IN (");
+                let mut list = qb.separated(", ");
+                for id in chunk {
+                    list.push_bind(id.to_string());
                 }
-                for (provider, ids) in by_provider {
-                    for chunk in ids.chunks(1000) {
-                        let mut qb: sqlx::QueryBuilder<$db> = sqlx::QueryBuilder::new(
-                            "DELETE FROM provider_charge_term WHERE tenant_id = ",
-                        );
-                        qb.push_bind(tenant.0);
-                        qb.push(" AND provider_id = ");
-                        qb.push_bind(provider);
-                        qb.push(" AND charge_id IN (");
-                        let mut list = qb.separated(", ");
-                        for id in chunk {
-                            list.push_bind(id.to_string());
-                        }
-                        qb.push(")");
-                        qb.build().execute(&mut **tx).await?;
-                    }
-                }
-                let rows: Vec<(i64, &str, String)> = charges
-                    .iter()
-                    .flat_map(|c| {
-                        $crate::audit::charge_terms(c)
-                            .into_iter()
-                            .map(move |t| (c.provider_id, c.charge_id.as_str(), t))
-                    })
-                    .collect();
-                // 4 binds per row.
-                for chunk in rows.chunks(2000) {
-                    let mut qb: sqlx::QueryBuilder<$db> = sqlx::QueryBuilder::new(
-                        "INSERT INTO provider_charge_term (tenant_id, term, provider_id, \
-                         charge_id) ",
-                    );
-                    qb.push_values(chunk, |mut b, (provider, charge, term)| {
-                        b.push_bind(tenant.0)
-                            .push_bind(term.clone())
-                            .push_bind(*provider)
-                            .push_bind(charge.to_string());
-                    });
-                    qb.push(" ON CONFLICT DO NOTHING");
-                    qb.build().execute(&mut **tx).await?;
-                }
-                Ok(())
-            }
-
-            /// The terms of charges imported before terms were kept: once, at migrate,
-            /// tenant by tenant (inside each tenant's scope), then the job is struck off.
-            pub(crate) async fn backfill_charge_terms(&self) -> $crate::Result<()> {
-                use sqlx::Row;
-                let pending: Option<String> = sqlx::query_scalar(
-                    "SELECT name FROM pending_backfill WHERE name = 'charge_terms'",
-                )
-                .fetch_optional(&self.pool)
-                .await?;
-                if pending.is_none() {
-                    return Ok(());
-                }
-                for tenant in $crate::Ledger::list_tenants(self).await? {
-                    let mut after: (i64, String) = (i64::MIN, String::new());
-                    loop {
-                        let mut tx = self
-                            .begin_scoped($crate::accounts::Scope::Tenant(tenant.id), true)
-                            .await?;
-                        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                            "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
-                             AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
-                             ORDER BY provider_id, charge_id LIMIT 500",
-                            $crate::audit::CHARGE_COLUMNS
-                        )))
-                        .bind(tenant.id.0)
-                        .bind(after.0)
-                        .bind(&after.1)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                        let Some(last) = rows.last() else {
-                            tx.commit().await?;
-                            break;
-                        };
-                        after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
-                        let charges = rows
-                            .iter()
-                            .map(Self::charge_row)
-                            .collect::<$crate::Result<Vec<_>>>()?;
-                        Self::write_charge_terms(&mut tx, tenant.id, &charges).await?;
-                        tx.commit().await?;
-                    }
-                }
-                sqlx::query("DELETE FROM pending_backfill WHERE name = 'charge_terms'")
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
-            }
-
-            fn charge_row(row: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::audit::StoredCharge> {
-                use sqlx::Row;
-                use $crate::audit::parse_json;
-                Ok($crate::audit::StoredCharge {
-                    provider_id: row.try_get("provider_id")?,
-                    charge_id: row.try_get("charge_id")?,
-                    payment_intent: row.try_get("payment_intent")?,
-                    amount: row.try_get("amount")?,
-                    currency: row.try_get("currency")?,
-                    status: row.try_get("status")?,
-                    amount_captured: row.try_get("amount_captured")?,
-                    amount_refunded: row.try_get("amount_refunded")?,
-                    refunds: parse_json("refunds", &row.try_get::<String, _>("refunds")?)?,
-                    metadata: parse_json("metadata", &row.try_get::<String, _>("metadata")?)?,
-                    idempotency_key: row.try_get("idempotency_key")?,
-                    customer: row.try_get("customer")?,
-                    created: row.try_get("created")?,
-                    raw: parse_json("raw", &row.try_get::<String, _>("raw")?)?,
-                    imported_at: row.try_get("imported_at")?,
-                })
+                qb.push(")");
+                qb.build().execute(&mut **tx).await?;
             }
         }
+        let rows: Vec<(i64, &str, String)> = charges
+            .iter()
+            .flat_map(|c| {
+                crate::audit::charge_terms(c)
+                    .into_iter()
+                    .map(move |t| (c.provider_id, c.charge_id.as_str(), t))
+            })
+            .collect();
+        // 4 binds per row.
+        for chunk in rows.chunks(2000) {
+            let mut qb: sqlx::QueryBuilder<B::DB> = sqlx::QueryBuilder::new(
+                "INSERT INTO provider_charge_term (tenant_id, term, provider_id, \
+                 charge_id) ",
+            );
+            qb.push_values(chunk, |mut b, (provider, charge, term)| {
+                b.push_bind(tenant.0)
+                    .push_bind(term.clone())
+                    .push_bind(*provider)
+                    .push_bind(charge.to_string());
+            });
+            qb.push(" ON CONFLICT DO NOTHING");
+            qb.build().execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
 
-        #[async_trait::async_trait]
-        impl $crate::audit::Audits for $ledger {
-            async fn audit_settings(
-                &self,
-                tenant: $crate::model::TenantId,
-            ) -> $crate::Result<$crate::audit::AuditSettings> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let row = sqlx::query("SELECT time_zone, audit_time FROM tenant WHERE id = $1")
-                    .bind(tenant.0)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or_else(|| $crate::LedgerError::NotFound("tenant".into()))?;
-                tx.commit().await?;
-                Ok($crate::audit::AuditSettings {
-                    time_zone: row.try_get(0)?,
-                    audit_time: row.try_get(1)?,
-                })
-            }
+    /// Every tenant, for the one-off jobs of migrate that go tenant by tenant.
+    pub(crate) async fn all_tenants(&self) -> crate::Result<Vec<crate::model::Tenant>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
+        let rows = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY id")
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(crate::rows::tenant::<B::DB>).collect()
+    }
 
-            async fn set_audit_settings(
-                &self,
-                tenant: $crate::model::TenantId,
-                s: &$crate::audit::AuditSettings,
-            ) -> $crate::Result<()> {
-                $crate::audit::check_settings(s)?;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
-                    .await?;
-                sqlx::query("UPDATE tenant SET time_zone = $1, audit_time = $2 WHERE id = $3")
-                    .bind(&s.time_zone)
-                    .bind(&s.audit_time)
-                    .bind(tenant.0)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(())
-            }
-
-            async fn store_provider_charges(
-                &self,
-                tenant: $crate::model::TenantId,
-                charges: &[$crate::audit::StoredCharge],
-            ) -> $crate::Result<u64> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
-                    .await?;
-                let mut n = 0u64;
-                // 16 binds per row: 1,000 rows stay under both drivers' bind limits.
-                for chunk in charges.chunks(1000) {
-                    let mut qb: sqlx::QueryBuilder<$db> = sqlx::QueryBuilder::new(
-                        "INSERT INTO provider_charge (tenant_id, provider_id, charge_id, \
-                         payment_intent, amount, currency, status, amount_captured, \
-                         amount_refunded, refunds, metadata, idempotency_key, customer, created, \
-                         raw, imported_at) ",
-                    );
-                    qb.push_values(chunk, |mut b, c| {
-                        b.push_bind(tenant.0)
-                            .push_bind(c.provider_id)
-                            .push_bind(c.charge_id.clone())
-                            .push_bind(c.payment_intent.clone())
-                            .push_bind(c.amount)
-                            .push_bind(c.currency.clone())
-                            .push_bind(c.status.clone())
-                            .push_bind(c.amount_captured)
-                            .push_bind(c.amount_refunded)
-                            .push_bind($crate::audit::canonical_json(&c.refunds))
-                            .push_bind($crate::audit::canonical_json(&c.metadata))
-                            .push_bind(c.idempotency_key.clone())
-                            .push_bind(c.customer.clone())
-                            .push_bind(c.created)
-                            .push_bind(c.raw.to_string())
-                            .push_bind(c.imported_at);
-                    });
-                    qb.push(
-                        " ON CONFLICT (tenant_id, provider_id, charge_id) DO UPDATE SET \
-                         payment_intent = excluded.payment_intent, amount = excluded.amount, \
-                         currency = excluded.currency, status = excluded.status, \
-                         amount_captured = excluded.amount_captured, \
-                         amount_refunded = excluded.amount_refunded, refunds = excluded.refunds, \
-                         metadata = excluded.metadata, idempotency_key = excluded.idempotency_key, \
-                         customer = excluded.customer, created = excluded.created, \
-                         raw = excluded.raw, imported_at = excluded.imported_at",
-                    );
-                    n += qb.build().execute(&mut *tx).await?.rows_affected();
-                    Self::write_charge_terms(&mut tx, tenant, chunk).await?;
-                }
-                tx.commit().await?;
-                Ok(n)
-            }
-
-            async fn provider_charges(
-                &self,
-                tenant: $crate::model::TenantId,
-                provider_id: Option<i64>,
-                from: f64,
-                to: f64,
-            ) -> $crate::Result<Vec<$crate::audit::StoredCharge>> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
+    /// The terms of charges imported before terms were kept: once, at migrate,
+    /// tenant by tenant (inside each tenant's scope), then the job is struck off.
+    pub(crate) async fn backfill_charge_terms(&self) -> crate::Result<()> {
+        use sqlx::Row;
+        let pending: Option<String> =
+            sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = 'charge_terms'")
+                .fetch_optional(&self.pool)
+                .await?;
+        if pending.is_none() {
+            return Ok(());
+        }
+        for tenant in self.all_tenants().await? {
+            let mut after: (i64, String) = (i64::MIN, String::new());
+            loop {
+                let mut tx =
+                    B::begin(self, crate::accounts::Scope::Tenant(tenant.id), true).await?;
                 let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM provider_charge WHERE tenant_id = $1 AND created >= $2 \
-                     AND created < $3 AND (provider_id = $4 OR $5) ORDER BY created, charge_id",
-                    $crate::audit::CHARGE_COLUMNS
+                    "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
+                     AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
+                     ORDER BY provider_id, charge_id LIMIT 500",
+                    crate::audit::CHARGE_COLUMNS
                 )))
-                .bind(tenant.0)
-                .bind(from)
-                .bind(to)
-                .bind(provider_id.unwrap_or(-1))
-                .bind(provider_id.is_none())
+                .bind(tenant.id.0)
+                .bind(after.0)
+                .bind(&after.1)
                 .fetch_all(&mut *tx)
                 .await?;
+                let Some(last) = rows.last() else {
+                    tx.commit().await?;
+                    break;
+                };
+                after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
+                let charges = rows
+                    .iter()
+                    .map(Self::charge_row)
+                    .collect::<crate::Result<Vec<_>>>()?;
+                Self::write_charge_terms(&mut tx, tenant.id, &charges).await?;
                 tx.commit().await?;
-                rows.iter().map(Self::charge_row).collect()
             }
+        }
+        sqlx::query("DELETE FROM pending_backfill WHERE name = 'charge_terms'")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 
-            async fn charges_by_ids_or_keys(
-                &self,
-                tenant: $crate::model::TenantId,
-                ids: &[String],
-                keys: &[String],
-                limit: i64,
-            ) -> $crate::Result<Vec<$crate::audit::StoredCharge>> {
-                if ids.is_empty() && keys.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let mut qb: sqlx::QueryBuilder<$db> = sqlx::QueryBuilder::new(format!(
-                    "SELECT {} FROM provider_charge WHERE tenant_id = ",
-                    $crate::audit::CHARGE_COLUMNS
-                ));
-                qb.push_bind(tenant.0);
-                qb.push(" AND (charge_id IN (");
-                // An empty IN list is not SQL: the empty string is no charge's id or key.
-                let none = [String::new()];
-                let ids = if ids.is_empty() { &none[..] } else { ids };
-                let keys = if keys.is_empty() { &none[..] } else { keys };
-                let mut list = qb.separated(", ");
-                for id in ids.iter().take(200) {
-                    list.push_bind(id.clone());
-                }
-                qb.push(") OR idempotency_key IN (");
-                let mut list = qb.separated(", ");
-                for k in keys.iter().take(200) {
-                    list.push_bind(k.clone());
-                }
-                // An id may also be what names a charge without being its id: an order id,
-                // a PaymentIntent, a refund (see `charge_terms`).
-                qb.push(format!(
-                    ")) UNION SELECT {} FROM provider_charge_term t JOIN provider_charge c \
-                     ON c.tenant_id = t.tenant_id AND c.provider_id = t.provider_id \
-                     AND c.charge_id = t.charge_id WHERE t.tenant_id = ",
-                    $crate::audit::charge_columns_of_c()
-                ));
-                qb.push_bind(tenant.0);
-                qb.push(" AND t.term IN (");
-                let mut list = qb.separated(", ");
-                for id in ids.iter().take(200) {
-                    list.push_bind(id.clone());
-                }
-                qb.push(") ORDER BY created, charge_id LIMIT ");
-                qb.push_bind(limit.clamp(1, 1000));
-                let rows = qb.build().fetch_all(&mut *tx).await?;
-                tx.commit().await?;
-                rows.iter().map(Self::charge_row).collect()
-            }
+    pub(crate) fn charge_row(
+        row: &<B::DB as Database>::Row,
+    ) -> crate::Result<crate::audit::StoredCharge> {
+        use crate::audit::parse_json;
+        use sqlx::Row;
+        Ok(crate::audit::StoredCharge {
+            provider_id: row.try_get("provider_id")?,
+            charge_id: row.try_get("charge_id")?,
+            payment_intent: row.try_get("payment_intent")?,
+            amount: row.try_get("amount")?,
+            currency: row.try_get("currency")?,
+            status: row.try_get("status")?,
+            amount_captured: row.try_get("amount_captured")?,
+            amount_refunded: row.try_get("amount_refunded")?,
+            refunds: parse_json("refunds", &row.try_get::<String, _>("refunds")?)?,
+            metadata: parse_json("metadata", &row.try_get::<String, _>("metadata")?)?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            customer: row.try_get("customer")?,
+            created: row.try_get("created")?,
+            raw: parse_json("raw", &row.try_get::<String, _>("raw")?)?,
+            imported_at: row.try_get("imported_at")?,
+        })
+    }
+}
 
-            async fn effects_created_between(
-                &self,
-                tenant: $crate::model::TenantId,
-                from: f64,
-                to: f64,
-                now: f64,
-            ) -> $crate::Result<Vec<$crate::model::Effect>> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
-                     WHERE e.tenant_id = $1 AND e.created_at >= $2 AND e.created_at < $3 \
-                     ORDER BY e.created_at, e.id",
-                    $crate::rows::EFFECT_COLUMNS
-                )))
-                .bind(tenant.0)
-                .bind(from)
-                .bind(to)
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map(|r| $crate::rows::effect::<$db>(r, now))
-                    .collect()
-            }
+#[async_trait::async_trait]
+impl<B: Driver> crate::audit::Audits for SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    async fn audit_settings(
+        &self,
+        tenant: crate::model::TenantId,
+    ) -> crate::Result<crate::audit::AuditSettings> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let row = sqlx::query("SELECT time_zone, audit_time FROM tenant WHERE id = $1")
+            .bind(tenant.0)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| crate::LedgerError::NotFound("tenant".into()))?;
+        tx.commit().await?;
+        Ok(crate::audit::AuditSettings {
+            time_zone: row.try_get(0)?,
+            audit_time: row.try_get(1)?,
+        })
+    }
 
-            async fn record_audit_run(
-                &self,
-                tenant: $crate::model::TenantId,
-                run: $crate::audit::NewAuditRun,
-                lease: Option<&$crate::model::Lease>,
-            ) -> $crate::Result<$crate::audit::AuditRun> {
-                use sqlx::Row;
-                // Two appends racing for one seq: the loser's INSERT fails on
-                // UNIQUE (tenant_id, seq) and it tries again on top of the winner.
-                let mut last_err = None;
-                for _ in 0..8 {
-                    let mut tx = self
-                        .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
-                        .await?;
-                    lease::fence(&mut *tx, lease).await?;
-                    Self::lock_audit_chain(&mut tx, tenant).await?;
-                    if run.triggered_by == $crate::audit::SCHEDULE_AUTHOR
-                        && run.status == "complete"
-                    {
-                        let done: Option<i64> = sqlx::query_scalar(
-                            "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
-                             AND provider = $3 AND triggered_by = $4 AND status = 'complete'",
-                        )
-                        .bind(tenant.0)
-                        .bind(&run.day)
-                        .bind(&run.provider)
-                        .bind($crate::audit::SCHEDULE_AUTHOR)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                        if done.is_some() {
-                            return Err($crate::LedgerError::Conflict(format!(
-                                "the scheduled audit of {}",
-                                run.day
-                            )));
-                        }
-                    }
-                    let prev = sqlx::query(
-                        "SELECT seq, digest FROM audit_run WHERE tenant_id = $1 \
-                         ORDER BY seq DESC LIMIT 1",
-                    )
-                    .bind(tenant.0)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    let (seq, prev_digest) = match prev {
-                        Some(r) => (r.try_get::<i64, _>(0)? + 1, r.try_get::<String, _>(1)?),
-                        None => (1, String::new()),
-                    };
-                    let digest = $crate::audit::run_digest(tenant.0, seq, &prev_digest, &run);
-                    let canon = $crate::audit::canonical_json;
-                    let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "INSERT INTO audit_run (tenant_id, seq, day, time_zone, window_start, \
-                         window_end, provider, triggered_by, status, reason, started_at, \
-                         finished_at, counts, findings, totals, evidence, prev_digest, digest) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-                         $15, $16, $17, $18) RETURNING {}",
-                        $crate::audit::RUN_COLUMNS
-                    )))
-                    .bind(tenant.0)
-                    .bind(seq)
-                    .bind(&run.day)
-                    .bind(&run.time_zone)
-                    .bind(run.window_start)
-                    .bind(run.window_end)
-                    .bind(&run.provider)
-                    .bind(&run.triggered_by)
-                    .bind(&run.status)
-                    .bind(&run.reason)
-                    .bind(run.started_at)
-                    .bind(run.finished_at)
-                    .bind(canon(&run.counts))
-                    .bind(canon(&run.findings))
-                    .bind(canon(&run.totals))
-                    .bind(canon(&run.evidence))
-                    .bind(&prev_digest)
-                    .bind(&digest)
-                    .fetch_one(&mut *tx)
-                    .await;
-                    match inserted {
-                        Ok(row) => {
-                            let stored = Self::audit_run_row(&row)?;
-                            tx.commit().await?;
-                            return Ok(stored);
-                        }
-                        Err(e) => match $crate::LedgerError::from(e) {
-                            $crate::LedgerError::Conflict(c) => {
-                                drop(tx);
-                                last_err = Some($crate::LedgerError::Conflict(c));
-                            }
-                            other => return Err(other),
-                        },
-                    }
-                }
-                Err(last_err.unwrap_or_else(|| {
-                    $crate::LedgerError::Conflict("audit run chain".into())
-                }))
-            }
+    async fn set_audit_settings(
+        &self,
+        tenant: crate::model::TenantId,
+        s: &crate::audit::AuditSettings,
+    ) -> crate::Result<()> {
+        crate::audit::check_settings(s)?;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        sqlx::query("UPDATE tenant SET time_zone = $1, audit_time = $2 WHERE id = $3")
+            .bind(&s.time_zone)
+            .bind(&s.audit_time)
+            .bind(tenant.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
 
-            async fn list_audit_runs(
-                &self,
-                tenant: $crate::model::TenantId,
-                day: Option<&str>,
-                limit: i64,
-            ) -> $crate::Result<Vec<$crate::audit::AuditRun>> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM audit_run WHERE tenant_id = $1 AND (day = $2 OR $3) \
-                     ORDER BY seq DESC LIMIT $4",
-                    $crate::audit::RUN_COLUMNS
-                )))
-                .bind(tenant.0)
-                .bind(day.unwrap_or(""))
-                .bind(day.is_none())
-                .bind(limit.clamp(1, 1000))
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter().map(Self::audit_run_row).collect()
-            }
+    async fn store_provider_charges(
+        &self,
+        tenant: crate::model::TenantId,
+        charges: &[crate::audit::StoredCharge],
+    ) -> crate::Result<u64> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let mut n = 0u64;
+        // 16 binds per row: 1,000 rows stay under both drivers' bind limits.
+        for chunk in charges.chunks(1000) {
+            let mut qb: sqlx::QueryBuilder<B::DB> = sqlx::QueryBuilder::new(
+                "INSERT INTO provider_charge (tenant_id, provider_id, charge_id, \
+                 payment_intent, amount, currency, status, amount_captured, \
+                 amount_refunded, refunds, metadata, idempotency_key, customer, created, \
+                 raw, imported_at) ",
+            );
+            qb.push_values(chunk, |mut b, c| {
+                b.push_bind(tenant.0)
+                    .push_bind(c.provider_id)
+                    .push_bind(c.charge_id.clone())
+                    .push_bind(c.payment_intent.clone())
+                    .push_bind(c.amount)
+                    .push_bind(c.currency.clone())
+                    .push_bind(c.status.clone())
+                    .push_bind(c.amount_captured)
+                    .push_bind(c.amount_refunded)
+                    .push_bind(crate::audit::canonical_json(&c.refunds))
+                    .push_bind(crate::audit::canonical_json(&c.metadata))
+                    .push_bind(c.idempotency_key.clone())
+                    .push_bind(c.customer.clone())
+                    .push_bind(c.created)
+                    .push_bind(c.raw.to_string())
+                    .push_bind(c.imported_at);
+            });
+            qb.push(
+                " ON CONFLICT (tenant_id, provider_id, charge_id) DO UPDATE SET \
+                 payment_intent = excluded.payment_intent, amount = excluded.amount, \
+                 currency = excluded.currency, status = excluded.status, \
+                 amount_captured = excluded.amount_captured, \
+                 amount_refunded = excluded.amount_refunded, refunds = excluded.refunds, \
+                 metadata = excluded.metadata, idempotency_key = excluded.idempotency_key, \
+                 customer = excluded.customer, created = excluded.created, \
+                 raw = excluded.raw, imported_at = excluded.imported_at",
+            );
+            n += qb.build().execute(&mut *tx).await?.rows_affected();
+            Self::write_charge_terms(&mut tx, tenant, chunk).await?;
+        }
+        tx.commit().await?;
+        Ok(n)
+    }
 
-            async fn get_audit_run(
-                &self,
-                tenant: $crate::model::TenantId,
-                id: i64,
-            ) -> $crate::Result<Option<$crate::audit::AuditRun>> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM audit_run WHERE tenant_id = $1 AND id = $2",
-                    $crate::audit::RUN_COLUMNS
-                )))
-                .bind(tenant.0)
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                row.as_ref().map(Self::audit_run_row).transpose()
-            }
+    async fn provider_charges(
+        &self,
+        tenant: crate::model::TenantId,
+        provider_id: Option<i64>,
+        from: f64,
+        to: f64,
+    ) -> crate::Result<Vec<crate::audit::StoredCharge>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM provider_charge WHERE tenant_id = $1 AND created >= $2 \
+             AND created < $3 AND (provider_id = $4 OR $5) ORDER BY created, charge_id",
+            crate::audit::CHARGE_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(from)
+        .bind(to)
+        .bind(provider_id.unwrap_or(-1))
+        .bind(provider_id.is_none())
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(Self::charge_row).collect()
+    }
 
-            async fn audit_chain(
-                &self,
-                tenant: $crate::model::TenantId,
-                after_seq: i64,
-                limit: i64,
-            ) -> $crate::Result<Vec<$crate::audit::AuditRun>> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
-                     ORDER BY seq LIMIT $3",
-                    $crate::audit::RUN_COLUMNS
-                )))
-                .bind(tenant.0)
-                .bind(after_seq)
-                .bind(limit.clamp(1, 10_000))
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter().map(Self::audit_run_row).collect()
-            }
+    async fn charges_by_ids_or_keys(
+        &self,
+        tenant: crate::model::TenantId,
+        ids: &[String],
+        keys: &[String],
+        limit: i64,
+    ) -> crate::Result<Vec<crate::audit::StoredCharge>> {
+        if ids.is_empty() && keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let mut qb: sqlx::QueryBuilder<B::DB> = sqlx::QueryBuilder::new(format!(
+            "SELECT {} FROM provider_charge WHERE tenant_id = ",
+            crate::audit::CHARGE_COLUMNS
+        ));
+        qb.push_bind(tenant.0);
+        qb.push(" AND (charge_id IN (");
+        // An empty IN list is not SQL: the empty string is no charge's id or key.
+        let none = [String::new()];
+        let ids = if ids.is_empty() { &none[..] } else { ids };
+        let keys = if keys.is_empty() { &none[..] } else { keys };
+        let mut list = qb.separated(", ");
+        for id in ids.iter().take(200) {
+            list.push_bind(id.clone());
+        }
+        qb.push(") OR idempotency_key IN (");
+        let mut list = qb.separated(", ");
+        for k in keys.iter().take(200) {
+            list.push_bind(k.clone());
+        }
+        // An id may also be what names a charge without being its id: an order id,
+        // a PaymentIntent, a refund (see `charge_terms`).
+        qb.push(format!(
+            ")) UNION SELECT {} FROM provider_charge_term t JOIN provider_charge c \
+             ON c.tenant_id = t.tenant_id AND c.provider_id = t.provider_id \
+             AND c.charge_id = t.charge_id WHERE t.tenant_id = ",
+            crate::audit::charge_columns_of_c()
+        ));
+        qb.push_bind(tenant.0);
+        qb.push(" AND t.term IN (");
+        let mut list = qb.separated(", ");
+        for id in ids.iter().take(200) {
+            list.push_bind(id.clone());
+        }
+        qb.push(") ORDER BY created, charge_id LIMIT ");
+        qb.push_bind(limit.clamp(1, 1000));
+        let rows = qb.build().fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        rows.iter().map(Self::charge_row).collect()
+    }
 
-            async fn scheduled_audit_done(
-                &self,
-                tenant: $crate::model::TenantId,
-                day: &str,
-                provider: &str,
-            ) -> $crate::Result<bool> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
+    async fn effects_created_between(
+        &self,
+        tenant: crate::model::TenantId,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> crate::Result<Vec<crate::model::Effect>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
+             WHERE e.tenant_id = $1 AND e.created_at >= $2 AND e.created_at < $3 \
+             ORDER BY e.created_at, e.id",
+            crate::rows::EFFECT_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| crate::rows::effect::<B::DB>(r, now))
+            .collect()
+    }
+
+    async fn record_audit_run(
+        &self,
+        tenant: crate::model::TenantId,
+        run: crate::audit::NewAuditRun,
+        lease: Option<&crate::model::Lease>,
+    ) -> crate::Result<crate::audit::AuditRun> {
+        use sqlx::Row;
+        // Two appends racing for one seq: the loser's INSERT fails on
+        // UNIQUE (tenant_id, seq) and it tries again on top of the winner.
+        let mut last_err = None;
+        for _ in 0..8 {
+            let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+            B::fence(&mut tx, lease).await?;
+            B::lock_audit_chain(&mut tx, tenant).await?;
+            if run.triggered_by == crate::audit::SCHEDULE_AUTHOR && run.status == "complete" {
                 let done: Option<i64> = sqlx::query_scalar(
                     "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
                      AND provider = $3 AND triggered_by = $4 AND status = 'complete'",
                 )
                 .bind(tenant.0)
-                .bind(day)
-                .bind(provider)
-                .bind($crate::audit::SCHEDULE_AUTHOR)
+                .bind(&run.day)
+                .bind(&run.provider)
+                .bind(crate::audit::SCHEDULE_AUTHOR)
                 .fetch_optional(&mut *tx)
                 .await?;
-                tx.commit().await?;
-                Ok(done.is_some())
+                if done.is_some() {
+                    return Err(crate::LedgerError::Conflict(format!(
+                        "the scheduled audit of {}",
+                        run.day
+                    )));
+                }
             }
-
-            async fn audit_metric(
-                &self,
-                tenant: $crate::model::TenantId,
-            ) -> $crate::Result<Option<$crate::audit::AuditMetric>> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let row = sqlx::query(
-                    "SELECT finished_at, counts FROM audit_run WHERE tenant_id = $1 \
-                     AND status IN ('complete', 'partial') ORDER BY seq DESC LIMIT 1",
-                )
-                .bind(tenant.0)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                let Some(row) = row else { return Ok(None) };
-                let counts =
-                    $crate::audit::parse_json("counts", &row.try_get::<String, _>(1)?)?;
-                Ok(Some($crate::audit::AuditMetric {
-                    finished_at: row.try_get(0)?,
-                    findings: $crate::audit::finding_counts_of(&counts),
-                }))
-            }
-
-            async fn audit_links(
-                &self,
-                tenant: $crate::model::TenantId,
-            ) -> $crate::Result<Vec<$crate::audit::ChainLink>> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let rows = sqlx::query(
-                    "SELECT id, seq, prev_digest, digest FROM audit_run WHERE tenant_id = $1 \
-                     ORDER BY seq",
-                )
-                .bind(tenant.0)
-                .fetch_all(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok($crate::audit::ChainLink {
-                            id: r.try_get("id")?,
-                            seq: r.try_get("seq")?,
-                            prev_digest: r.try_get("prev_digest")?,
-                            digest: r.try_get("digest")?,
-                        })
-                    })
-                    .collect()
-            }
-
-            async fn audit_glance(
-                &self,
-                tenant: $crate::model::TenantId,
-                day: &str,
-            ) -> $crate::Result<Option<$crate::audit::AuditGlance>> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                // The `audit_run_day` index; a day holds a handful of runs. The newest run
-                // with findings (complete, or partial: the working providers' part), else
-                // the newest run at all.
-                let best = sqlx::query(
-                    "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
-                     WHERE tenant_id = $1 AND day = $2 AND status IN ('complete', 'partial') \
-                     ORDER BY seq DESC LIMIT 1",
-                )
-                .bind(tenant.0)
-                .bind(day)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let newest = sqlx::query(
-                    "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
-                     WHERE tenant_id = $1 AND day = $2 ORDER BY seq DESC LIMIT 1",
-                )
-                .bind(tenant.0)
-                .bind(day)
-                .fetch_optional(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                let Some(newest) = newest else { return Ok(None) };
-                let failure = if newest.try_get::<String, _>("status")? == "complete" {
-                    None
-                } else {
-                    Some((
-                        newest
-                            .try_get::<Option<String>, _>("reason")?
-                            .unwrap_or_else(|| "failed".into()),
-                        newest.try_get::<f64, _>("finished_at")?,
-                    ))
-                };
-                let row = best.unwrap_or(newest);
-                let counts =
-                    $crate::audit::parse_json("counts", &row.try_get::<String, _>("counts")?)?;
-                Ok(Some($crate::audit::AuditGlance {
-                    id: row.try_get("id")?,
-                    day: row.try_get("day")?,
-                    provider: row.try_get("provider")?,
-                    status: row.try_get("status")?,
-                    reason: row.try_get("reason")?,
-                    finished_at: row.try_get("finished_at")?,
-                    findings: $crate::audit::finding_counts_of(&counts),
-                    failure,
-                }))
+            let prev = sqlx::query(
+                "SELECT seq, digest FROM audit_run WHERE tenant_id = $1 \
+                 ORDER BY seq DESC LIMIT 1",
+            )
+            .bind(tenant.0)
+            .fetch_optional(&mut *tx)
+            .await?;
+            let (seq, prev_digest) = match prev {
+                Some(r) => (r.try_get::<i64, _>(0)? + 1, r.try_get::<String, _>(1)?),
+                None => (1, String::new()),
+            };
+            let digest = crate::audit::run_digest(tenant.0, seq, &prev_digest, &run);
+            let canon = crate::audit::canonical_json;
+            let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO audit_run (tenant_id, seq, day, time_zone, window_start, \
+                 window_end, provider, triggered_by, status, reason, started_at, \
+                 finished_at, counts, findings, totals, evidence, prev_digest, digest) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
+                 $15, $16, $17, $18) RETURNING {}",
+                crate::audit::RUN_COLUMNS
+            )))
+            .bind(tenant.0)
+            .bind(seq)
+            .bind(&run.day)
+            .bind(&run.time_zone)
+            .bind(run.window_start)
+            .bind(run.window_end)
+            .bind(&run.provider)
+            .bind(&run.triggered_by)
+            .bind(&run.status)
+            .bind(&run.reason)
+            .bind(run.started_at)
+            .bind(run.finished_at)
+            .bind(canon(&run.counts))
+            .bind(canon(&run.findings))
+            .bind(canon(&run.totals))
+            .bind(canon(&run.evidence))
+            .bind(&prev_digest)
+            .bind(&digest)
+            .fetch_one(&mut *tx)
+            .await;
+            match inserted {
+                Ok(row) => {
+                    let stored = Self::audit_run_row(&row)?;
+                    tx.commit().await?;
+                    return Ok(stored);
+                }
+                Err(e) => match crate::LedgerError::from(e) {
+                    crate::LedgerError::Conflict(c) => {
+                        drop(tx);
+                        last_err = Some(crate::LedgerError::Conflict(c));
+                    }
+                    other => return Err(other),
+                },
             }
         }
-    };
-}
+        Err(last_err.unwrap_or_else(|| crate::LedgerError::Conflict("audit run chain".into())))
+    }
 
-pub(crate) use impl_audits;
+    async fn list_audit_runs(
+        &self,
+        tenant: crate::model::TenantId,
+        day: Option<&str>,
+        limit: i64,
+    ) -> crate::Result<Vec<crate::audit::AuditRun>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM audit_run WHERE tenant_id = $1 AND (day = $2 OR $3) \
+             ORDER BY seq DESC LIMIT $4",
+            crate::audit::RUN_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(day.unwrap_or(""))
+        .bind(day.is_none())
+        .bind(limit.clamp(1, 1000))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(Self::audit_run_row).collect()
+    }
+
+    async fn get_audit_run(
+        &self,
+        tenant: crate::model::TenantId,
+        id: i64,
+    ) -> crate::Result<Option<crate::audit::AuditRun>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM audit_run WHERE tenant_id = $1 AND id = $2",
+            crate::audit::RUN_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        row.as_ref().map(Self::audit_run_row).transpose()
+    }
+
+    async fn audit_chain(
+        &self,
+        tenant: crate::model::TenantId,
+        after_seq: i64,
+        limit: i64,
+    ) -> crate::Result<Vec<crate::audit::AuditRun>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3",
+            crate::audit::RUN_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(after_seq)
+        .bind(limit.clamp(1, 10_000))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(Self::audit_run_row).collect()
+    }
+
+    async fn scheduled_audit_done(
+        &self,
+        tenant: crate::model::TenantId,
+        day: &str,
+        provider: &str,
+    ) -> crate::Result<bool> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let done: Option<i64> = sqlx::query_scalar(
+            "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
+             AND provider = $3 AND triggered_by = $4 AND status = 'complete'",
+        )
+        .bind(tenant.0)
+        .bind(day)
+        .bind(provider)
+        .bind(crate::audit::SCHEDULE_AUTHOR)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.is_some())
+    }
+
+    async fn audit_metric(
+        &self,
+        tenant: crate::model::TenantId,
+    ) -> crate::Result<Option<crate::audit::AuditMetric>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let row = sqlx::query(
+            "SELECT finished_at, counts FROM audit_run WHERE tenant_id = $1 \
+             AND status IN ('complete', 'partial') ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let Some(row) = row else { return Ok(None) };
+        let counts = crate::audit::parse_json("counts", &row.try_get::<String, _>(1)?)?;
+        Ok(Some(crate::audit::AuditMetric {
+            finished_at: row.try_get(0)?,
+            findings: crate::audit::finding_counts_of(&counts),
+        }))
+    }
+
+    async fn audit_links(
+        &self,
+        tenant: crate::model::TenantId,
+    ) -> crate::Result<Vec<crate::audit::ChainLink>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(
+            "SELECT id, seq, prev_digest, digest FROM audit_run WHERE tenant_id = $1 \
+             ORDER BY seq",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::audit::ChainLink {
+                    id: r.try_get("id")?,
+                    seq: r.try_get("seq")?,
+                    prev_digest: r.try_get("prev_digest")?,
+                    digest: r.try_get("digest")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn audit_glance(
+        &self,
+        tenant: crate::model::TenantId,
+        day: &str,
+    ) -> crate::Result<Option<crate::audit::AuditGlance>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        // The `audit_run_day` index; a day holds a handful of runs. The newest run
+        // with findings (complete, or partial: the working providers' part), else
+        // the newest run at all.
+        let best = sqlx::query(
+            "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
+             WHERE tenant_id = $1 AND day = $2 AND status IN ('complete', 'partial') \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant.0)
+        .bind(day)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let newest = sqlx::query(
+            "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
+             WHERE tenant_id = $1 AND day = $2 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant.0)
+        .bind(day)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let Some(newest) = newest else {
+            return Ok(None);
+        };
+        let failure = if newest.try_get::<String, _>("status")? == "complete" {
+            None
+        } else {
+            Some((
+                newest
+                    .try_get::<Option<String>, _>("reason")?
+                    .unwrap_or_else(|| "failed".into()),
+                newest.try_get::<f64, _>("finished_at")?,
+            ))
+        };
+        let row = best.unwrap_or(newest);
+        let counts = crate::audit::parse_json("counts", &row.try_get::<String, _>("counts")?)?;
+        Ok(Some(crate::audit::AuditGlance {
+            id: row.try_get("id")?,
+            day: row.try_get("day")?,
+            provider: row.try_get("provider")?,
+            status: row.try_get("status")?,
+            reason: row.try_get("reason")?,
+            finished_at: row.try_get("finished_at")?,
+            findings: crate::audit::finding_counts_of(&counts),
+            failure,
+        }))
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,9 @@
 //! secret that already opens under the new key is left as it is, so running the same
 //! rotation twice (say, after the operator's new key was not yet saved) is harmless.
 
+use crate::driver::{Driver, SqlLedger};
 use serde::Serialize;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
 
 /// The plaintext of the check value; its AAD binds it to this one use.
 pub(crate) const CHECK_PLAINTEXT: &[u8] = b"reckon master key check v1";
@@ -27,158 +29,160 @@ pub struct RotateReport {
     pub already_rotated: u64,
 }
 
-/// The one implementation of the key check and rotation for `$ledger` over `$db` (same
-/// requirements as `impl_accounts!`).
-macro_rules! impl_keys {
-    ($ledger:ty, $db:ty) => {
-        impl $ledger {
-            pub(crate) async fn keys_check(&self) -> $crate::Result<()> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Global, true)
-                    .await?;
-                let sealed: Option<Vec<u8>> =
-                    sqlx::query_scalar("SELECT sealed FROM keyring_check WHERE id = 1")
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                match sealed {
-                    Some(s) => {
-                        if self.keyring.open($crate::keys::CHECK_AAD, &s).as_deref()
-                            != Some($crate::keys::CHECK_PLAINTEXT)
-                        {
-                            return Err($crate::LedgerError::WrongMasterKey);
-                        }
-                    }
-                    None => {
-                        let s = self
-                            .keyring
-                            .seal($crate::keys::CHECK_AAD, $crate::keys::CHECK_PLAINTEXT);
-                        sqlx::query(
-                            "INSERT INTO keyring_check (id, sealed, created_at) VALUES (1, $1, $2) \
-                             ON CONFLICT (id) DO NOTHING",
-                        )
-                        .bind(s)
-                        .bind(reckon_domain::time::now())
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                }
-                tx.commit().await?;
-                Ok(())
-            }
-
-            pub(crate) async fn keys_rotate(
-                &self,
-                new: &$crate::Keyring,
-            ) -> $crate::Result<$crate::keys::RotateReport> {
-                use sqlx::Row;
-                let old = &self.keyring;
-                let mut report = $crate::keys::RotateReport::default();
-                // Re-seal one ciphertext: open under the old key (or find it already under
-                // the new one), seal under the new. A secret neither key opens stops the
-                // rotation: rotating it would lose it.
-                // `None`: it already opens under the new key.
-                let reseal = |aad: &str, sealed: &[u8], what: &str| -> $crate::Result<Option<Vec<u8>>> {
-                    if new.open(aad, sealed).is_some() {
-                        return Ok(None);
-                    }
-                    let plain = old.open(aad, sealed).ok_or_else(|| {
-                        $crate::LedgerError::Invalid(format!(
-                            "{what} opens under neither the current nor the new master key: \
-                             nothing was rotated"
-                        ))
-                    })?;
-                    Ok(Some(new.seal(aad, &plain)))
-                };
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Global, true)
-                    .await?;
-                let tenants: Vec<i64> = sqlx::query_scalar("SELECT id FROM tenant ORDER BY id")
-                    .fetch_all(&mut *tx)
-                    .await?;
-                for t in tenants {
-                    Self::rescope(
-                        &mut tx,
-                        $crate::accounts::Scope::Tenant($crate::TenantId(t)),
-                    )
-                    .await?;
-                    let rows = sqlx::query(
-                        "SELECT id, name, dsn_ciphertext FROM source \
-                         WHERE tenant_id = $1 AND dsn_ciphertext IS NOT NULL",
-                    )
-                    .bind(t)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    for r in rows {
-                        let (id, name, sealed): (i64, String, Vec<u8>) =
-                            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-                        let aad = $crate::crypto::dsn_aad(t, &name);
-                        if let Some(s) = reseal(&aad, &sealed, &format!("source {name:?}'s DSN"))? {
-                            sqlx::query("UPDATE source SET dsn_ciphertext = $1 WHERE id = $2 AND tenant_id = $3")
-                                .bind(s)
-                                .bind(id)
-                                .bind(t)
-                                .execute(&mut *tx)
-                                .await?;
-                            report.source_dsns += 1;
-                        } else {
-                            report.already_rotated += 1;
-                        }
-                    }
-                    let rows = sqlx::query(
-                        "SELECT id, name, secret_ciphertext FROM provider \
-                         WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
-                    )
-                    .bind(t)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    for r in rows {
-                        let (id, name, sealed): (i64, String, Vec<u8>) =
-                            (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-                        let aad = $crate::reconcile::provider_secret_aad(t, &name);
-                        if let Some(s) = reseal(&aad, &sealed, &format!("provider {name:?}'s secret"))? {
-                            sqlx::query("UPDATE provider SET secret_ciphertext = $1 WHERE id = $2 AND tenant_id = $3")
-                                .bind(s)
-                                .bind(id)
-                                .bind(t)
-                                .execute(&mut *tx)
-                                .await?;
-                            report.provider_secrets += 1;
-                        } else {
-                            report.already_rotated += 1;
-                        }
-                    }
-                }
-                Self::rescope(&mut tx, $crate::accounts::Scope::Global).await?;
-                let rows = sqlx::query(
-                    "SELECT id, totp_secret FROM app_user WHERE totp_secret IS NOT NULL",
-                )
-                .fetch_all(&mut *tx)
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    pub(crate) async fn keys_check(&self) -> crate::Result<()> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let sealed: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT sealed FROM keyring_check WHERE id = 1")
+                .fetch_optional(&mut *tx)
                 .await?;
-                for r in rows {
-                    let (id, sealed): (i64, Vec<u8>) = (r.try_get(0)?, r.try_get(1)?);
-                    let aad = $crate::accounts::totp_aad(id);
-                    if let Some(s) = reseal(&aad, &sealed, &format!("user #{id}'s TOTP secret"))? {
-                        sqlx::query("UPDATE app_user SET totp_secret = $1 WHERE id = $2")
-                            .bind(s)
-                            .bind(id)
-                            .execute(&mut *tx)
-                            .await?;
-                        report.totp_secrets += 1;
-                    } else {
-                        report.already_rotated += 1;
-                    }
+        match sealed {
+            Some(s) => {
+                if self.keyring.open(crate::keys::CHECK_AAD, &s).as_deref()
+                    != Some(crate::keys::CHECK_PLAINTEXT)
+                {
+                    return Err(crate::LedgerError::WrongMasterKey);
                 }
-                // Last, in the same transaction: the check value, so the new key is the one
-                // the next start accepts.
-                sqlx::query("UPDATE keyring_check SET sealed = $1 WHERE id = 1")
-                    .bind(new.seal($crate::keys::CHECK_AAD, $crate::keys::CHECK_PLAINTEXT))
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(report)
+            }
+            None => {
+                let s = self
+                    .keyring
+                    .seal(crate::keys::CHECK_AAD, crate::keys::CHECK_PLAINTEXT);
+                sqlx::query(
+                    "INSERT INTO keyring_check (id, sealed, created_at) VALUES (1, $1, $2) \
+                     ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(s)
+                .bind(reckon_domain::time::now())
+                .execute(&mut *tx)
+                .await?;
             }
         }
-    };
-}
+        tx.commit().await?;
+        Ok(())
+    }
 
-pub(crate) use impl_keys;
+    pub(crate) async fn keys_rotate(
+        &self,
+        new: &crate::Keyring,
+    ) -> crate::Result<crate::keys::RotateReport> {
+        use sqlx::Row;
+        let old = &self.keyring;
+        let mut report = crate::keys::RotateReport::default();
+        // Re-seal one ciphertext: open under the old key (or find it already under
+        // the new one), seal under the new. A secret neither key opens stops the
+        // rotation: rotating it would lose it.
+        // `None`: it already opens under the new key.
+        let reseal = |aad: &str, sealed: &[u8], what: &str| -> crate::Result<Option<Vec<u8>>> {
+            if new.open(aad, sealed).is_some() {
+                return Ok(None);
+            }
+            let plain = old.open(aad, sealed).ok_or_else(|| {
+                crate::LedgerError::Invalid(format!(
+                    "{what} opens under neither the current nor the new master key: \
+                     nothing was rotated"
+                ))
+            })?;
+            Ok(Some(new.seal(aad, &plain)))
+        };
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let tenants: Vec<i64> = sqlx::query_scalar("SELECT id FROM tenant ORDER BY id")
+            .fetch_all(&mut *tx)
+            .await?;
+        for t in tenants {
+            B::rescope(&mut tx, crate::accounts::Scope::Tenant(crate::TenantId(t))).await?;
+            let rows = sqlx::query(
+                "SELECT id, name, dsn_ciphertext FROM source \
+                 WHERE tenant_id = $1 AND dsn_ciphertext IS NOT NULL",
+            )
+            .bind(t)
+            .fetch_all(&mut *tx)
+            .await?;
+            for r in rows {
+                let (id, name, sealed): (i64, String, Vec<u8>) =
+                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                let aad = crate::crypto::dsn_aad(t, &name);
+                if let Some(s) = reseal(&aad, &sealed, &format!("source {name:?}'s DSN"))? {
+                    sqlx::query(
+                        "UPDATE source SET dsn_ciphertext = $1 WHERE id = $2 AND tenant_id = $3",
+                    )
+                    .bind(s)
+                    .bind(id)
+                    .bind(t)
+                    .execute(&mut *tx)
+                    .await?;
+                    report.source_dsns += 1;
+                } else {
+                    report.already_rotated += 1;
+                }
+            }
+            let rows = sqlx::query(
+                "SELECT id, name, secret_ciphertext FROM provider \
+                 WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
+            )
+            .bind(t)
+            .fetch_all(&mut *tx)
+            .await?;
+            for r in rows {
+                let (id, name, sealed): (i64, String, Vec<u8>) =
+                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                let aad = crate::reconcile::provider_secret_aad(t, &name);
+                if let Some(s) = reseal(&aad, &sealed, &format!("provider {name:?}'s secret"))? {
+                    sqlx::query("UPDATE provider SET secret_ciphertext = $1 WHERE id = $2 AND tenant_id = $3")
+                        .bind(s)
+                        .bind(id)
+                        .bind(t)
+                        .execute(&mut *tx)
+                        .await?;
+                    report.provider_secrets += 1;
+                } else {
+                    report.already_rotated += 1;
+                }
+            }
+        }
+        B::rescope(&mut tx, crate::accounts::Scope::Global).await?;
+        let rows =
+            sqlx::query("SELECT id, totp_secret FROM app_user WHERE totp_secret IS NOT NULL")
+                .fetch_all(&mut *tx)
+                .await?;
+        for r in rows {
+            let (id, sealed): (i64, Vec<u8>) = (r.try_get(0)?, r.try_get(1)?);
+            let aad = crate::accounts::totp_aad(id);
+            if let Some(s) = reseal(&aad, &sealed, &format!("user #{id}'s TOTP secret"))? {
+                sqlx::query("UPDATE app_user SET totp_secret = $1 WHERE id = $2")
+                    .bind(s)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                report.totp_secrets += 1;
+            } else {
+                report.already_rotated += 1;
+            }
+        }
+        // Last, in the same transaction: the check value, so the new key is the one
+        // the next start accepts.
+        sqlx::query("UPDATE keyring_check SET sealed = $1 WHERE id = 1")
+            .bind(new.seal(crate::keys::CHECK_AAD, crate::keys::CHECK_PLAINTEXT))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(report)
+    }
+}

@@ -8,6 +8,7 @@ mod actions;
 // ---- audit (issue 6, branch `audit`): audit storage, a supertrait of Ledger ----
 mod audit;
 mod crypto;
+mod driver;
 mod keys;
 // Dashboard (issue 7, branch dash): the unresolved queue, counts by kind, chart snapshots.
 mod dashboard;
@@ -310,8 +311,7 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
         now: f64,
     ) -> Result<u64>;
 
-    // ---- write-back (issue 4 item 7, branch `writeback`). Implemented once for both
-    // backends in `writeback.rs` (`impl_writeback!`). ----
+    // Write-back: `writeback.rs`.
 
     /// Turn write-back of a scanned source on (with its not_applied policy) or off (`None`).
     async fn set_source_writeback(

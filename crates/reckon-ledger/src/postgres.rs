@@ -8,6 +8,7 @@ mod lease;
 mod metrics;
 
 use crate::crypto::{Keyring, dsn_aad};
+use crate::driver::{Driver, Pg, SqlLedger};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
 use crate::reconcile::*;
@@ -17,7 +18,7 @@ use crate::{Ledger, LedgerError, Result};
 use async_trait::async_trait;
 use reckon_domain::{Disappearance, State, time};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder, Row};
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -25,12 +26,41 @@ use std::time::Duration;
 
 mod reconcile;
 
-pub struct PgLedger {
-    pool: PgPool,
-    /// The login user's options: migrations run as it (the tables' owner), on their own
-    /// connection; the pool's connections drop to [`APP_ROLE`].
-    owner_opts: PgConnectOptions,
-    keyring: Keyring,
+pub type PgLedger = SqlLedger<Pg>;
+
+impl Driver for Pg {
+    type DB = Postgres;
+    type Done = sqlx::postgres::PgQueryResult;
+
+    fn begin(
+        l: &SqlLedger<Pg>,
+        scope: crate::accounts::Scope<'_>,
+        write: bool,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, Postgres>>> + Send
+    {
+        l.begin_scoped(scope, write)
+    }
+
+    fn rescope(
+        tx: &mut sqlx::Transaction<'static, Postgres>,
+        scope: crate::accounts::Scope<'_>,
+    ) -> impl std::future::Future<Output = Result<()>> + Send {
+        SqlLedger::<Pg>::rescope(tx, scope)
+    }
+
+    async fn fence(
+        tx: &mut sqlx::Transaction<'static, Postgres>,
+        lease: Option<&Lease>,
+    ) -> Result<()> {
+        lease::fence(tx, lease).await
+    }
+
+    fn lock_audit_chain(
+        tx: &mut sqlx::Transaction<'static, Postgres>,
+        tenant: TenantId,
+    ) -> impl std::future::Future<Output = Result<()>> + Send {
+        SqlLedger::<Pg>::lock_audit_chain(tx, tenant)
+    }
 }
 
 impl PgLedger {
@@ -51,10 +81,10 @@ impl PgLedger {
             })
             .connect_with(owner_opts.clone())
             .await?;
-        let ledger = PgLedger {
+        let ledger = SqlLedger {
             pool,
-            owner_opts,
             keyring,
+            driver: Pg { owner_opts },
         };
         ledger.backfill_charge_terms().await?;
         ledger.scrub_pending().await?;
@@ -408,7 +438,7 @@ impl Ledger for PgLedger {
     }
 
     async fn migrate(&self) -> Result<()> {
-        Self::migrate_with(&self.owner_opts).await?;
+        Self::migrate_with(&self.driver.owner_opts).await?;
         self.backfill_charge_terms().await?;
         self.scrub_pending().await
     }
@@ -1141,13 +1171,3 @@ impl Ledger for PgLedger {
             .await
     }
 }
-
-crate::keys::impl_keys!(PgLedger, Postgres);
-crate::actions::impl_actions!(PgLedger, Postgres);
-crate::accounts::impl_accounts!(PgLedger, Postgres);
-
-// ---- audit (issue 6, branch `audit`) ----
-crate::audit::impl_audits!(PgLedger, Postgres);
-crate::scrub::impl_scrub!(PgLedger, Postgres);
-// write-back (issue 4 item 7)
-crate::writeback::impl_writeback!(PgLedger, Postgres, lease::fence);

@@ -16,10 +16,12 @@
 //! names the runs that were broken before.
 
 use crate::audit::{AuditRun, NewAuditRun, run_digest};
+use crate::driver::{Driver, RowsAffected, SqlLedger};
 use crate::model::TenantId;
 use reckon_domain::Redactor;
 use serde::Serialize;
 use serde_json::Value;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
 use std::collections::BTreeMap;
 
 /// The name of the job in `pending_backfill`.
@@ -191,310 +193,318 @@ impl ChainWalk {
     }
 }
 
-/// The one implementation of the scrub for `$ledger` over `$db` (same requirements as
-/// `impl_audits!`, whose row readers and term writer it uses, plus `lock_audit_chain`).
-macro_rules! impl_scrub {
-    ($ledger:ty, $db:ty) => {
-        impl $ledger {
-            /// Run the scrub if it is pending, tenant by tenant; strike it off when every
-            /// tenant is done.
-            pub(crate) async fn scrub_pending(&self) -> $crate::Result<()> {
-                let pending: Option<String> =
-                    sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = $1")
-                        .bind($crate::scrub::JOB)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                if pending.is_none() {
-                    return Ok(());
-                }
-                for tenant in $crate::Ledger::list_tenants(self).await? {
-                    let Some(redactor) = self.scrub_redactor(tenant.id).await? else {
-                        tracing::warn!(
-                            tenant = %tenant.slug,
-                            "stored provider answers not scrubbed yet: a provider secret \
-                             does not open under this master key (the job stays pending)"
-                        );
-                        return Ok(());
-                    };
-                    let report = self.scrub_tenant(tenant.id, &redactor).await?;
-                    if report.changed() {
-                        tracing::info!(tenant = %tenant.slug, ?report, "scrubbed stored provider answers");
-                    }
-                }
-                sqlx::query("DELETE FROM pending_backfill WHERE name = $1")
-                    .bind($crate::scrub::JOB)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
-            }
-
-            /// The tenant's provider secrets and the common credential shapes; `None` when a
-            /// secret does not open.
-            async fn scrub_redactor(
-                &self,
-                tenant: $crate::model::TenantId,
-            ) -> $crate::Result<Option<reckon_domain::Redactor>> {
-                use sqlx::Row;
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let rows = sqlx::query(
-                    "SELECT name, secret_ciphertext FROM provider \
-                     WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
-                )
-                .bind(tenant.0)
-                .fetch_all(&mut *tx)
+/// The scrub uses the audit's row readers and term writer, and the chain's lock.
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    /// Run the scrub if it is pending, tenant by tenant; strike it off when every
+    /// tenant is done.
+    pub(crate) async fn scrub_pending(&self) -> crate::Result<()> {
+        let pending: Option<String> =
+            sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = $1")
+                .bind(crate::scrub::JOB)
+                .fetch_optional(&self.pool)
                 .await?;
-                tx.commit().await?;
-                let mut secrets = Vec::new();
-                for row in rows {
-                    let name: String = row.try_get(0)?;
-                    let sealed: Vec<u8> = row.try_get(1)?;
-                    let aad = $crate::reconcile::provider_secret_aad(tenant.0, &name);
-                    let Some(clear) = self.keyring.open(&aad, &sealed) else {
-                        return Ok(None);
-                    };
-                    match String::from_utf8(clear) {
-                        Ok(s) => secrets.push(s),
-                        Err(_) => return Ok(None),
-                    }
-                }
-                Ok(Some(reckon_domain::Redactor::new(secrets)))
-            }
-
-            /// Scrub one tenant's stored provider answers with `redactor`.
-            pub(crate) async fn scrub_tenant(
-                &self,
-                tenant: $crate::model::TenantId,
-                redactor: &reckon_domain::Redactor,
-            ) -> $crate::Result<$crate::scrub::ScrubReport> {
-                use sqlx::Row;
-                let mut report = $crate::scrub::ScrubReport::default();
-                let scope = || $crate::accounts::Scope::Tenant(tenant);
-
-                // Rows keyed by one integer: a page per transaction (each row's rewrite
-                // stands on its own, and scrubbing twice changes nothing).
-                for (table, key, cols) in $crate::scrub::KEYED {
-                    let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
-                    let select = format!(
-                        "SELECT {key}, {} FROM {table} WHERE tenant_id = $1 AND {key} > $2 \
-                         ORDER BY {key} LIMIT 500",
-                        names.join(", ")
-                    );
-                    let mut after = i64::MIN;
-                    loop {
-                        let mut tx = self.begin_scoped(scope(), true).await?;
-                        let rows = sqlx::query(sqlx::AssertSqlSafe(select.clone()))
-                            .bind(tenant.0)
-                            .bind(after)
-                            .fetch_all(&mut *tx)
-                            .await?;
-                        let Some(last) = rows.last() else {
-                            tx.commit().await?;
-                            break;
-                        };
-                        after = last.try_get(0)?;
-                        for row in &rows {
-                            let id: i64 = row.try_get(0)?;
-                            let mut sets = Vec::new();
-                            for (i, (col, kind)) in cols.iter().enumerate() {
-                                let stored: Option<String> = row.try_get(i + 1)?;
-                                if let Some(new) = stored
-                                    .as_deref()
-                                    .and_then(|s| $crate::scrub::column(redactor, *kind, s))
-                                {
-                                    sets.push((*col, new));
-                                }
-                            }
-                            if sets.is_empty() {
-                                continue;
-                            }
-                            let mut qb: sqlx::QueryBuilder<$db> =
-                                sqlx::QueryBuilder::new(format!("UPDATE {table} SET "));
-                            let mut list = qb.separated(", ");
-                            for (col, new) in sets {
-                                list.push(format!("{col} = "));
-                                list.push_bind_unseparated(new);
-                            }
-                            qb.push(" WHERE tenant_id = ");
-                            qb.push_bind(tenant.0);
-                            qb.push(format!(" AND {key} = "));
-                            qb.push_bind(id);
-                            qb.build().execute(&mut *tx).await?;
-                            report.count(table);
-                        }
-                        tx.commit().await?;
-                    }
-                }
-
-                // Imported charges: their evidence, metadata and refunds, then their search
-                // terms written again from what is now stored.
-                let mut after: (i64, String) = (i64::MIN, String::new());
-                loop {
-                    let mut tx = self.begin_scoped(scope(), true).await?;
-                    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
-                         AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
-                         ORDER BY provider_id, charge_id LIMIT 500",
-                        $crate::audit::CHARGE_COLUMNS
-                    )))
-                    .bind(tenant.0)
-                    .bind(after.0)
-                    .bind(&after.1)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    let Some(last) = rows.last() else {
-                        tx.commit().await?;
-                        break;
-                    };
-                    after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
-                    let mut changed = Vec::new();
-                    for row in &rows {
-                        let mut c = Self::charge_row(row)?;
-                        let before = (c.raw.clone(), c.metadata.clone(), c.refunds.clone());
-                        redactor.json(&mut c.raw);
-                        redactor.json(&mut c.metadata);
-                        redactor.json(&mut c.refunds);
-                        if (&c.raw, &c.metadata, &c.refunds) == (&before.0, &before.1, &before.2) {
-                            continue;
-                        }
-                        sqlx::query(
-                            "UPDATE provider_charge SET raw = $1, metadata = $2, refunds = $3 \
-                             WHERE tenant_id = $4 AND provider_id = $5 AND charge_id = $6",
-                        )
-                        .bind(c.raw.to_string())
-                        .bind(c.metadata.to_string())
-                        .bind(c.refunds.to_string())
-                        .bind(tenant.0)
-                        .bind(c.provider_id)
-                        .bind(&c.charge_id)
-                        .execute(&mut *tx)
-                        .await?;
-                        report.count("provider_charge");
-                        changed.push(c);
-                    }
-                    if !changed.is_empty() {
-                        Self::write_charge_terms(&mut tx, tenant, &changed).await?;
-                    }
-                    tx.commit().await?;
-                }
-                // A term of a charge whose stored text was clean but whose term was not (a
-                // term is at most a value, so this only catches a whole secret).
-                {
-                    let mut tx = self.begin_scoped(scope(), true).await?;
-                    let terms: Vec<String> = sqlx::query_scalar(
-                        "SELECT DISTINCT term FROM provider_charge_term WHERE tenant_id = $1",
-                    )
-                    .bind(tenant.0)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                    for term in terms {
-                        if redactor.text(&term) != term {
-                            let n = sqlx::query(
-                                "DELETE FROM provider_charge_term WHERE tenant_id = $1 AND term = $2",
-                            )
-                            .bind(tenant.0)
-                            .bind(&term)
-                            .execute(&mut *tx)
-                            .await?
-                            .rows_affected();
-                            report.terms_dropped += n;
-                        }
-                    }
-                    tx.commit().await?;
-                }
-
-                // The audit chain, whole, in one transaction that holds the chain's lock.
-                let mut tx = self.begin_scoped(scope(), true).await?;
-                Self::lock_audit_chain(&mut tx, tenant).await?;
-                let page = |after_seq: i64| {
-                    sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "SELECT {} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
-                         ORDER BY seq LIMIT 20",
-                        $crate::audit::RUN_COLUMNS
-                    )))
-                    .bind(tenant.0)
-                    .bind(after_seq)
-                };
-                let mut walk = $crate::scrub::ChainWalk::new();
-                let mut needs_scrub = false;
-                let mut head: Option<String> = None;
-                let mut after_seq = i64::MIN;
-                loop {
-                    let rows = page(after_seq).fetch_all(&mut *tx).await?;
-                    let Some(last) = rows.last() else { break };
-                    after_seq = last.try_get("seq")?;
-                    for row in &rows {
-                        let run = Self::audit_run_row(row)?;
-                        walk.verify(tenant, &run);
-                        needs_scrub |= $crate::scrub::run_content(redactor, &run.run).is_some();
-                        head = Some(run.digest);
-                    }
-                }
-                if needs_scrub {
-                    let intact = walk.broken.is_empty();
-                    report.broken_before = std::mem::take(&mut walk.broken);
-                    let mut after_seq = i64::MIN;
-                    loop {
-                        let rows = page(after_seq).fetch_all(&mut *tx).await?;
-                        let Some(last) = rows.last() else { break };
-                        after_seq = last.try_get("seq")?;
-                        for row in &rows {
-                            let run = Self::audit_run_row(row)?;
-                            let Some(edit) = walk.relink(tenant, &run, redactor, intact) else {
-                                continue;
-                            };
-                            if intact && report.rechained_from_seq.is_none() {
-                                report.rechained_from_seq = Some(run.seq);
-                            }
-                            let canon = $crate::audit::canonical_json;
-                            sqlx::query(
-                                "UPDATE audit_run SET reason = $1, counts = $2, findings = $3, \
-                                 totals = $4, evidence = $5, prev_digest = $6, digest = $7 \
-                                 WHERE tenant_id = $8 AND id = $9",
-                            )
-                            .bind(&edit.run.reason)
-                            .bind(canon(&edit.run.counts))
-                            .bind(canon(&edit.run.findings))
-                            .bind(canon(&edit.run.totals))
-                            .bind(canon(&edit.run.evidence))
-                            .bind(&edit.prev_digest)
-                            .bind(&edit.digest)
-                            .bind(tenant.0)
-                            .bind(edit.id)
-                            .execute(&mut *tx)
-                            .await?;
-                            report.count("audit_run");
-                            if intact {
-                                report.new_head = Some(edit.digest.clone());
-                            }
-                        }
-                    }
-                    if report.new_head.is_some() {
-                        report.previous_head = head;
-                    }
-                }
-                if report.changed() {
-                    let detail = serde_json::to_value(&report).unwrap_or_default();
-                    sqlx::query(
-                        "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
-                         VALUES ($1, $2, 'reckon', $3, NULL, $4, NULL)",
-                    )
-                    .bind(tenant.0)
-                    .bind(reckon_domain::time::now())
-                    .bind($crate::scrub::SCRUB_ACTION)
-                    .bind(detail.to_string())
-                    .execute(&mut *tx)
-                    .await?;
-                }
-                tx.commit().await?;
-                Ok(report)
+        if pending.is_none() {
+            return Ok(());
+        }
+        for tenant in self.all_tenants().await? {
+            let Some(redactor) = self.scrub_redactor(tenant.id).await? else {
+                tracing::warn!(
+                    tenant = %tenant.slug,
+                    "stored provider answers not scrubbed yet: a provider secret \
+                     does not open under this master key (the job stays pending)"
+                );
+                return Ok(());
+            };
+            let report = self.scrub_tenant(tenant.id, &redactor).await?;
+            if report.changed() {
+                tracing::info!(tenant = %tenant.slug, ?report, "scrubbed stored provider answers");
             }
         }
-    };
-}
+        sqlx::query("DELETE FROM pending_backfill WHERE name = $1")
+            .bind(crate::scrub::JOB)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 
-pub(crate) use impl_scrub;
+    /// The tenant's provider secrets and the common credential shapes; `None` when a
+    /// secret does not open.
+    pub(crate) async fn scrub_redactor(
+        &self,
+        tenant: crate::model::TenantId,
+    ) -> crate::Result<Option<reckon_domain::Redactor>> {
+        use sqlx::Row;
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(
+            "SELECT name, secret_ciphertext FROM provider \
+             WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut secrets = Vec::new();
+        for row in rows {
+            let name: String = row.try_get(0)?;
+            let sealed: Vec<u8> = row.try_get(1)?;
+            let aad = crate::reconcile::provider_secret_aad(tenant.0, &name);
+            let Some(clear) = self.keyring.open(&aad, &sealed) else {
+                return Ok(None);
+            };
+            match String::from_utf8(clear) {
+                Ok(s) => secrets.push(s),
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(Some(reckon_domain::Redactor::new(secrets)))
+    }
+
+    /// Scrub one tenant's stored provider answers with `redactor`.
+    pub(crate) async fn scrub_tenant(
+        &self,
+        tenant: crate::model::TenantId,
+        redactor: &reckon_domain::Redactor,
+    ) -> crate::Result<crate::scrub::ScrubReport> {
+        use sqlx::Row;
+        let mut report = crate::scrub::ScrubReport::default();
+        let scope = || crate::accounts::Scope::Tenant(tenant);
+
+        // Rows keyed by one integer: a page per transaction (each row's rewrite
+        // stands on its own, and scrubbing twice changes nothing).
+        for (table, key, cols) in crate::scrub::KEYED {
+            let names: Vec<&str> = cols.iter().map(|(c, _)| *c).collect();
+            let select = format!(
+                "SELECT {key}, {} FROM {table} WHERE tenant_id = $1 AND {key} > $2 \
+                 ORDER BY {key} LIMIT 500",
+                names.join(", ")
+            );
+            let mut after = i64::MIN;
+            loop {
+                let mut tx = B::begin(self, scope(), true).await?;
+                let rows = sqlx::query(sqlx::AssertSqlSafe(select.clone()))
+                    .bind(tenant.0)
+                    .bind(after)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let Some(last) = rows.last() else {
+                    tx.commit().await?;
+                    break;
+                };
+                after = last.try_get(0)?;
+                for row in &rows {
+                    let id: i64 = row.try_get(0)?;
+                    let mut sets = Vec::new();
+                    for (i, (col, kind)) in cols.iter().enumerate() {
+                        let stored: Option<String> = row.try_get(i + 1)?;
+                        if let Some(new) = stored
+                            .as_deref()
+                            .and_then(|s| crate::scrub::column(redactor, *kind, s))
+                        {
+                            sets.push((*col, new));
+                        }
+                    }
+                    if sets.is_empty() {
+                        continue;
+                    }
+                    let mut qb: sqlx::QueryBuilder<B::DB> =
+                        sqlx::QueryBuilder::new(format!("UPDATE {table} SET "));
+                    let mut list = qb.separated(", ");
+                    for (col, new) in sets {
+                        list.push(format!("{col} = "));
+                        list.push_bind_unseparated(new);
+                    }
+                    qb.push(" WHERE tenant_id = ");
+                    qb.push_bind(tenant.0);
+                    qb.push(format!(" AND {key} = "));
+                    qb.push_bind(id);
+                    qb.build().execute(&mut *tx).await?;
+                    report.count(table);
+                }
+                tx.commit().await?;
+            }
+        }
+
+        // Imported charges: their evidence, metadata and refunds, then their search
+        // terms written again from what is now stored.
+        let mut after: (i64, String) = (i64::MIN, String::new());
+        loop {
+            let mut tx = B::begin(self, scope(), true).await?;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
+                 AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
+                 ORDER BY provider_id, charge_id LIMIT 500",
+                crate::audit::CHARGE_COLUMNS
+            )))
+            .bind(tenant.0)
+            .bind(after.0)
+            .bind(&after.1)
+            .fetch_all(&mut *tx)
+            .await?;
+            let Some(last) = rows.last() else {
+                tx.commit().await?;
+                break;
+            };
+            after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
+            let mut changed = Vec::new();
+            for row in &rows {
+                let mut c = Self::charge_row(row)?;
+                let before = (c.raw.clone(), c.metadata.clone(), c.refunds.clone());
+                redactor.json(&mut c.raw);
+                redactor.json(&mut c.metadata);
+                redactor.json(&mut c.refunds);
+                if (&c.raw, &c.metadata, &c.refunds) == (&before.0, &before.1, &before.2) {
+                    continue;
+                }
+                sqlx::query(
+                    "UPDATE provider_charge SET raw = $1, metadata = $2, refunds = $3 \
+                     WHERE tenant_id = $4 AND provider_id = $5 AND charge_id = $6",
+                )
+                .bind(c.raw.to_string())
+                .bind(c.metadata.to_string())
+                .bind(c.refunds.to_string())
+                .bind(tenant.0)
+                .bind(c.provider_id)
+                .bind(&c.charge_id)
+                .execute(&mut *tx)
+                .await?;
+                report.count("provider_charge");
+                changed.push(c);
+            }
+            if !changed.is_empty() {
+                Self::write_charge_terms(&mut tx, tenant, &changed).await?;
+            }
+            tx.commit().await?;
+        }
+        // A term of a charge whose stored text was clean but whose term was not (a
+        // term is at most a value, so this only catches a whole secret).
+        {
+            let mut tx = B::begin(self, scope(), true).await?;
+            let terms: Vec<String> = sqlx::query_scalar(
+                "SELECT DISTINCT term FROM provider_charge_term WHERE tenant_id = $1",
+            )
+            .bind(tenant.0)
+            .fetch_all(&mut *tx)
+            .await?;
+            for term in terms {
+                if redactor.text(&term) != term {
+                    let n = sqlx::query(
+                        "DELETE FROM provider_charge_term WHERE tenant_id = $1 AND term = $2",
+                    )
+                    .bind(tenant.0)
+                    .bind(&term)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    report.terms_dropped += n;
+                }
+            }
+            tx.commit().await?;
+        }
+
+        // The audit chain, whole, in one transaction that holds the chain's lock.
+        let mut tx = B::begin(self, scope(), true).await?;
+        B::lock_audit_chain(&mut tx, tenant).await?;
+        let page = |after_seq: i64| {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
+                 ORDER BY seq LIMIT 20",
+                crate::audit::RUN_COLUMNS
+            )))
+            .bind(tenant.0)
+            .bind(after_seq)
+        };
+        let mut walk = crate::scrub::ChainWalk::new();
+        let mut needs_scrub = false;
+        let mut head: Option<String> = None;
+        let mut after_seq = i64::MIN;
+        loop {
+            let rows = page(after_seq).fetch_all(&mut *tx).await?;
+            let Some(last) = rows.last() else { break };
+            after_seq = last.try_get("seq")?;
+            for row in &rows {
+                let run = Self::audit_run_row(row)?;
+                walk.verify(tenant, &run);
+                needs_scrub |= crate::scrub::run_content(redactor, &run.run).is_some();
+                head = Some(run.digest);
+            }
+        }
+        if needs_scrub {
+            let intact = walk.broken.is_empty();
+            report.broken_before = std::mem::take(&mut walk.broken);
+            let mut after_seq = i64::MIN;
+            loop {
+                let rows = page(after_seq).fetch_all(&mut *tx).await?;
+                let Some(last) = rows.last() else { break };
+                after_seq = last.try_get("seq")?;
+                for row in &rows {
+                    let run = Self::audit_run_row(row)?;
+                    let Some(edit) = walk.relink(tenant, &run, redactor, intact) else {
+                        continue;
+                    };
+                    if intact && report.rechained_from_seq.is_none() {
+                        report.rechained_from_seq = Some(run.seq);
+                    }
+                    let canon = crate::audit::canonical_json;
+                    sqlx::query(
+                        "UPDATE audit_run SET reason = $1, counts = $2, findings = $3, \
+                         totals = $4, evidence = $5, prev_digest = $6, digest = $7 \
+                         WHERE tenant_id = $8 AND id = $9",
+                    )
+                    .bind(&edit.run.reason)
+                    .bind(canon(&edit.run.counts))
+                    .bind(canon(&edit.run.findings))
+                    .bind(canon(&edit.run.totals))
+                    .bind(canon(&edit.run.evidence))
+                    .bind(&edit.prev_digest)
+                    .bind(&edit.digest)
+                    .bind(tenant.0)
+                    .bind(edit.id)
+                    .execute(&mut *tx)
+                    .await?;
+                    report.count("audit_run");
+                    if intact {
+                        report.new_head = Some(edit.digest.clone());
+                    }
+                }
+            }
+            if report.new_head.is_some() {
+                report.previous_head = head;
+            }
+        }
+        if report.changed() {
+            let detail = serde_json::to_value(&report).unwrap_or_default();
+            sqlx::query(
+                "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
+                 VALUES ($1, $2, 'reckon', $3, NULL, $4, NULL)",
+            )
+            .bind(tenant.0)
+            .bind(reckon_domain::time::now())
+            .bind(crate::scrub::SCRUB_ACTION)
+            .bind(detail.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(report)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -504,7 +514,7 @@ mod tests {
 
     const KEY: &str = "rk_live_51HxYzAbCdEf";
 
-    fn run(reason: Option<&str>, evidence: Value) -> NewAuditRun {
+    pub(crate) fn run(reason: Option<&str>, evidence: Value) -> NewAuditRun {
         NewAuditRun {
             day: "2026-11-30".into(),
             time_zone: "UTC".into(),
@@ -523,7 +533,7 @@ mod tests {
         }
     }
 
-    fn chain(tenant: TenantId, runs: Vec<NewAuditRun>) -> Vec<AuditRun> {
+    pub(crate) fn chain(tenant: TenantId, runs: Vec<NewAuditRun>) -> Vec<AuditRun> {
         let mut prev = String::new();
         runs.into_iter()
             .enumerate()
@@ -543,7 +553,11 @@ mod tests {
     }
 
     /// Both passes over `runs`, the edits applied: what the ledger would hold after.
-    fn scrub(tenant: TenantId, runs: &[AuditRun], r: &Redactor) -> (Vec<AuditRun>, Vec<i64>) {
+    pub(crate) fn scrub(
+        tenant: TenantId,
+        runs: &[AuditRun],
+        r: &Redactor,
+    ) -> (Vec<AuditRun>, Vec<i64>) {
         let mut walk = ChainWalk::new();
         for x in runs {
             walk.verify(tenant, x);
@@ -567,7 +581,7 @@ mod tests {
     }
 
     #[test]
-    fn a_scrubbed_chain_verifies_and_keeps_the_runs_before_the_first_change() {
+    pub(crate) fn a_scrubbed_chain_verifies_and_keeps_the_runs_before_the_first_change() {
         let t = TenantId(7);
         let runs = chain(
             t,
@@ -603,7 +617,7 @@ mod tests {
     }
 
     #[test]
-    fn a_chain_broken_before_is_scrubbed_but_not_relinked() {
+    pub(crate) fn a_chain_broken_before_is_scrubbed_but_not_relinked() {
         let t = TenantId(7);
         let mut runs = chain(
             t,
@@ -624,7 +638,7 @@ mod tests {
     }
 
     #[test]
-    fn a_clean_column_is_left_as_stored() {
+    pub(crate) fn a_clean_column_is_left_as_stored() {
         let r = Redactor::new([KEY]);
         assert_eq!(column(&r, Kind::Json, r#"{"b":1,"a":"x"}"#), None);
         assert_eq!(column(&r, Kind::Text, "timeout"), None);

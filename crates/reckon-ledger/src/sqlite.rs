@@ -8,6 +8,7 @@ mod lease;
 mod metrics;
 
 use crate::crypto::{Keyring, dsn_aad};
+use crate::driver::{Driver, Lite, SqlLedger};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
 use crate::reconcile::*;
@@ -16,9 +17,7 @@ use crate::{Ledger, LedgerError, Result};
 use async_trait::async_trait;
 use reckon_domain::{Disappearance, State, time};
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, QueryBuilder, Row, Sqlite};
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,9 +26,40 @@ use std::time::Duration;
 
 mod reconcile;
 
-pub struct SqliteLedger {
-    pool: SqlitePool,
-    keyring: Keyring,
+pub type SqliteLedger = SqlLedger<Lite>;
+
+impl Driver for Lite {
+    type DB = Sqlite;
+    type Done = sqlx::sqlite::SqliteQueryResult;
+
+    fn begin(
+        l: &SqlLedger<Lite>,
+        scope: crate::accounts::Scope<'_>,
+        write: bool,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, Sqlite>>> + Send {
+        l.begin_scoped(scope, write)
+    }
+
+    fn rescope(
+        tx: &mut sqlx::Transaction<'static, Sqlite>,
+        scope: crate::accounts::Scope<'_>,
+    ) -> impl std::future::Future<Output = Result<()>> + Send {
+        SqlLedger::<Lite>::rescope(tx, scope)
+    }
+
+    async fn fence(
+        tx: &mut sqlx::Transaction<'static, Sqlite>,
+        lease: Option<&Lease>,
+    ) -> Result<()> {
+        lease::fence(tx, lease).await
+    }
+
+    fn lock_audit_chain(
+        tx: &mut sqlx::Transaction<'static, Sqlite>,
+        tenant: TenantId,
+    ) -> impl std::future::Future<Output = Result<()>> + Send {
+        SqlLedger::<Lite>::lock_audit_chain(tx, tenant)
+    }
 }
 
 impl SqliteLedger {
@@ -66,7 +96,11 @@ impl SqliteLedger {
             .max_connections(4)
             .connect_with(opts)
             .await?;
-        let ledger = SqliteLedger { pool, keyring };
+        let ledger = SqlLedger {
+            pool,
+            keyring,
+            driver: Lite,
+        };
         ledger.migrate().await?;
         Ok(ledger)
     }
@@ -1037,13 +1071,3 @@ where
     qb.push(" ORDER BY e.id LIMIT ")
         .push_bind(q.limit.clamp(1, 1000));
 }
-
-crate::keys::impl_keys!(SqliteLedger, Sqlite);
-crate::actions::impl_actions!(SqliteLedger, Sqlite);
-crate::accounts::impl_accounts!(SqliteLedger, Sqlite);
-
-// ---- audit (issue 6, branch `audit`) ----
-crate::audit::impl_audits!(SqliteLedger, Sqlite);
-crate::scrub::impl_scrub!(SqliteLedger, Sqlite);
-// write-back (issue 4 item 7)
-crate::writeback::impl_writeback!(SqliteLedger, Sqlite, lease::fence);

@@ -1,4 +1,4 @@
-//! Write-back storage (issue 4 item 7): the per-source setting and the write-back log.
+//! Write-back storage: the per-source setting and the write-back log.
 //!
 //! A write-back changes a row in the tenant's own database, which shares no transaction
 //! with the ledger. So the ledger records an intent (`pending`, with the resolution id and
@@ -7,13 +7,15 @@
 //! row: the row reckon writes carries the resolution id in its response. `UNIQUE
 //! (resolution_id)` makes one write-back per resolution (and so per effect).
 //!
-//! Both backends run the same SQL (`$n` placeholders work in SQLite too), written once in
-//! [`impl_writeback!`]; they differ only in how a transaction is opened (PostgreSQL names
-//! the tenant for row-level security).
+//! Both backends run the same SQL (`$n` placeholders work in SQLite too), written once for
+//! [`SqlLedger`]; they differ only in how a transaction is opened (PostgreSQL names the
+//! tenant for row-level security) and in the lease fence ([`Driver::fence`]).
 
+use crate::driver::{Driver, SqlLedger};
 use crate::reconcile::Resolution;
 use crate::{LedgerError, Result};
 use serde::Serialize;
+use sqlx::Encode;
 use sqlx::{ColumnIndex, Database, Decode, Row, Type};
 
 /// What write-back does with a `not_applied` resolution (`applied` always becomes
@@ -227,208 +229,211 @@ where
 }
 
 /// The write-back methods of both backends. `$fence` is the backend's lease fence.
-macro_rules! impl_writeback {
-    ($ledger:ty, $db:ty, $fence:path) => {
-        impl $ledger {
-            pub(super) async fn wb_set_source(
-                &self,
-                tenant: $crate::TenantId,
-                name: &str,
-                policy: Option<$crate::WritebackPolicy>,
-            ) -> $crate::Result<$crate::Source> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
-                    .await?;
-                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "UPDATE source SET writeback = $1 WHERE tenant_id = $2 AND name = $3 \
-                     RETURNING {}",
-                    $crate::rows::SOURCE_COLUMNS
-                )))
-                .bind(policy.map(|p| p.as_str()))
-                .bind(tenant.0)
-                .bind(name)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| $crate::LedgerError::NotFound(format!("source {name:?}")))?;
-                let source = $crate::rows::source::<$db>(&row)?;
-                if !source.kind.is_scanned() && policy.is_some() {
-                    // A push source has no database reckon could write to.
-                    return Err($crate::LedgerError::Invalid(format!(
-                        "source {name:?} is a push source: reckon holds no DSN to write back to"
-                    )));
-                }
-                tx.commit().await?;
-                Ok(source)
-            }
-
-            pub(super) async fn wb_candidates(
-                &self,
-                tenant: $crate::TenantId,
-                source_id: Option<i64>,
-                limit: i64,
-            ) -> $crate::Result<Vec<$crate::WritebackCandidate>> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let filter = if source_id.is_some() {
-                    " AND s.id = $3"
-                } else {
-                    ""
-                };
-                let sql = format!(
-                    "{}{filter} ORDER BY r.id LIMIT $2",
-                    $crate::writeback::CANDIDATE_SQL
-                );
-                let q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant.0).bind(limit);
-                let q = match source_id {
-                    Some(id) => q.bind(id),
-                    None => q,
-                };
-                let rows = q.fetch_all(&mut *tx).await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map($crate::writeback::candidate_row::<$db>)
-                    .collect()
-            }
-
-            pub(super) async fn wb_list(
-                &self,
-                tenant: $crate::TenantId,
-                source_id: Option<i64>,
-                status: Option<$crate::WritebackStatus>,
-                limit: i64,
-            ) -> $crate::Result<Vec<$crate::Writeback>> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), false)
-                    .await?;
-                let mut sql = format!(
-                    "SELECT {} FROM writeback WHERE tenant_id = $1",
-                    $crate::writeback::WRITEBACK_COLUMNS
-                );
-                let mut n = 2;
-                if source_id.is_some() {
-                    sql.push_str(&format!(" AND source_id = ${n}"));
-                    n += 1;
-                }
-                if status.is_some() {
-                    sql.push_str(&format!(" AND status = ${n}"));
-                    n += 1;
-                }
-                sql.push_str(&format!(" ORDER BY id LIMIT ${n}"));
-                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant.0);
-                if let Some(id) = source_id {
-                    q = q.bind(id);
-                }
-                if let Some(s) = status {
-                    q = q.bind(s.as_str());
-                }
-                let rows = q.bind(limit).fetch_all(&mut *tx).await?;
-                tx.commit().await?;
-                rows.iter()
-                    .map($crate::writeback::writeback_row::<$db>)
-                    .collect()
-            }
-
-            pub(super) async fn wb_begin(
-                &self,
-                tenant: $crate::TenantId,
-                new: $crate::NewWriteback,
-                lease: Option<&$crate::Lease>,
-            ) -> $crate::Result<$crate::Writeback> {
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
-                    .await?;
-                $fence(&mut tx, lease).await?;
-                // The intent is stored only for a source whose write-back is on, for a
-                // resolution of this tenant's effect; one per resolution.
-                sqlx::query(
-                    "INSERT INTO writeback (tenant_id, source_id, effect_id, resolution_id, key, \
-                     action, seen_state, seen_updated_at, new_response, new_updated_at, status, \
-                     created_at) \
-                     SELECT $1, s.id, r.effect_id, r.id, $5, $6, $7, $8, $9, $10, 'pending', $11 \
-                     FROM source s JOIN effect e ON e.source_id = s.id \
-                     JOIN resolution r ON r.effect_id = e.id \
-                     WHERE s.tenant_id = $1 AND s.id = $2 AND e.id = $3 AND r.id = $4 \
-                     AND e.tenant_id = $1 AND r.tenant_id = $1 AND s.writeback IS NOT NULL \
-                     ON CONFLICT (resolution_id) DO NOTHING",
-                )
-                .bind(tenant.0)
-                .bind(new.source_id)
-                .bind(new.effect_id)
-                .bind(new.resolution_id)
-                .bind(&new.key)
-                .bind(new.action.as_str())
-                .bind(&new.seen_state)
-                .bind(new.seen_updated_at)
-                .bind(&new.new_response)
-                .bind(new.new_updated_at)
-                .bind(reckon_domain::time::now())
-                .execute(&mut *tx)
-                .await?;
-                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM writeback WHERE tenant_id = $1 AND resolution_id = $2",
-                    $crate::writeback::WRITEBACK_COLUMNS
-                )))
-                .bind(tenant.0)
-                .bind(new.resolution_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-                let Some(row) = row else {
-                    return Err($crate::LedgerError::Invalid(
-                        "no write-back intent was recorded: the source has write-back off, or \
-                         the effect and resolution do not belong to it"
-                            .into(),
-                    ));
-                };
-                tx.commit().await?;
-                $crate::writeback::writeback_row::<$db>(&row)
-            }
-
-            pub(super) async fn wb_finish(
-                &self,
-                tenant: $crate::TenantId,
-                id: i64,
-                status: $crate::WritebackStatus,
-                detail: &str,
-                recovered: bool,
-                lease: Option<&$crate::Lease>,
-            ) -> $crate::Result<$crate::Writeback> {
-                if status == $crate::WritebackStatus::Pending {
-                    return Err($crate::LedgerError::Invalid(
-                        "a write-back is finished as written or conflict".into(),
-                    ));
-                }
-                let mut tx = self
-                    .begin_scoped($crate::accounts::Scope::Tenant(tenant), true)
-                    .await?;
-                $fence(&mut tx, lease).await?;
-                // Only a pending intent is settled: the first outcome recorded stands.
-                sqlx::query(
-                    "UPDATE writeback SET status = $1, detail = $2, recovered = $3, \
-                     settled_at = $4 WHERE tenant_id = $5 AND id = $6 AND status = 'pending'",
-                )
-                .bind(status.as_str())
-                .bind(detail)
-                .bind(recovered)
-                .bind(reckon_domain::time::now())
-                .bind(tenant.0)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM writeback WHERE tenant_id = $1 AND id = $2",
-                    $crate::writeback::WRITEBACK_COLUMNS
-                )))
-                .bind(tenant.0)
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| $crate::LedgerError::NotFound(format!("write-back #{id}")))?;
-                tx.commit().await?;
-                $crate::writeback::writeback_row::<$db>(&row)
-            }
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    pub(super) async fn wb_set_source(
+        &self,
+        tenant: crate::TenantId,
+        name: &str,
+        policy: Option<crate::WritebackPolicy>,
+    ) -> crate::Result<crate::Source> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE source SET writeback = $1 WHERE tenant_id = $2 AND name = $3 \
+             RETURNING {}",
+            crate::rows::SOURCE_COLUMNS
+        )))
+        .bind(policy.map(|p| p.as_str()))
+        .bind(tenant.0)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| crate::LedgerError::NotFound(format!("source {name:?}")))?;
+        let source = crate::rows::source::<B::DB>(&row)?;
+        if !source.kind.is_scanned() && policy.is_some() {
+            // A push source has no database reckon could write to.
+            return Err(crate::LedgerError::Invalid(format!(
+                "source {name:?} is a push source: reckon holds no DSN to write back to"
+            )));
         }
-    };
-}
+        tx.commit().await?;
+        Ok(source)
+    }
 
-pub(crate) use impl_writeback;
+    pub(super) async fn wb_candidates(
+        &self,
+        tenant: crate::TenantId,
+        source_id: Option<i64>,
+        limit: i64,
+    ) -> crate::Result<Vec<crate::WritebackCandidate>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let filter = if source_id.is_some() {
+            " AND s.id = $3"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "{}{filter} ORDER BY r.id LIMIT $2",
+            crate::writeback::CANDIDATE_SQL
+        );
+        let q = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant.0)
+            .bind(limit);
+        let q = match source_id {
+            Some(id) => q.bind(id),
+            None => q,
+        };
+        let rows = q.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(crate::writeback::candidate_row::<B::DB>)
+            .collect()
+    }
+
+    pub(super) async fn wb_list(
+        &self,
+        tenant: crate::TenantId,
+        source_id: Option<i64>,
+        status: Option<crate::WritebackStatus>,
+        limit: i64,
+    ) -> crate::Result<Vec<crate::Writeback>> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let mut sql = format!(
+            "SELECT {} FROM writeback WHERE tenant_id = $1",
+            crate::writeback::WRITEBACK_COLUMNS
+        );
+        let mut n = 2;
+        if source_id.is_some() {
+            sql.push_str(&format!(" AND source_id = ${n}"));
+            n += 1;
+        }
+        if status.is_some() {
+            sql.push_str(&format!(" AND status = ${n}"));
+            n += 1;
+        }
+        sql.push_str(&format!(" ORDER BY id LIMIT ${n}"));
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant.0);
+        if let Some(id) = source_id {
+            q = q.bind(id);
+        }
+        if let Some(s) = status {
+            q = q.bind(s.as_str());
+        }
+        let rows = q.bind(limit).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(crate::writeback::writeback_row::<B::DB>)
+            .collect()
+    }
+
+    pub(super) async fn wb_begin(
+        &self,
+        tenant: crate::TenantId,
+        new: crate::NewWriteback,
+        lease: Option<&crate::Lease>,
+    ) -> crate::Result<crate::Writeback> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        B::fence(&mut tx, lease).await?;
+        // The intent is stored only for a source whose write-back is on, for a
+        // resolution of this tenant's effect; one per resolution.
+        sqlx::query(
+            "INSERT INTO writeback (tenant_id, source_id, effect_id, resolution_id, key, \
+             action, seen_state, seen_updated_at, new_response, new_updated_at, status, \
+             created_at) \
+             SELECT $1, s.id, r.effect_id, r.id, $5, $6, $7, $8, $9, $10, 'pending', $11 \
+             FROM source s JOIN effect e ON e.source_id = s.id \
+             JOIN resolution r ON r.effect_id = e.id \
+             WHERE s.tenant_id = $1 AND s.id = $2 AND e.id = $3 AND r.id = $4 \
+             AND e.tenant_id = $1 AND r.tenant_id = $1 AND s.writeback IS NOT NULL \
+             ON CONFLICT (resolution_id) DO NOTHING",
+        )
+        .bind(tenant.0)
+        .bind(new.source_id)
+        .bind(new.effect_id)
+        .bind(new.resolution_id)
+        .bind(&new.key)
+        .bind(new.action.as_str())
+        .bind(&new.seen_state)
+        .bind(new.seen_updated_at)
+        .bind(&new.new_response)
+        .bind(new.new_updated_at)
+        .bind(reckon_domain::time::now())
+        .execute(&mut *tx)
+        .await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM writeback WHERE tenant_id = $1 AND resolution_id = $2",
+            crate::writeback::WRITEBACK_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(new.resolution_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Err(crate::LedgerError::Invalid(
+                "no write-back intent was recorded: the source has write-back off, or \
+                 the effect and resolution do not belong to it"
+                    .into(),
+            ));
+        };
+        tx.commit().await?;
+        crate::writeback::writeback_row::<B::DB>(&row)
+    }
+
+    pub(super) async fn wb_finish(
+        &self,
+        tenant: crate::TenantId,
+        id: i64,
+        status: crate::WritebackStatus,
+        detail: &str,
+        recovered: bool,
+        lease: Option<&crate::Lease>,
+    ) -> crate::Result<crate::Writeback> {
+        if status == crate::WritebackStatus::Pending {
+            return Err(crate::LedgerError::Invalid(
+                "a write-back is finished as written or conflict".into(),
+            ));
+        }
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        B::fence(&mut tx, lease).await?;
+        // Only a pending intent is settled: the first outcome recorded stands.
+        sqlx::query(
+            "UPDATE writeback SET status = $1, detail = $2, recovered = $3, \
+             settled_at = $4 WHERE tenant_id = $5 AND id = $6 AND status = 'pending'",
+        )
+        .bind(status.as_str())
+        .bind(detail)
+        .bind(recovered)
+        .bind(reckon_domain::time::now())
+        .bind(tenant.0)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM writeback WHERE tenant_id = $1 AND id = $2",
+            crate::writeback::WRITEBACK_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| crate::LedgerError::NotFound(format!("write-back #{id}")))?;
+        tx.commit().await?;
+        crate::writeback::writeback_row::<B::DB>(&row)
+    }
+}
