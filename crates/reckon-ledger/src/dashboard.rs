@@ -8,8 +8,12 @@
 //! effects) index entries, never O(effects). Effects a person or the reconciler already
 //! resolved leave the queue: their source row may still say `unknown` until write-back.
 
-use crate::model::Effect;
+use crate::Result;
+use crate::accounts::Scope;
+use crate::driver::{Driver, SqlLedger};
+use crate::model::{Effect, TenantId};
 use serde::Serialize;
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Type};
 
 /// Filters and page of [`crate::Ledger::unresolved_queue`]. Pages are keyed by
 /// (unresolved since, effect id): oldest first, stable while effects come and go.
@@ -220,7 +224,7 @@ pub fn snapshot_of(hour: f64, kinds: &[KindSummary]) -> Snapshot {
     }
 }
 
-use sqlx::{ColumnIndex, Database, Decode, Row, Type};
+use sqlx::Row;
 
 pub(crate) fn queue_row<DB: Database>(row: &DB::Row, now: f64) -> crate::Result<QueueRow>
 where
@@ -289,6 +293,145 @@ where
         oldest_since: row.try_get("oldest_since")?,
         needs_attention: row.try_get("needs_attention")?,
     })
+}
+
+/// The dashboard's reads, each in a transaction scoped to its tenant (row-level security on
+/// PostgreSQL); the two that write (the hourly snapshot, a scan request) take the write
+/// lock up front on SQLite.
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<bool>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    pub(crate) async fn dash_queue(
+        &self,
+        tenant: TenantId,
+        q: &QueueQuery,
+    ) -> Result<Vec<QueueRow>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(AssertSqlSafe(queue_sql()))
+            .bind(tenant.0)
+            .bind(q.now)
+            .bind(q.source.as_deref())
+            .bind(q.operation.as_deref())
+            .bind(state_of_kind(q.kind.as_deref()))
+            .bind(q.provider.as_deref())
+            .bind(q.outcome.as_deref())
+            .bind(q.needs_attention)
+            .bind(q.after.map(|a| a.0))
+            .bind(q.after.map_or(0, |a| a.1))
+            .bind(q.limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(|r| queue_row::<B::DB>(r, q.now)).collect()
+    }
+
+    pub(crate) async fn dash_summary(
+        &self,
+        tenant: TenantId,
+        now: f64,
+        replay: crate::dashboard::ReplayClosing,
+    ) -> Result<Vec<KindSummary>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(AssertSqlSafe(summary_sql()))
+            .bind(tenant.0)
+            .bind(now)
+            .bind(replay.open_after)
+            .bind(replay.closing_before)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(kind_row::<B::DB>).collect()
+    }
+
+    pub(crate) async fn dash_take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
+        // One transaction: the row written is the count this transaction read.
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        let rows = sqlx::query(AssertSqlSafe(summary_sql()))
+            .bind(tenant.0)
+            .bind(now)
+            .bind(f64::INFINITY)
+            .bind(f64::NEG_INFINITY)
+            .fetch_all(&mut *tx)
+            .await?;
+        let kinds = rows
+            .iter()
+            .map(kind_row::<B::DB>)
+            .collect::<Result<Vec<_>>>()?;
+        let snap = snapshot_of(hour_of(now), &kinds);
+        sqlx::query(SNAPSHOT_UPSERT)
+            .bind(tenant.0)
+            .bind(snap.hour)
+            .bind(snap.unresolved)
+            .bind(snap.oldest_since)
+            .bind(snap.needs_attention)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(snap)
+    }
+
+    pub(crate) async fn dash_snapshots(
+        &self,
+        tenant: TenantId,
+        since: f64,
+    ) -> Result<Vec<Snapshot>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(SNAPSHOTS_SQL)
+            .bind(tenant.0)
+            .bind(since)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(snapshot_row::<B::DB>).collect()
+    }
+
+    pub(crate) async fn dash_provider_health(
+        &self,
+        tenant: TenantId,
+        since: f64,
+    ) -> Result<Vec<ProviderHealth>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(PROVIDER_HEALTH_SQL)
+            .bind(tenant.0)
+            .bind(since)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(provider_health_row::<B::DB>).collect()
+    }
+
+    pub(crate) async fn dash_request_scan(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        at: f64,
+    ) -> Result<crate::model::Source> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        let row = sqlx::query(AssertSqlSafe(request_scan_sql()))
+            .bind(tenant.0)
+            .bind(name)
+            .bind(at)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let row =
+            row.ok_or_else(|| crate::LedgerError::NotFound(format!("scanned source {name:?}")))?;
+        crate::rows::source::<B::DB>(&row)
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 //! million-row initial scan is dominated by these.
 
 // Dashboard (issue 7, branch dash)
-mod dashboard;
 mod lease;
 mod metrics;
 

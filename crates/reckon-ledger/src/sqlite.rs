@@ -3,7 +3,6 @@
 //! lock upgrade.
 
 // Dashboard (issue 7, branch dash)
-mod dashboard;
 mod lease;
 mod metrics;
 
