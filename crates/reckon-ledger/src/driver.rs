@@ -22,6 +22,12 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// What a statement reports (each driver has its own type, with no trait for it).
     type Done: RowsAffected;
 
+    /// How a claim's candidate read locks its effect rows: PostgreSQL skips rows another
+    /// replica is claiming (`NO KEY UPDATE`, so recording an attempt, whose foreign key
+    /// takes `KEY SHARE` on the effect, does not deadlock with a claim); SQLite's one
+    /// writer at a time needs nothing.
+    const LOCK_CLAIM: &'static str;
+
     /// A transaction in `scope`; `write` when it may write (SQLite's `BEGIN IMMEDIATE`: a
     /// deferred transaction that upgrades to a write fails at once when another writes).
     fn begin(

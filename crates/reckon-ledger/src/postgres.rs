@@ -23,13 +23,12 @@ use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-mod reconcile;
-
 pub type PgLedger = SqlLedger<Pg>;
 
 impl Driver for Pg {
     type DB = Postgres;
     type Done = sqlx::postgres::PgQueryResult;
+    const LOCK_CLAIM: &'static str = " FOR NO KEY UPDATE OF e SKIP LOCKED";
 
     fn begin(
         l: &SqlLedger<Pg>,

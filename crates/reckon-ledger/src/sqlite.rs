@@ -23,13 +23,12 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
 
-mod reconcile;
-
 pub type SqliteLedger = SqlLedger<Lite>;
 
 impl Driver for Lite {
     type DB = Sqlite;
     type Done = sqlx::sqlite::SqliteQueryResult;
+    const LOCK_CLAIM: &'static str = "";
 
     fn begin(
         l: &SqlLedger<Lite>,
