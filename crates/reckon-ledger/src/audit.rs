@@ -834,7 +834,7 @@ where
         let mut last_err = None;
         for _ in 0..8 {
             let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
-            B::fence(&mut tx, lease).await?;
+            crate::lease::fence::<B>(&mut tx, lease).await?;
             B::lock_audit_chain(&mut tx, tenant).await?;
             if run.triggered_by == crate::audit::SCHEDULE_AUTHOR && run.status == "complete" {
                 let done: Option<i64> = sqlx::query_scalar(

@@ -11,7 +11,7 @@
 //! bounds are not implied by a trait, so they cannot live on [`Driver`].
 
 use crate::accounts::Scope;
-use crate::model::{Lease, TenantId};
+use crate::model::TenantId;
 use crate::{Keyring, Result};
 use sqlx::postgres::PgConnectOptions;
 use std::future::Future;
@@ -28,6 +28,15 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// writer at a time needs nothing.
     const LOCK_CLAIM: &'static str;
 
+    /// The database's clock as f64 seconds since the epoch, in SQL: every replica reads the
+    /// same clock (SQLite's `julianday` works on every version; `unixepoch('subsec')` needs
+    /// 3.42).
+    const NOW: &'static str;
+
+    /// How a lease fence holds the lease row until its transaction ends (SQLite: its one
+    /// writer at a time already does).
+    const LOCK_FENCE: &'static str;
+
     /// A transaction in `scope`; `write` when it may write (SQLite's `BEGIN IMMEDIATE`: a
     /// deferred transaction that upgrades to a write fails at once when another writes).
     fn begin(
@@ -40,13 +49,6 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn rescope(
         tx: &mut sqlx::Transaction<'static, Self::DB>,
         scope: Scope<'_>,
-    ) -> impl Future<Output = Result<()>> + Send;
-
-    /// Fail with `LeaseLost` unless `lease` (when given) is still held, and keep it held
-    /// until the transaction ends.
-    fn fence(
-        tx: &mut sqlx::Transaction<'static, Self::DB>,
-        lease: Option<&Lease>,
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// Hold the tenant's audit chain until the transaction ends: a run appended on top of

@@ -10,6 +10,7 @@ mod audit;
 mod crypto;
 mod driver;
 mod keys;
+mod lease;
 // Dashboard (issue 7, branch dash): the unresolved queue, counts by kind, chart snapshots.
 mod dashboard;
 mod files;

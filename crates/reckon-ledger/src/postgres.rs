@@ -3,7 +3,6 @@
 //! million-row initial scan is dominated by these.
 
 // Dashboard (issue 7, branch dash)
-mod lease;
 mod metrics;
 
 use crate::crypto::{Keyring, dsn_aad};
@@ -29,6 +28,8 @@ impl Driver for Pg {
     type DB = Postgres;
     type Done = sqlx::postgres::PgQueryResult;
     const LOCK_CLAIM: &'static str = " FOR NO KEY UPDATE OF e SKIP LOCKED";
+    const NOW: &'static str = "EXTRACT(EPOCH FROM clock_timestamp())::float8";
+    const LOCK_FENCE: &'static str = " FOR SHARE";
 
     fn begin(
         l: &SqlLedger<Pg>,
@@ -44,13 +45,6 @@ impl Driver for Pg {
         scope: crate::accounts::Scope<'_>,
     ) -> impl std::future::Future<Output = Result<()>> + Send {
         SqlLedger::<Pg>::rescope(tx, scope)
-    }
-
-    async fn fence(
-        tx: &mut sqlx::Transaction<'static, Postgres>,
-        lease: Option<&Lease>,
-    ) -> Result<()> {
-        lease::fence(tx, lease).await
     }
 
     fn lock_audit_chain(
@@ -338,7 +332,7 @@ impl PgLedger {
         optimistic: bool,
     ) -> Result<Option<IngestOutcome>> {
         let mut tx = self.begin_for(tenant).await?;
-        lease::fence(&mut tx, batch.lease.as_ref()).await?;
+        crate::lease::fence::<Pg>(&mut tx, batch.lease.as_ref()).await?;
         // The source id comes from the caller: it must be one of this tenant's sources, or
         // the batch would be written under this tenant into another tenant's source.
         // FOR KEY SHARE is the lock effect's foreign keys used to take once per inserted row
@@ -659,7 +653,7 @@ impl Ledger for PgLedger {
         lease: Option<&Lease>,
     ) -> Result<()> {
         let mut tx = self.begin_for(tenant).await?;
-        lease::fence(&mut tx, lease).await?;
+        crate::lease::fence::<Pg>(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
              last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
@@ -684,7 +678,7 @@ impl Ledger for PgLedger {
         lease: Option<&Lease>,
     ) -> Result<()> {
         let mut tx = self.begin_for(tenant).await?;
-        lease::fence(&mut tx, lease).await?;
+        crate::lease::fence::<Pg>(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
              consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
@@ -756,7 +750,7 @@ impl Ledger for PgLedger {
         lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         let mut tx = self.begin_for(tenant).await?;
-        lease::fence(&mut tx, lease).await?;
+        crate::lease::fence::<Pg>(&mut tx, lease).await?;
         let mut out = Vec::new();
         for key in keys {
             let row = sqlx::query(

@@ -3,7 +3,6 @@
 //! lock upgrade.
 
 // Dashboard (issue 7, branch dash)
-mod lease;
 mod metrics;
 
 use crate::crypto::{Keyring, dsn_aad};
@@ -29,6 +28,8 @@ impl Driver for Lite {
     type DB = Sqlite;
     type Done = sqlx::sqlite::SqliteQueryResult;
     const LOCK_CLAIM: &'static str = "";
+    const NOW: &'static str = "((julianday('now') - 2440587.5) * 86400.0)";
+    const LOCK_FENCE: &'static str = "";
 
     fn begin(
         l: &SqlLedger<Lite>,
@@ -43,13 +44,6 @@ impl Driver for Lite {
         scope: crate::accounts::Scope<'_>,
     ) -> impl std::future::Future<Output = Result<()>> + Send {
         SqlLedger::<Lite>::rescope(tx, scope)
-    }
-
-    async fn fence(
-        tx: &mut sqlx::Transaction<'static, Sqlite>,
-        lease: Option<&Lease>,
-    ) -> Result<()> {
-        lease::fence(tx, lease).await
     }
 
     fn lock_audit_chain(
@@ -454,7 +448,7 @@ impl Ledger for SqliteLedger {
         lease: Option<&Lease>,
     ) -> Result<()> {
         let mut tx = self.write_tx().await?;
-        lease::fence(&mut tx, lease).await?;
+        crate::lease::fence::<Lite>(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
              last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
@@ -479,7 +473,7 @@ impl Ledger for SqliteLedger {
         lease: Option<&Lease>,
     ) -> Result<()> {
         let mut tx = self.write_tx().await?;
-        lease::fence(&mut tx, lease).await?;
+        crate::lease::fence::<Lite>(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
              consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
@@ -501,7 +495,7 @@ impl Ledger for SqliteLedger {
         batch: IngestBatch,
     ) -> Result<IngestOutcome> {
         let mut tx = self.write_tx().await?;
-        lease::fence(&mut tx, batch.lease.as_ref()).await?;
+        crate::lease::fence::<Lite>(&mut tx, batch.lease.as_ref()).await?;
         // The source id comes from the caller: it must be one of this tenant's sources, or
         // the batch would be written under this tenant into another tenant's source.
         let owned: Option<i64> =
@@ -604,7 +598,7 @@ impl Ledger for SqliteLedger {
         lease: Option<&Lease>,
     ) -> Result<Vec<(String, Disappearance)>> {
         let mut tx = self.write_tx().await?;
-        lease::fence(&mut tx, lease).await?;
+        crate::lease::fence::<Lite>(&mut tx, lease).await?;
         let mut out = Vec::new();
         for key in keys {
             let row = sqlx::query(

@@ -349,7 +349,7 @@ where
         lease: Option<&crate::Lease>,
     ) -> crate::Result<crate::Writeback> {
         let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
-        B::fence(&mut tx, lease).await?;
+        crate::lease::fence::<B>(&mut tx, lease).await?;
         // The intent is stored only for a source whose write-back is on, for a
         // resolution of this tenant's effect; one per resolution.
         sqlx::query(
@@ -410,7 +410,7 @@ where
             ));
         }
         let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
-        B::fence(&mut tx, lease).await?;
+        crate::lease::fence::<B>(&mut tx, lease).await?;
         // Only a pending intent is settled: the first outcome recorded stands.
         sqlx::query(
             "UPDATE writeback SET status = $1, detail = $2, recovered = $3, \

@@ -1,0 +1,165 @@
+//! Leases: who does a piece of shared work (a source's scan, a tenant's audit) and in which
+//! term. Times come from the database's clock ([`Driver::NOW`]), so replicas whose clocks
+//! disagree still agree on who holds what. A fence check inside a write transaction keeps
+//! the lease from changing hands until that transaction ends: PostgreSQL takes `FOR SHARE`
+//! on the lease row (a replica taking the lease over waits until the fenced write has
+//! committed, and every write after the takeover finds the old term gone); on SQLite the
+//! write transaction itself excludes every other writer.
+
+use crate::driver::{Driver, SqlLedger};
+use crate::rows::check_lease_ttl as check_ttl;
+use crate::{Lease, LedgerError, Result};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
+
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    pub(crate) async fn lease_try(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl_secs: f64,
+    ) -> Result<Option<Lease>> {
+        check_ttl(ttl_secs)?;
+        let now = B::NOW;
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        // Free or expired: take it with the next term. Held by the same owner and still
+        // valid: renew in the same term. Held by someone else: leave it.
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO work_lease (name, owner, term, acquired_at, expires_at) \
+             VALUES ($1, $2, 1, {now}, {now} + $3) \
+             ON CONFLICT (name) DO UPDATE SET \
+               term = CASE WHEN work_lease.owner = excluded.owner \
+                            AND work_lease.expires_at > excluded.acquired_at \
+                           THEN work_lease.term ELSE work_lease.term + 1 END, \
+               acquired_at = CASE WHEN work_lease.owner = excluded.owner \
+                            AND work_lease.expires_at > excluded.acquired_at \
+                           THEN work_lease.acquired_at ELSE excluded.acquired_at END, \
+               owner = excluded.owner, expires_at = excluded.expires_at \
+             WHERE work_lease.expires_at <= excluded.acquired_at \
+                OR work_lease.owner = excluded.owner \
+             RETURNING term, expires_at"
+        )))
+        .bind(name)
+        .bind(owner)
+        .bind(ttl_secs)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row.map(|r| Lease {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            term: r.get(0),
+            expires_at: r.get(1),
+        }))
+    }
+
+    pub(crate) async fn lease_renew(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+        check_ttl(ttl_secs)?;
+        let now = B::NOW;
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE work_lease SET expires_at = {now} + $1 \
+             WHERE name = $2 AND owner = $3 AND term = $4 AND expires_at > {now} \
+             RETURNING expires_at"
+        )))
+        .bind(ttl_secs)
+        .bind(&lease.name)
+        .bind(&lease.owner)
+        .bind(lease.term)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row.map(|r| Lease {
+            expires_at: r.get(0),
+            ..lease.clone()
+        }))
+    }
+
+    pub(crate) async fn lease_release(&self, lease: &Lease) -> Result<()> {
+        // Expire rather than delete: the term must keep growing across owners.
+        let now = B::NOW;
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        sqlx::query(AssertSqlSafe(format!(
+            "UPDATE work_lease SET expires_at = {now} \
+             WHERE name = $1 AND owner = $2 AND term = $3 AND expires_at > {now}"
+        )))
+        .bind(&lease.name)
+        .bind(&lease.owner)
+        .bind(lease.term)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub(crate) async fn lease_count(&self, prefix: &str) -> Result<i64> {
+        // substr, not LIKE: a name may hold `_` or `%`.
+        let now = B::NOW;
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
+        let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM work_lease \
+             WHERE substr(name, 1, length($1)) = $1 AND expires_at > {now}"
+        )))
+        .bind(prefix)
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    pub(crate) async fn lease_holder_now(&self, name: &str) -> Result<Option<Lease>> {
+        let now = B::NOW;
+        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT owner, term, expires_at FROM work_lease WHERE name = $1 AND expires_at > {now}"
+        )))
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(row.map(|r| Lease {
+            name: name.to_owned(),
+            owner: r.get(0),
+            term: r.get(1),
+            expires_at: r.get(2),
+        }))
+    }
+}
+
+/// Inside a write transaction: refuse to go on unless `lease` (when given) is still held,
+/// and keep it from changing hands until this transaction ends.
+pub(crate) async fn fence<B: Driver>(
+    conn: &mut <B::DB as Database>::Connection,
+    lease: Option<&Lease>,
+) -> Result<()>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, <B::DB as Database>::Row>,
+{
+    let Some(lease) = lease else { return Ok(()) };
+    let (now, lock) = (B::NOW, B::LOCK_FENCE);
+    let held: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT CAST(1 AS BIGINT) FROM work_lease \
+         WHERE name = $1 AND owner = $2 AND term = $3 AND expires_at > {now}{lock}"
+    )))
+    .bind(lease.name.clone())
+    .bind(lease.owner.clone())
+    .bind(lease.term)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(LedgerError::LeaseLost(lease.name.clone())),
+    }
+}
