@@ -83,9 +83,17 @@ pub async fn run(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WritebackSetting {
-    /// What to do with a `not_applied` resolution; null turns write-back off.
+    /// What to do with a `not_applied` resolution; null turns write-back off. Required:
+    /// a body that forgot it must not turn write-back off by accident.
+    #[serde(default, deserialize_with = "present")]
     #[schema(required = true, value_type = Option<reckon_engine::schema::WritebackPolicy>)]
-    not_applied: Option<String>,
+    not_applied: Option<Option<String>>,
+}
+
+/// A field that is there, null or not: `Some(None)` for null, `None` (the default) when
+/// the field is missing.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
 }
 
 /// Turn the source's write-back on (with its `not_applied` policy) or off.
@@ -109,7 +117,12 @@ pub async fn set(
     ApiPath(name): ApiPath<String>,
     ApiJson(body): ApiJson<WritebackSetting>,
 ) -> Result<Json<Source>, ApiError> {
-    let policy = match body.not_applied.as_deref() {
+    let Some(not_applied) = body.not_applied else {
+        return Err(ApiError::Unprocessable(
+            "give not_applied: release, fail, or null to turn write-back off".into(),
+        ));
+    };
+    let policy = match not_applied.as_deref() {
         None => None,
         Some(p) => Some(WritebackPolicy::parse(p).ok_or_else(|| {
             ApiError::Unprocessable(format!(
