@@ -24,7 +24,7 @@ if [[ ! -x "$py" ]] || ! "$py" -c 'import sys' >/dev/null 2>&1; then
     python3 -m venv --clear "$venv" >&2
 fi
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]] \
-    || ! "$py" -c 'import justonce, psycopg, django, pymysql' >/dev/null 2>&1; then
+    || ! "$py" -c 'import justonce, psycopg, django, pymysql, schemathesis' >/dev/null 2>&1; then
     "$py" -m pip install --quiet --disable-pip-version-check --no-input -r "$req" >&2
     printf '%s\n' "$want" >"$stamp"
 fi

@@ -2,8 +2,9 @@ use serde::{Deserialize, Serialize};
 
 /// The state column of a justonce row. Anything else is not guessed at: the row is
 /// quarantined (`QuarantineReason::UnknownState`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
+#[schema(as = EffectState)]
 pub enum State {
     InProgress,
     Succeeded,
@@ -41,7 +42,7 @@ impl std::fmt::Display for State {
 }
 
 /// Why an effect is unresolved: nobody knows whether it happened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum UnresolvedKind {
     /// The application marked it `unknown`: the call ran, recording its outcome failed.

@@ -33,7 +33,7 @@ pub const MAX_QUERY_CHARS: usize = 512;
 
 /// A moment as every surface shows it: epoch seconds, RFC 3339 in UTC, and words in the
 /// tenant's time zone ("28 Nov 2026 14:02 CET").
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct Moment {
     pub epoch: f64,
     pub rfc3339: String,
@@ -61,7 +61,7 @@ impl Moment {
 }
 
 /// How an answer was found.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MatchedBy {
     /// The whole key, a subject or a part of a key (an order id).
@@ -73,7 +73,7 @@ pub enum MatchedBy {
 }
 
 /// What reckon says happened to one effect.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Happened once (money moved once, or the application recorded success undoubted).
@@ -108,7 +108,7 @@ impl Verdict {
 }
 
 /// Who the verdict is from.
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum VerdictBy {
     /// A person resolved it by hand.
@@ -124,78 +124,94 @@ pub enum VerdictBy {
 }
 
 /// The application's own record of an effect.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Recorded {
+    #[schema(value_type = reckon_domain::State)]
     pub state: &'static str,
     pub attempts: i64,
     pub created: Moment,
     pub updated: Moment,
     /// `unknown` or `abandoned` while nobody knows the outcome.
+    #[schema(required = true, value_type = Option<reckon_domain::UnresolvedKind>)]
     pub unresolved: Option<&'static str>,
+    #[schema(required = true)]
     pub unresolved_since: Option<Moment>,
     /// The source row is gone (swept or deleted); reckon keeps its copy.
+    #[schema(required = true)]
     pub gone: Option<Moment>,
 }
 
 /// A person's or the reconciler's resolution.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ResolutionFact {
+    #[schema(value_type = reckon_providers::Outcome)]
     pub outcome: String,
     /// The person's email, or `reconciler`.
     pub author: String,
     pub by_person: bool,
+    #[schema(required = true)]
     pub note: Option<String>,
     pub at: Moment,
     pub evidence: Value,
 }
 
 /// The reconciler's standing on an effect not resolved yet.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct LookupState {
     pub lookups: i64,
+    #[schema(required = true, value_type = Option<reckon_providers::Outcome>)]
     pub last_outcome: Option<String>,
     /// The last outcome is not final (a provisional `applied`, a pending payment).
     pub provisional: bool,
+    #[schema(required = true)]
     pub last_error: Option<String>,
     /// reckon gave up asking: a person must check.
     pub needs_attention: bool,
     /// When reckon asks next; `None` when it will not (resolved, unrouted, given up).
+    #[schema(required = true)]
     pub next_lookup: Option<Moment>,
     /// The last lookup's evidence (the provider's objects as read).
+    #[schema(required = true)]
     pub evidence: Option<Value>,
 }
 
 /// A finding of a stored audit run that names this effect or charge.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct FindingFact {
     pub kind: String,
     pub day: String,
     pub run_id: i64,
     pub summary: String,
+    #[schema(required = true)]
     pub amount: Option<String>,
 }
 
 /// A provider charge the audit imported.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ChargeFact {
     pub id: String,
     pub provider: String,
+    #[schema(required = true)]
     pub payment_intent: Option<String>,
     pub amount: String,
     pub amount_minor: i64,
     pub currency: String,
     pub status: String,
+    #[schema(required = true)]
     pub refunded: Option<String>,
+    #[schema(required = true)]
     pub key: Option<String>,
     pub metadata: Value,
     pub created: Moment,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EffectAnswer {
     pub source: String,
     pub key: String,
+    #[schema(required = true)]
     pub operation: Option<String>,
+    #[schema(required = true)]
     pub subject: Option<String>,
     pub verdict: Verdict,
     /// `false` while reckon still re-checks (or nobody knows).
@@ -207,23 +223,27 @@ pub struct EffectAnswer {
     /// A person must look: nothing reckon does will settle it.
     pub needs_person: bool,
     /// The provider that answers for it; `None`: no route, nobody to ask.
+    #[schema(required = true)]
     pub provider: Option<String>,
     pub recorded: Recorded,
+    #[schema(required = true)]
     pub resolution: Option<ResolutionFact>,
+    #[schema(required = true)]
     pub lookup: Option<LookupState>,
     pub findings: Vec<FindingFact>,
     pub charges: Vec<ChargeFact>,
 }
 
 /// A charge at the provider that no found effect accounts for.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct OrphanAnswer {
     pub sentence: String,
     pub charge: ChargeFact,
     pub findings: Vec<FindingFact>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[schema(as = LookupAnswer)]
 pub struct Answer {
     pub query: String,
     /// Anything at all: an effect or a provider charge.

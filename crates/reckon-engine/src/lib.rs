@@ -9,6 +9,7 @@ pub mod provider_client;
 pub mod push;
 pub mod reconcile;
 pub mod scan;
+pub mod schema;
 // Dashboard (issue 7, branch dash): hourly unresolved snapshots for the chart.
 pub mod snapshot;
 pub mod source_input;

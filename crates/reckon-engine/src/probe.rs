@@ -20,7 +20,7 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The window a provider probe lists: small, so the answer is one page.
 pub const PROVIDER_PROBE_WINDOW_SECS: f64 = 300.0;
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct ProbeReport {
     pub ok: bool,
     /// One sentence: what was reached and what it said, or why it could not be.

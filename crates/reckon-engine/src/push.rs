@@ -7,17 +7,53 @@ use reckon_ledger::{IngestBatch, ItemStatus, Ledger, LedgerError, Origin, Source
 use serde::Serialize;
 use serde_json::Value;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ItemResult {
     pub index: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// created | updated | unchanged | stale | rejected
+    #[schema(value_type = PushItemStatus)]
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// The words of [`ItemResult::status`], for the API document.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PushItemStatus {
+    Created,
+    Updated,
+    Unchanged,
+    /// Older than what reckon holds: ignored.
+    Stale,
+    /// Not a valid record: `reason` and `error` say why.
+    Rejected,
+}
+
+/// One pushed record: a justonce row as JSON (never built: it describes what
+/// [`raw_from_json`] reads, for the API document). Each item is judged on its own; one that
+/// is not a valid record is answered `rejected` with its reason and costs the others nothing.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct PushRecord {
+    key: String,
+    #[schema(value_type = reckon_domain::State)]
+    state: String,
+    request_hash: String,
+    /// The call's response as stored by the application: any JSON value.
+    response: Option<Value>,
+    /// How many times the key was claimed; default 1.
+    attempts: Option<i64>,
+    /// Epoch seconds.
+    created_at: f64,
+    updated_at: f64,
+    /// When an `in_progress` claim's lease ends.
+    expires_at: Option<f64>,
 }
 
 /// Turn one pushed JSON item into a raw row, so pushed and scanned rows go through the same

@@ -89,11 +89,12 @@ impl ReconcileCtx {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct EffectOutcome {
     pub effect_id: i64,
     pub source: String,
     pub key: String,
+    #[schema(required = true)]
     pub provider: Option<String>,
     /// `applied` | `not_applied` | `duplicate` | `indeterminate`, or `no_provider`, or
     /// `lease_lost` (nothing recorded: another worker owns the effect now).
@@ -101,6 +102,7 @@ pub struct EffectOutcome {
     pub reason: String,
     pub resolved: bool,
     pub needs_attention: bool,
+    #[schema(required = true)]
     pub next_attempt_at: Option<f64>,
 }
 
@@ -666,7 +668,7 @@ fn decide(o: &ReconcileOptions, c: &Classification, attempts: i64, now: f64) -> 
 /// `closes_at` the provider may have forgotten the key, and an application retry would
 /// run the call again (Stripe: 24 hours). `None` when no provider is routed for the
 /// effect or the provider does not say.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ReplayWindow {
     pub provider: String,
     pub closes_at: f64,

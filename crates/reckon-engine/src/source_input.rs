@@ -9,26 +9,39 @@ use std::time::Duration;
 
 pub const DEFAULT_TABLE: &str = "justonce_keys";
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceInput {
+    #[schema(max_length = 63, pattern = "^[a-z0-9][a-z0-9_-]*$")]
     pub name: String,
+    #[schema(value_type = crate::schema::SourceKind)]
     pub kind: String,
+    /// The database to read (sqlite: an absolute path; postgres, mysql: a URL whose
+    /// parameters may only be `sslmode` / `ssl-mode`). Not for push sources.
     #[serde(default)]
     pub dsn: Option<String>,
+    /// The justonce table; default `justonce_keys`.
     #[serde(default)]
+    #[schema(
+        max_length = 127,
+        pattern = "^[A-Za-z_][A-Za-z0-9_]{0,62}(\\.[A-Za-z_][A-Za-z0-9_]{0,62})?$"
+    )]
     pub table: Option<String>,
     /// e.g. "60s", "5m"
     #[serde(default)]
+    #[schema(example = "60s")]
     pub scan_interval: Option<String>,
     /// Grace after a lease ends before a claim counts as abandoned; default "5m".
     #[serde(default)]
+    #[schema(example = "60s")]
     pub abandoned_after: Option<String>,
     /// How far back each incremental scan re-reads, to absorb late commits; default "60s".
     #[serde(default)]
+    #[schema(example = "60s")]
     pub overlap: Option<String>,
     /// How often the key sets are compared to notice deleted rows; default "1h".
     #[serde(default)]
+    #[schema(example = "60s")]
     pub full_scan_every: Option<String>,
 }
 
@@ -119,7 +132,7 @@ pub async fn check_dsn_at_save(
 
 /// An edit of a source as the API takes it: every field optional, `None` keeps the stored
 /// value. The name and the kind cannot change.
-#[derive(Default, Deserialize)]
+#[derive(Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceEdit {
     /// A new DSN. For PostgreSQL / MySQL, a DSN without a password keeps the stored
@@ -131,14 +144,22 @@ pub struct SourceEdit {
     #[serde(default)]
     pub password: Option<String>,
     #[serde(default)]
+    #[schema(
+        max_length = 127,
+        pattern = "^[A-Za-z_][A-Za-z0-9_]{0,62}(\\.[A-Za-z_][A-Za-z0-9_]{0,62})?$"
+    )]
     pub table: Option<String>,
     #[serde(default)]
+    #[schema(example = "60s")]
     pub scan_interval: Option<String>,
     #[serde(default)]
+    #[schema(example = "60s")]
     pub abandoned_after: Option<String>,
     #[serde(default)]
+    #[schema(example = "60s")]
     pub overlap: Option<String>,
     #[serde(default)]
+    #[schema(example = "60s")]
     pub full_scan_every: Option<String>,
 }
 

@@ -87,10 +87,12 @@ impl WritebackCtx {
 }
 
 /// The row as shown in an outcome or a dry run's diff.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct RowView {
     pub state: String,
+    #[schema(required = true)]
     pub updated_at: Option<f64>,
+    #[schema(required = true)]
     pub response: Option<Value>,
 }
 
@@ -107,14 +109,16 @@ fn json_or_text(t: &str) -> Value {
 }
 
 /// One write-back (or, in a dry run, what it would do).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct WritebackOutcome {
     /// The ledger's write-back record (`None` in a dry run, or when none was recorded).
+    #[schema(required = true)]
     pub writeback_id: Option<i64>,
     pub source: String,
     pub key: String,
     pub effect_id: i64,
     pub resolution_id: i64,
+    #[schema(value_type = crate::schema::WritebackAction)]
     pub action: WritebackAction,
     /// `written`, `conflict`, `pending` (the source could not be reached: settled later);
     /// in a dry run `would_write`, `would_conflict`, `would_settle`.
@@ -123,8 +127,10 @@ pub struct WritebackOutcome {
     /// Settled from the source row after an interrupted run.
     pub recovered: bool,
     /// The row as reckon read it (`None`: no such row).
+    #[schema(required = true)]
     pub before: Option<RowView>,
     /// The row reckon writes (`None`: deleted, a release).
+    #[schema(required = true)]
     pub after: Option<RowView>,
 }
 

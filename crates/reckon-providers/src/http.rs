@@ -65,17 +65,30 @@ impl HttpProvider {
     }
 }
 
-#[derive(Deserialize)]
+/// The answer to a lookup by key. Unknown fields make it malformed, so a changed protocol
+/// is noticed.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ProviderLookupAnswer)]
 struct Answer {
+    /// Must agree with `objects`: true exactly when it is not empty.
     found: bool,
+    /// The answer covers every payment ever made with this key, read now. `false`: objects
+    /// listed are evidence, but nothing that needs completeness is concluded.
     complete: bool,
     objects: Vec<WireObject>,
 }
 
-#[derive(Deserialize)]
+/// A payment attempt carrying the key.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[schema(as = ProviderLookupObject)]
 pub(crate) struct WireObject {
     pub id: String,
+    /// Where the money stands, when `money` is not given: succeeded, paid, captured,
+    /// refunded, partially_refunded (moved); pending, processing, authorized,
+    /// requires_action, requires_confirmation, requires_capture (pending); failed,
+    /// declined, canceled, cancelled, voided, expired (none). Any other status without
+    /// `money` makes the answer malformed.
     pub status: String,
     pub amount: i64,
     pub currency: String,
@@ -94,6 +107,7 @@ pub(crate) struct WireObject {
     pub disputed: bool,
     /// `false`: the object may still change state.
     #[serde(default = "yes")]
+    #[schema(default = true)]
     pub r#final: bool,
 }
 
@@ -403,4 +417,110 @@ fn wire_charge(o: &Value) -> Result<ListedCharge, String> {
         status,
         id,
     })
+}
+
+/// The protocol as OpenAPI operations, for the API document's `webhooks`: the requests
+/// reckon makes to a tenant's system (`{base}` is the provider's `base_url`) and the
+/// answers it accepts. The functions are never called; they carry the descriptions.
+pub mod protocol {
+    use serde::Serialize;
+    use utoipa::ToSchema;
+
+    /// One page of the day's charges.
+    #[derive(Serialize, ToSchema)]
+    #[schema(as = ProviderChargesPage)]
+    pub struct ChargesPage {
+        /// Every money-moving object created in `[from, to)`; objects outside are ignored.
+        pub objects: Vec<Charge>,
+        /// The next page's cursor; null on the last page. Must be on every page; the same
+        /// cursor handed back twice fails the import.
+        #[schema(required = true)]
+        pub next_cursor: Option<String>,
+    }
+
+    /// A charge as the audit imports it.
+    #[derive(Serialize, ToSchema)]
+    #[schema(as = ProviderCharge)]
+    pub struct Charge {
+        pub id: String,
+        /// e.g. succeeded, pending, failed.
+        pub status: String,
+        /// Minor units (cents).
+        pub amount: i64,
+        pub currency: String,
+        /// Epoch seconds.
+        pub created: f64,
+        /// Default: `amount` for a succeeded object, else 0.
+        pub amount_captured: Option<i64>,
+        /// Default: the sum of `refunds`.
+        pub amount_refunded: Option<i64>,
+        pub refunds: Option<Vec<Refund>>,
+        /// `idempotency_key`, `justonce_key`, `reckon_key` (and the provider's
+        /// `metadata_field`) carry a key; `order_id` / `order` an order reference.
+        pub metadata: Option<std::collections::BTreeMap<String, String>>,
+        /// The key of the request that created the object, when the system knows it.
+        pub idempotency_key: Option<String>,
+        pub customer: Option<String>,
+        pub payment_intent: Option<String>,
+    }
+
+    /// A refund of a charge; `reason` `duplicate` marks the correction of a double charge.
+    #[derive(Serialize, ToSchema)]
+    #[schema(as = ProviderRefund)]
+    pub struct Refund {
+        pub id: String,
+        pub amount: i64,
+        #[schema(required = true)]
+        pub reason: Option<String>,
+    }
+
+    /// Did the call with this key happen? (the reconciler, for each unresolved effect)
+    #[utoipa::path(
+        get,
+        path = "providerLookup",
+        operation_id = "providerLookup",
+        tag = "provider protocol",
+        summary = "GET {base}/effects/lookup?key=...",
+        description = "reckon asks the tenant's system for every payment made with an \
+            effect's key. Only GET is ever sent; the provider's secret goes in one header \
+            (`auth_header`, default `Authorization`). Any answer other than a well-formed \
+            200 (timeouts, 429, 5xx, 401/403, malformed or cut-off JSON) is `indeterminate`. \
+            An `X-Request-Id` response header is kept as evidence.",
+        params(("key" = String, Query, description = "The effect's key after the provider's `key_template` (default `{key}`).")),
+        responses(
+            (status = 200, description = "What the system knows about the key.", body = super::Answer),
+            (status = "default", description = "Anything else: the lookup is indeterminate and retried later."),
+        )
+    )]
+    pub fn lookup() {}
+
+    /// The day's charges, paged (the audit, once per tenant and day)
+    #[utoipa::path(
+        get,
+        path = "providerCharges",
+        operation_id = "providerCharges",
+        tag = "provider protocol",
+        summary = "GET {base}/charges?from=&to=&limit=&cursor=",
+        description = "reckon reads every page until `next_cursor` is null. The listing is \
+            all or nothing: a non-2xx answer, a timeout, a body cut off, malformed JSON, a \
+            page without `objects` or `next_cursor`, an object without `id`, `status`, \
+            integer `amount`, `currency` or `created`, or a cursor handed back twice fails \
+            the whole day's import.",
+        params(
+            ("from" = f64, Query, description = "Epoch seconds, inclusive (the tenant's day minus an hour)."),
+            ("to" = f64, Query, description = "Epoch seconds, exclusive (the day plus an hour)."),
+            ("limit" = i64, Query, description = "A hint: reckon asks for 1000; fewer is fine."),
+            ("cursor" = Option<String>, Query, description = "The previous page's `next_cursor`; absent on the first request."),
+        ),
+        responses(
+            (status = 200, description = "One page.", body = ChargesPage),
+            (status = "default", description = "Anything else fails the day's import (stored as a failed run with the reason)."),
+        )
+    )]
+    pub fn charges() {}
+
+    /// The protocol's operations and their schemas.
+    #[derive(utoipa::OpenApi)]
+    #[openapi(paths(lookup, charges))]
+    pub struct ProtocolDoc;
 }

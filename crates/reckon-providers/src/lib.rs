@@ -23,7 +23,7 @@ pub use settings::{SettingsError, build_provider, provider_key};
 use serde::{Deserialize, Serialize};
 
 /// The four outcome words of PRODUCT.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Applied,
@@ -56,7 +56,9 @@ impl Outcome {
 
 /// Where a payment stands with the money. The verdict is decided on this, never on the
 /// mere existence of an object: a declined attempt is an object too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Money {
     /// Terminal without money: declined, failed, canceled (an authorization that expired).

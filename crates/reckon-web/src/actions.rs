@@ -13,7 +13,7 @@ use axum::Json;
 use axum::extract::State;
 use reckon_ledger::{NewAction, TenantId};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// Who acted, as the audit log names them.
 pub fn actor(auth: &Auth) -> String {
@@ -56,20 +56,40 @@ pub async fn by_token(state: &AppState, auth: &Auth, action: &str, target: &str,
     .await;
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
+    /// Only actions with a smaller id (the `next` of the previous page).
     before: Option<i64>,
+    /// Page size; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
-/// `GET /api/v1/audit-log?before=&limit=`: newest first; `next` is the `before` of the
-/// next page.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ActionList {
+    #[schema(value_type = Vec<reckon_engine::schema::Action>)]
+    actions: Vec<reckon_ledger::Action>,
+    /// The `before` of the next page; null on the last.
+    #[schema(required = true)]
+    next: Option<i64>,
+}
+
+/// The tenant's audit log of people's actions, newest first (admin).
+#[utoipa::path(
+    get,
+    path = "/audit-log",
+    operation_id = "listActions",
+    tag = "audit",
+    params(ListParams),
+    responses((status = 200, description = "A page of actions.", body = ActionList))
+)]
 pub async fn list(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(p): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ActionList>, ApiError> {
     let limit = match p.limit {
         None => 100,
         Some(n) if (1..=1000).contains(&n) => n,
@@ -86,5 +106,5 @@ pub async fn list(
     let next = (actions.len() as i64 == limit)
         .then(|| actions.last().map(|a| a.id))
         .flatten();
-    Ok(Json(json!({ "actions": actions, "next": next })))
+    Ok(Json(ActionList { actions, next }))
 }

@@ -7,7 +7,6 @@ use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, Que
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use reckon_ledger::LedgerError;
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -35,6 +34,20 @@ pub enum ApiError {
     /// 500: our fault. The cause is logged, never returned.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// 503: the request ran past the server's deadline (`request_timeout`) and was given
+    /// up; nothing it would have answered is known. Safe to retry later (every write the
+    /// API makes is either idempotent or refused when repeated).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Every error the API answers (4xx and 5xx) has this body.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    /// One sentence: what is wrong and, where it helps, what to do instead.
+    #[schema(example = "limit 0 is not between 1 and 1000")]
+    pub error: String,
 }
 
 impl ApiError {
@@ -52,6 +65,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -78,7 +92,7 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut response = (status, Json(json!({ "error": message }))).into_response();
+        let mut response = (status, Json(ErrorBody { error: message })).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response
                 .headers_mut()

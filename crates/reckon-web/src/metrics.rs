@@ -572,7 +572,22 @@ async fn render_or_500(
 
 /// `/metrics` on the main listener: only with the operator's bearer token, and 404 when
 /// no token is configured (the endpoint is off).
-async fn operator_metrics(
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "operatorMetrics",
+    tag = "meta",
+    description = "Every tenant's series in the Prometheus text format, with the operator's \
+        metrics token (`metrics_token`); off (404) unless one is configured. A dedicated \
+        listener (`metrics_listen`) serves it without a token.",
+    responses(
+        (status = 200, description = "The exposition.", content_type = "text/plain", body = String),
+        (status = 401, description = "Not the operator's metrics token."),
+        (status = 404, description = "Off on this listener."),
+        (status = 500, description = "The exposition could not be written."),
+    )
+)]
+pub(crate) async fn operator_metrics(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -604,16 +619,19 @@ async fn open_metrics(State(state): State<AppState>) -> Result<Response, ApiErro
     render_or_500(&state, None).await
 }
 
-/// `GET /api/v1/metrics`: the token's tenant's series only.
-async fn tenant_metrics(State(state): State<AppState>, auth: Auth) -> Result<Response, ApiError> {
+/// The token's tenant's series only, in the Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "tenantMetrics",
+    tag = "meta",
+    responses((status = 200, description = "The exposition.", content_type = "text/plain", body = String))
+)]
+pub(crate) async fn tenant_metrics(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Response, ApiError> {
     render_or_500(&state, Some((auth.tenant.id, &auth.tenant.slug))).await
-}
-
-/// The routes of the main listener, merged into [`crate::app`].
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/metrics", get(operator_metrics))
-        .route("/api/v1/metrics", get(tenant_metrics))
 }
 
 /// The whole app of the dedicated metrics listener (`metrics_listen`): `/metrics` only.

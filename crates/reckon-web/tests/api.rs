@@ -842,6 +842,14 @@ async fn writeback_is_off_until_an_admin_turns_it_on_and_bad_settings_are_refuse
     assert_eq!(r.body["outcomes"], json!([]));
     let r = post_json(&w.app, &format!("{uri}?dry_run=maybe"), &w.a, &Value::Null).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    // A body without the field is refused, not read as "off"; a body that is not an
+    // object is refused before it is read (serde would take `[null]` as the fields).
+    let r = put_json(&w.app, uri, &w.a, &json!({})).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(r.text.contains("give not_applied"), "{}", r.text);
+    let r = put_json(&w.app, uri, &w.a, &json!([null])).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.text.contains("JSON object"), "{}", r.text);
     let r = put_json(&w.app, uri, &w.a, &json!({"not_applied": null})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body["writeback"], Value::Null);

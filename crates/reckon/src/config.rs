@@ -60,6 +60,9 @@ pub struct Settings {
     /// claimed through the ledger, so any number of replicas run it once).
     #[serde(default = "default_audit_check")]
     pub audit_check_secs: f64,
+    /// An API request still running after this many seconds is stopped and answered 503.
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_secs: f64,
 }
 
 fn yes() -> bool {
@@ -76,6 +79,9 @@ fn default_drain() -> f64 {
 }
 fn default_audit_check() -> f64 {
     60.0
+}
+fn default_request_timeout() -> f64 {
+    reckon_web::DEFAULT_REQUEST_TIMEOUT.as_secs_f64()
 }
 
 impl std::fmt::Debug for Settings {
@@ -99,6 +105,7 @@ impl std::fmt::Debug for Settings {
             .field("reconcile_lease_secs", &self.reconcile_lease_secs)
             .field("shutdown_drain_secs", &self.shutdown_drain_secs)
             .field("audit_check_secs", &self.audit_check_secs)
+            .field("request_timeout_secs", &self.request_timeout_secs)
             .finish()
     }
 }
@@ -122,6 +129,7 @@ impl Default for Settings {
             reconcile_lease_secs: default_lease(),
             shutdown_drain_secs: default_drain(),
             audit_check_secs: default_audit_check(),
+            request_timeout_secs: default_request_timeout(),
         }
     }
 }
@@ -154,6 +162,17 @@ impl Settings {
             if !v.is_finite() || v < 0.0 {
                 anyhow::bail!("{name} must be a number of seconds, not {v}");
             }
+        }
+        // A day at most: `Duration` takes any finite number, and a zero deadline would
+        // answer every request 503.
+        if !(s.request_timeout_secs.is_finite()
+            && s.request_timeout_secs > 0.0
+            && s.request_timeout_secs <= 86_400.0)
+        {
+            anyhow::bail!(
+                "request_timeout_secs must be a number of seconds above 0 and at most 86400, not {}",
+                s.request_timeout_secs
+            );
         }
         Ok(s)
     }
@@ -229,5 +248,15 @@ mod duration_tests {
         std::fs::write(&file, "audit_check_secs = 0.5\n").unwrap();
         let s = Settings::load(&file, Overrides::default()).unwrap();
         assert_eq!(s.audit_check_secs, 0.5);
+        assert_eq!(s.request_timeout_secs, 120.0);
+        // A zero deadline would answer every API request 503.
+        for bad in ["0", "-1.0", "inf", "100000"] {
+            std::fs::write(&file, format!("request_timeout_secs = {bad}\n")).unwrap();
+            let e = Settings::load(&file, Overrides::default()).unwrap_err();
+            assert!(e.to_string().contains("request_timeout_secs"), "{bad}: {e}");
+        }
+        std::fs::write(&file, "request_timeout_secs = 2.5\n").unwrap();
+        let s = Settings::load(&file, Overrides::default()).unwrap();
+        assert_eq!(s.request_timeout_secs, 2.5);
     }
 }

@@ -100,6 +100,7 @@ pub async fn run_with(
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = reckon_web::AppState {
         max_body_bytes: settings.max_body_bytes,
+        request_timeout: Duration::from_secs_f64(settings.request_timeout_secs),
         metrics,
         egress,
         draining: draining.clone(),

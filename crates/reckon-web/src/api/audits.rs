@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use reckon_engine::audit::{AuditCtx, AuditRequest, AuditRunError, findings_csv, run_audit};
 use reckon_ledger::AuditRun;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 impl From<AuditRunError> for ApiError {
@@ -56,18 +56,46 @@ fn date_shape(d: &str) -> Result<(), String> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
+    /// Only the runs of this tenant-local day.
+    #[param(format = Date, pattern = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
     date: Option<String>,
+    /// At most this many runs; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct AuditRunList {
+    /// Newest first, without findings and evidence.
+    #[schema(value_type = Vec<reckon_engine::schema::AuditRunSummary>)]
+    runs: Vec<Value>,
+}
+
+/// One stored audit run, whole.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct AuditRunDetail {
+    #[schema(value_type = reckon_engine::schema::AuditRun)]
+    run: AuditRun,
+}
+
+/// The tenant's audit runs (finance and admin).
+#[utoipa::path(
+    get,
+    path = "/audits",
+    operation_id = "listAudits",
+    tag = "audit",
+    params(ListParams),
+    responses((status = 200, description = "The runs.", body = AuditRunList))
+)]
 pub async fn list(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(p): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuditRunList>, ApiError> {
     if let Some(d) = &p.date {
         check_date(d)?;
     }
@@ -76,17 +104,44 @@ pub async fn list(
         .ledger
         .list_audit_runs(auth.tenant.id, p.date.as_deref(), limit)
         .await?;
-    Ok(Json(
-        json!({ "runs": runs.iter().map(summary).collect::<Vec<_>>() }),
-    ))
+    Ok(Json(AuditRunList {
+        runs: runs.iter().map(summary).collect(),
+    }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DetailParams {
+    /// The findings as CSV (an export, recorded in the audit log) or the run as JSON.
+    /// Without it, `Accept: text/csv` asks for CSV.
+    #[param(value_type = Option<DetailFormat>, inline)]
     format: Option<String>,
 }
 
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // the words the handler checks, for the API document
+pub enum DetailFormat {
+    Json,
+    Csv,
+}
+
+/// One audit run with its findings (finance and admin), as JSON or as CSV.
+#[utoipa::path(
+    get,
+    path = "/audits/{id}",
+    operation_id = "getAudit",
+    tag = "audit",
+    params(("id" = i64, Path, description = "The run's id."), DetailParams),
+    responses(
+        (status = 200, description = "The run.", content(
+            (AuditRunDetail = "application/json"),
+            (String = "text/csv"),
+        )),
+        (status = 404, description = "No run of that id in this tenant."),
+    )
+)]
 pub async fn detail(
     State(state): State<AppState>,
     auth: Auth,
@@ -139,23 +194,41 @@ pub async fn detail(
         )
             .into_response());
     }
-    Ok(Json(json!({ "run": run })).into_response())
+    Ok(Json(AuditRunDetail { run }).into_response())
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RunInput {
+pub struct AuditRunInput {
+    /// The tenant-local day; default yesterday.
+    #[schema(format = Date, pattern = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$")]
     date: Option<String>,
+    /// One provider's charges; default every provider the tenant audits.
     provider: Option<String>,
 }
 
-/// Run the audit of a day now (import, audit, store). Answers with the stored run, complete
-/// or failed; 201 either way (a failed run is stored too, with its reason).
+/// Run the audit of a day now (finance and admin): import, audit, store. Answers with the
+/// stored run, complete or failed; 201 either way (a failed run is stored too, with its
+/// reason).
+#[utoipa::path(
+    post,
+    path = "/audits",
+    operation_id = "runAudit",
+    tag = "audit",
+    request_body = AuditRunInput,
+    responses(
+        (status = 201, description = "The stored run.", body = AuditRunDetail),
+        (status = 404, description = "No provider of that name."),
+        (status = 409, description = "Another run of that day is in progress."),
+        (status = 413, description = "The body is larger than the server accepts."),
+        (status = 422, description = "A day or provider the audit cannot run for; `error` says why."),
+    )
+)]
 pub async fn run(
     State(state): State<AppState>,
     auth: Auth,
-    ApiJson(input): ApiJson<RunInput>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+    ApiJson(input): ApiJson<AuditRunInput>,
+) -> Result<(StatusCode, Json<AuditRunDetail>), ApiError> {
     if let Some(d) = &input.date {
         check_date(d)?;
     }
@@ -173,5 +246,5 @@ pub async fn run(
         now: reckon_domain::time::now(),
     };
     let run = run_audit(&ctx, auth.tenant.id, &req, None).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "run": run }))))
+    Ok((StatusCode::CREATED, Json(AuditRunDetail { run })))
 }

@@ -10,7 +10,7 @@ use reckon_domain::{State as EffectState, time};
 use reckon_engine::reconcile::{ReplayWindow, replay_window};
 use reckon_ledger::{Effect, EffectEvent, EffectQuery, ReconcileView};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const DEFAULT_LIMIT: i64 = 100;
 const MAX_LIMIT: i64 = 1000;
@@ -69,15 +69,26 @@ fn decode_cursor(cursor: &str) -> Option<i64> {
         .filter(|id: &i64| *id >= 0)
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
+    /// Only this source's effects.
     source: Option<String>,
+    /// Only effects in this state.
+    #[param(value_type = Option<reckon_domain::State>, inline)]
     state: Option<String>,
+    /// true: only effects nobody knows the outcome of (unknown, abandoned); false: only
+    /// the others.
     unresolved: Option<bool>,
+    /// Only this operation (the key's first part).
     operation: Option<String>,
+    /// Only effects that changed at or after this time (epoch seconds).
     updated_since: Option<f64>,
+    /// The `next` of the previous page.
     after: Option<String>,
+    /// Page size; default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
 }
 
@@ -117,11 +128,30 @@ impl ListParams {
     }
 }
 
+/// A page of effects.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EffectList {
+    #[schema(value_type = Vec<reckon_engine::schema::Effect>)]
+    effects: Vec<EffectJson>,
+    /// The cursor of the next page (`after`); null when this page is not full.
+    #[schema(required = true)]
+    next: Option<String>,
+}
+
+/// The tenant's effects, newest first, filtered (support and above).
+#[utoipa::path(
+    get,
+    path = "/effects",
+    operation_id = "listEffects",
+    tag = "effects",
+    params(ListParams),
+    responses((status = 200, description = "A page of effects.", body = EffectList))
+)]
 pub async fn list(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EffectList>, ApiError> {
     let query = params.into_query()?;
     let effects = state.ledger.list_effects(auth.tenant.id, &query).await?;
     // A full page may have more behind it; the page after the last one is then empty.
@@ -129,25 +159,50 @@ pub async fn list(
         Some(last) if effects.len() as i64 >= query.limit => Some(encode_cursor(last.id)),
         _ => None,
     };
-    Ok(Json(json!({ "effects": to_json(effects)?, "next": next })))
+    Ok(Json(EffectList {
+        effects: to_json(effects)?,
+        next,
+    }))
 }
 
-#[derive(Debug, Serialize)]
-struct DetailJson {
+/// One effect with everything reckon knows about it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EffectDetail {
+    #[schema(value_type = reckon_engine::schema::Effect)]
     effect: EffectJson,
+    /// Every change reckon observed in the row.
+    #[schema(value_type = Vec<reckon_engine::schema::EffectEvent>)]
     history: Vec<EffectEvent>,
     /// Lease, schedule, every attempt with its evidence, and the resolution if any.
+    #[schema(value_type = reckon_engine::schema::ReconcileView)]
     reconcile: ReconcileView,
     /// For an unresolved effect: when its provider may forget the key (a retry would run
     /// the call again).
+    #[schema(required = true)]
     replay_window: Option<ReplayWindow>,
 }
 
+/// One effect by source and key, with its history and reconciliation (support and
+/// above). A key may hold `/`, encoded or not.
+#[utoipa::path(
+    get,
+    path = "/effects/{source}/{key}",
+    operation_id = "getEffect",
+    tag = "effects",
+    params(
+        ("source" = String, Path, description = "The source's name.", example = json!("billing")),
+        ("key" = String, Path, description = "The effect's whole key.", example = json!("charge:v1:ORD-1")),
+    ),
+    responses(
+        (status = 200, description = "The effect.", body = EffectDetail),
+        (status = 404, description = "No effect with that key in that source."),
+    )
+)]
 pub async fn detail(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath((source, key)): ApiPath<(String, String)>,
-) -> Result<Json<impl Serialize>, ApiError> {
+) -> Result<Json<EffectDetail>, ApiError> {
     let found = state
         .ledger
         .get_effect(auth.tenant.id, &source, &key)
@@ -165,7 +220,7 @@ pub async fn detail(
         }
         _ => None,
     };
-    Ok(Json(DetailJson {
+    Ok(Json(EffectDetail {
         effect: found.effect.try_into()?,
         history: found.history,
         reconcile,
@@ -173,15 +228,27 @@ pub async fn detail(
     }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct LookupParams {
+    /// An order id, a part of a key, a whole key, or a provider object id (`ch_...`,
+    /// `pi_...`, `re_...`). Surrounding spaces are ignored; it must hold more than them.
+    #[param(min_length = 1, max_length = 512, example = json!("ORD-1"))]
     q: String,
 }
 
 /// Support's answer for an order, a key or a provider object id: reckon's verdict per
 /// effect with its sentence, findings and charges (the dashboard's lookup, as JSON). Nothing
 /// found is an answer too (`found: false`, with any near match in `did_you_mean`).
+#[utoipa::path(
+    get,
+    path = "/lookup",
+    operation_id = "lookup",
+    tag = "effects",
+    params(LookupParams),
+    responses((status = 200, description = "The answer (found or not).", body = reckon_engine::answer::Answer))
+)]
 pub async fn lookup(
     State(state): State<AppState>,
     auth: Auth,

@@ -1,4 +1,11 @@
 //! `/api/v1`: JSON, one tenant per bearer token.
+//!
+//! Every route is registered through an [`OpenApiRouter`] together with its
+//! `#[utoipa::path]` description, so the API document ([`openapi`]) is made from the same
+//! list the router serves. The one exception is the effect routes' wildcard
+//! (`/effects/{source}/{*key}`): a key may hold `/`, which no OpenAPI path template can
+//! express, so it is registered by hand and described as the three paths clients call
+//! ([`wildcard_doc`]); `tests/openapi.rs` walks every documented path on the real router.
 
 // audit (issue 6, branch `audit`)
 mod audits;
@@ -17,58 +24,131 @@ pub use effects::EffectJson;
 
 use crate::AppState;
 use crate::error::ApiError;
-use axum::Router;
-use axum::routing::{delete, get, patch, post};
+use crate::{actions, metrics};
+use axum::routing::get;
+use std::sync::LazyLock;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// At most this many records per push request.
 pub const MAX_PUSH_ITEMS: usize = 10_000;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/sources", get(sources::list).post(sources::create))
-        .route("/sources/{name}", patch(sources::edit))
-        .route("/sources/{name}/scan", post(probes::scan))
-        .route("/sources/{name}/test", post(probes::test))
-        .route("/sources/{name}/quarantine", get(quarantine::entries))
-        .route("/quarantine", get(quarantine::counts))
-        .route("/effects", get(effects::list).post(push::push))
-        // A wildcard, so a key holding `/` works whether or not the client encoded it.
+/// The API's routes under `/api/v1`, each with its description.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(wildcard_doc())
+        .routes(routes!(sources::list, sources::create))
+        .routes(routes!(sources::edit))
+        .routes(routes!(probes::scan))
+        .routes(routes!(probes::test))
+        .routes(routes!(quarantine::entries))
+        .routes(routes!(quarantine::counts))
+        .routes(routes!(effects::list, push::push))
+        // A wildcard, so a key holding `/` works whether or not the client encoded it;
+        // described by `wildcard_doc`.
         .route(
             "/effects/{source}/{*key}",
             get(effects::detail).post(reconcile::action),
         )
-        .route("/lookup", get(effects::lookup))
-        // ---- reconciliation (issue 4) ----
-        .route("/providers", get(providers::list).post(providers::create))
-        .route("/providers/{name}", patch(providers::edit))
-        .route("/providers/{name}/test", post(probes::test_provider_route))
-        .route("/routes", get(providers::routes).put(providers::set_route))
-        .route("/reconcile/requeue", post(reconcile::requeue))
-        .route("/audit-log", get(crate::actions::list))
-        // ---- end reconciliation ----
-        .route("/openapi.json", get(openapi))
-        .route("/tokens", get(tokens::list).post(tokens::create))
-        .route("/tokens/{id}", delete(tokens::revoke))
-        // ---- audit (issue 6, branch `audit`) ----
-        .route("/audits", get(audits::list).post(audits::run))
-        .route("/audits/{id}", get(audits::detail))
-        // ---- write-back (issue 4 item 7) ----
-        .route(
-            "/sources/{name}/writeback",
-            post(writeback::run).put(writeback::set),
-        )
-        // ---- end write-back ----
+        .routes(routes!(effects::lookup))
+        .routes(routes!(providers::list, providers::create))
+        .routes(routes!(providers::edit))
+        .routes(routes!(probes::test_provider_route))
+        .routes(routes!(providers::routes, providers::set_route))
+        .routes(routes!(reconcile::requeue))
+        .routes(routes!(actions::list))
+        .routes(routes!(openapi_json))
+        .routes(routes!(tokens::list, tokens::create))
+        .routes(routes!(tokens::revoke))
+        .routes(routes!(audits::list, audits::run))
+        .routes(routes!(audits::detail))
+        .routes(routes!(writeback::run, writeback::set))
+        .routes(routes!(metrics::tenant_metrics))
         .fallback(no_such_route)
 }
 
-/// The API's description (`docs/openapi.json`, kept in step with the route registry by the
-/// `openapi` test).
-pub const OPENAPI_JSON: &str = include_str!("../../../../docs/openapi.json");
+/// The descriptions of the wildcard route's three uses (see the module's notes).
+fn wildcard_doc() -> utoipa::openapi::OpenApi {
+    #[derive(OpenApi)]
+    #[openapi(paths(effects::detail, reconcile::reconcile_doc, reconcile::resolve_doc))]
+    struct Wildcard;
+    Wildcard::openapi()
+}
 
-async fn openapi() -> impl axum::response::IntoResponse {
+/// The document's frame: title, the bearer scheme, tags, the error body.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "reckon API",
+        version = "1",
+        description = "Find out what really happened to every side effect. One tenant per \
+            bearer token (`Authorization: Bearer rkn_...`); what a token may do is its role's \
+            (viewer < support < finance < admin). Every error, 4xx or 5xx, is JSON \
+            `{\"error\": sentence}`. Times are epoch seconds. A request that runs past the \
+            server's deadline is answered 503. `webhooks` describes the http provider \
+            protocol: the requests reckon makes to a tenant's own system \
+            (docs/http-provider-protocol.md)."
+    ),
+    security(("bearer" = [])),
+    modifiers(&BearerScheme),
+    components(schemas(crate::error::ErrorBody)),
+    tags(
+        (name = "health", description = "Probes for load balancers and orchestrators."),
+        (name = "sources", description = "The justonce stores reckon reads, and their quarantine."),
+        (name = "effects", description = "Effects as reckon keeps them, pushed records, and support's lookup."),
+        (name = "reconciliation", description = "Providers, routes, and asking a provider what happened."),
+        (name = "audit", description = "The daily audit of a day's charges, and the audit log of people's actions."),
+        (name = "tokens", description = "The tenant's API tokens."),
+        (name = "writeback", description = "Writing verdicts back into the application's rows (opt-in per source)."),
+        (name = "meta", description = "This document and the metrics."),
+        (name = "provider protocol", description = "Under `webhooks`: the requests reckon makes to a tenant's own system (the `http` provider kind), docs/http-provider-protocol.md."),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerScheme;
+
+impl utoipa::Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "A tenant's API token (`reckon token create`, or POST /api/v1/tokens). \
+                         `/metrics` takes the operator's metrics token instead.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The API document, served at `/api/v1/openapi.json` and committed as `docs/openapi.json`.
+pub static OPENAPI_JSON: LazyLock<String> = LazyLock::new(|| {
+    let mut text = crate::openapi::document()
+        .to_pretty_json()
+        .expect("the API document serializes");
+    text.push('\n');
+    text
+});
+
+/// This document.
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "getOpenapi",
+    tag = "meta",
+    security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API.", content_type = "application/json", body = Object))
+)]
+async fn openapi_json() -> impl axum::response::IntoResponse {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        OPENAPI_JSON,
+        OPENAPI_JSON.as_str(),
     )
 }
 

@@ -14,7 +14,7 @@ use reckon_engine::probe::{ProbeReport, test_provider, test_source};
 use reckon_ledger::{Provider, Source, Tenant};
 use reckon_providers::GetClient;
 use secrecy::ExposeSecret;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Probe a scanned source. The message comes from drivers and servers the tenant runs;
 /// whatever of the DSN's secret it might quote is cut out before anyone sees it.
@@ -54,13 +54,32 @@ pub(crate) async fn probe_provider(
     report
 }
 
-/// `POST /api/v1/sources/{name}/scan`: ask for a scan now. Accepted (202): the scheduler
-/// of a running `reckon serve` (any replica) starts it within a few seconds.
+/// A scan asked for.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ScanRequested {
+    #[schema(value_type = reckon_engine::schema::Source)]
+    source: Source,
+    scan_requested_at: f64,
+}
+
+/// Ask for a scan now (admin). Accepted: the scheduler of a running `reckon serve` (any
+/// replica) starts it within a few seconds.
+#[utoipa::path(
+    post,
+    path = "/sources/{name}/scan",
+    operation_id = "scanSource",
+    tag = "sources",
+    params(("name" = String, Path, description = "The source's name.", example = json!("billing"))),
+    responses(
+        (status = 202, description = "Asked for.", body = ScanRequested),
+        (status = 404, description = "The tenant has no source of that name."),
+    )
+)]
 pub async fn scan(
     State(state): State<AppState>,
     Admin(auth): Admin,
     ApiPath(name): ApiPath<String>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<ScanRequested>), ApiError> {
     let now = reckon_domain::time::now();
     let source = state
         .ledger
@@ -69,11 +88,27 @@ pub async fn scan(
     crate::actions::by_token(&state, &auth, "source.scan_now", &source.name, json!({})).await;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "source": source, "scan_requested_at": now })),
+        Json(ScanRequested {
+            source,
+            scan_requested_at: now,
+        }),
     ))
 }
 
-/// `POST /api/v1/sources/{name}/test`: connect read-only and query the table.
+/// Test a scanned source (admin): connect read-only and query the table. 200 whether or
+/// not it worked: `ok` says what the source answered.
+#[utoipa::path(
+    post,
+    path = "/sources/{name}/test",
+    operation_id = "testSource",
+    tag = "sources",
+    params(("name" = String, Path, description = "The source's name.", example = json!("billing"))),
+    responses(
+        (status = 200, description = "What the source answered.", body = ProbeReport),
+        (status = 404, description = "The tenant has no source of that name."),
+        (status = 422, description = "A push source: reckon never connects to it."),
+    )
+)]
 pub async fn test(
     State(state): State<AppState>,
     Admin(auth): Admin,
@@ -97,7 +132,19 @@ pub async fn test(
     Ok(Json(report))
 }
 
-/// `POST /api/v1/providers/{name}/test`: list the last five minutes' charges with the key.
+/// Test a provider (admin): list the last five minutes' charges with its key. 200 whether
+/// or not it worked: `ok` says what the provider answered.
+#[utoipa::path(
+    post,
+    path = "/providers/{name}/test",
+    operation_id = "testProvider",
+    tag = "reconciliation",
+    params(("name" = String, Path, description = "The provider's name.")),
+    responses(
+        (status = 200, description = "What the provider answered.", body = ProbeReport),
+        (status = 404, description = "The tenant has no provider of that name."),
+    )
+)]
 pub async fn test_provider_route(
     State(state): State<AppState>,
     Admin(auth): Admin,

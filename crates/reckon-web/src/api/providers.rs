@@ -10,21 +10,24 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use reckon_ledger::{LedgerError, NewProvider, Provider, ProviderChange, Route};
 use secrecy::SecretString;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 /// A new provider as the API and the CLI take it.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderInput {
+    #[schema(max_length = 63, pattern = "^[a-z0-9][a-z0-9_-]*$")]
     pub name: String,
-    /// `stripe` | `http` | `demo`
+    #[schema(value_type = reckon_engine::schema::ProviderKind)]
     pub kind: String,
     /// Stripe: a restricted read-only key (`rk_live_...`); http: the auth header's value.
+    /// Stored sealed, never shown again.
     #[serde(default)]
     pub secret: Option<String>,
     /// Non-secret settings (base_url, account, mode, metadata_field, key_template, ...).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub settings: Option<Value>,
 }
 
@@ -114,12 +117,13 @@ fn base_url(settings: &Value) -> Option<String> {
 
 /// An edit of a provider: left-out fields keep their stored value. `settings` replaces the
 /// settings whole; `secret` replaces the stored secret, which is otherwise kept.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderEdit {
     #[serde(default)]
     pub secret: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub settings: Option<Value>,
 }
 
@@ -132,7 +136,22 @@ impl std::fmt::Debug for ProviderEdit {
     }
 }
 
-/// `PATCH /api/v1/providers/{name}`.
+/// Change a provider's secret or settings (admin). The stored secret is only sent where it
+/// was sent before: a new base_url needs the secret given again.
+#[utoipa::path(
+    patch,
+    path = "/providers/{name}",
+    operation_id = "editProvider",
+    tag = "reconciliation",
+    params(("name" = String, Path, description = "The provider's name.")),
+    request_body = ProviderEdit,
+    responses(
+        (status = 200, description = "Changed.", body = reckon_engine::schema::Provider),
+        (status = 404, description = "The tenant has no provider of that name."),
+        (status = 413, description = "The body is larger than the server accepts."),
+        (status = 422, description = "Nothing to change, or settings the kind does not accept; `error` says which."),
+    )
+)]
 pub async fn edit(
     State(state): State<AppState>,
     auth: Auth,
@@ -195,11 +214,43 @@ pub async fn edit(
     Ok(Json(provider))
 }
 
-pub async fn list(State(state): State<AppState>, auth: Auth) -> Result<Json<Value>, ApiError> {
-    let providers = state.ledger.list_providers(auth.tenant.id).await?;
-    Ok(Json(json!({ "providers": providers })))
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ProviderList {
+    #[schema(value_type = Vec<reckon_engine::schema::Provider>)]
+    providers: Vec<Provider>,
 }
 
+/// The tenant's providers (never their secrets).
+#[utoipa::path(
+    get,
+    path = "/providers",
+    operation_id = "listProviders",
+    tag = "reconciliation",
+    responses((status = 200, description = "Every provider of the token's tenant.", body = ProviderList))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Json<ProviderList>, ApiError> {
+    let providers = state.ledger.list_providers(auth.tenant.id).await?;
+    Ok(Json(ProviderList { providers }))
+}
+
+/// Add a provider (admin): a known kind, settings it understands, a secret where needed, a
+/// base URL the egress policy allows.
+#[utoipa::path(
+    post,
+    path = "/providers",
+    operation_id = "createProvider",
+    tag = "reconciliation",
+    request_body = ProviderInput,
+    responses(
+        (status = 201, description = "Added.", body = reckon_engine::schema::Provider),
+        (status = 409, description = "A provider of that name exists."),
+        (status = 413, description = "The body is larger than the server accepts."),
+        (status = 422, description = "Not an acceptable provider; `error` says why (never quoting the secret)."),
+    )
+)]
 pub async fn create(
     State(state): State<AppState>,
     auth: Auth,
@@ -230,22 +281,55 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(provider)))
 }
 
-pub async fn routes(State(state): State<AppState>, auth: Auth) -> Result<Json<Value>, ApiError> {
-    let routes = state.ledger.list_routes(auth.tenant.id).await?;
-    Ok(Json(json!({ "routes": routes })))
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RouteList {
+    #[schema(value_type = Vec<reckon_engine::schema::Route>)]
+    routes: Vec<Route>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Which provider answers for which operations of which source.
+#[utoipa::path(
+    get,
+    path = "/routes",
+    operation_id = "listRoutes",
+    tag = "reconciliation",
+    responses((status = 200, description = "Every route of the token's tenant.", body = RouteList))
+)]
+pub async fn routes(
+    State(state): State<AppState>,
+    auth: Auth,
+) -> Result<Json<RouteList>, ApiError> {
+    let routes = state.ledger.list_routes(auth.tenant.id).await?;
+    Ok(Json(RouteList { routes }))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteInput {
+    /// The source's name.
     source: String,
     /// An operation name, or `*` for every operation of the source.
+    #[schema(max_length = 63, pattern = "^(\\*|[a-z0-9][a-z0-9_-]*)$")]
     operation: String,
     /// A provider name, or null: no provider can answer (the effect says so).
+    #[schema(required = true)]
     provider: Option<String>,
 }
 
-/// Set (or replace) the route of one operation pattern of a source.
+/// Set (or replace) the route of one operation pattern of a source (admin).
+#[utoipa::path(
+    put,
+    path = "/routes",
+    operation_id = "setRoute",
+    tag = "reconciliation",
+    request_body = RouteInput,
+    responses(
+        (status = 200, description = "The route as stored.", body = reckon_engine::schema::Route),
+        (status = 404, description = "No source, or no provider, of that name."),
+        (status = 413, description = "The body is larger than the server accepts."),
+        (status = 422, description = "Not an operation pattern."),
+    )
+)]
 pub async fn set_route(
     State(state): State<AppState>,
     auth: Auth,

@@ -17,14 +17,19 @@ use reckon_ledger::SourceKind;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PushParams {
+    /// The push source the records belong to.
+    #[param(example = json!("billing"))]
     source: String,
 }
 
-#[derive(Debug, Default, Serialize)]
+/// What became of each record, and the counts.
+#[derive(Debug, Default, Serialize, utoipa::ToSchema)]
 pub struct PushResponse {
+    /// One per record, in the order sent.
     results: Vec<ItemResult>,
     created: u64,
     updated: u64,
@@ -100,6 +105,29 @@ fn split_items(format: BodyFormat, body: &[u8]) -> Result<Vec<Result<Value, Stri
     }
 }
 
+/// Records of a push source (admin), for stores reckon cannot reach: a JSON array, or
+/// NDJSON (one record per line). Each record is judged on its own; the request is refused
+/// whole only when its envelope is wrong.
+#[utoipa::path(
+    post,
+    path = "/effects",
+    operation_id = "pushEffects",
+    tag = "effects",
+    params(PushParams),
+    request_body(
+        description = "At most 10000 records.",
+        content(
+            (Vec<reckon_engine::push::PushRecord> = "application/json"),
+            (String = "application/x-ndjson"),
+        )
+    ),
+    responses(
+        (status = 200, description = "Every record's result.", body = PushResponse),
+        (status = 404, description = "The tenant has no source of that name."),
+        (status = 413, description = "More than 10000 records, or a body over the size limit."),
+        (status = 422, description = "The source is scanned, not a push source."),
+    )
+)]
 pub async fn push(
     State(state): State<AppState>,
     Admin(auth): Admin,

@@ -14,11 +14,12 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use reckon_domain::time;
-use reckon_engine::reconcile::{ReconcileCtx, reconcile_one};
-use reckon_ledger::{Effect, LedgerError, NewResolution};
+use reckon_engine::reconcile::{EffectOutcome, ReconcileCtx, reconcile_one};
+use reckon_ledger::{Effect, LedgerError, NewResolution, Resolution};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The longest note a person may attach (it is evidence, not a document).
 const MAX_NOTE: usize = 4000;
@@ -37,13 +38,57 @@ async fn find_effect(
         .ok_or_else(|| ApiError::NotFound(format!("no effect with that key in source {source:?}")))
 }
 
-/// `POST /api/v1/effects/{source}/{key}/reconcile` and `.../resolve`.
+/// Look one effect up at its provider now (admin; support and above with a note). The
+/// reconciler's verdict for it, recorded as any lookup is.
+#[utoipa::path(
+    post,
+    path = "/effects/{source}/{key}/reconcile",
+    operation_id = "reconcileEffect",
+    tag = "reconciliation",
+    params(
+        ("source" = String, Path, description = "The source's name.", example = json!("billing")),
+        ("key" = String, Path, description = "The effect's whole key.", example = json!("charge:v1:ORD-1")),
+    ),
+    responses(
+        (status = 200, description = "The lookup's outcome.", body = reckon_engine::reconcile::EffectOutcome),
+        (status = 404, description = "No effect with that key in that source."),
+        (status = 409, description = "Already resolved, or another worker is looking it up right now."),
+    )
+)]
+#[allow(dead_code)] // only its description is used
+pub fn reconcile_doc() {}
+
+/// Resolve one effect by hand, with a note that says why. A person concludes `applied`,
+/// `not_applied` or `duplicate`; the resolution is final and shown with its author.
+#[utoipa::path(
+    post,
+    path = "/effects/{source}/{key}/resolve",
+    operation_id = "resolveEffect",
+    tag = "reconciliation",
+    params(
+        ("source" = String, Path, description = "The source's name.", example = json!("billing")),
+        ("key" = String, Path, description = "The effect's whole key.", example = json!("charge:v1:ORD-1")),
+    ),
+    request_body = ResolveInput,
+    responses(
+        (status = 201, description = "Resolved.", body = reckon_engine::schema::Resolution),
+        (status = 404, description = "No effect with that key in that source."),
+        (status = 409, description = "The effect is already resolved."),
+        (status = 413, description = "The body is larger than the server accepts."),
+        (status = 422, description = "Not an outcome a person may conclude, or no note; `error` says which."),
+    )
+)]
+#[allow(dead_code)] // only its description is used
+pub fn resolve_doc() {}
+
+/// `POST /api/v1/effects/{source}/{key}/reconcile` and `.../resolve` (described by
+/// [`reconcile_doc`] and [`resolve_doc`]: they share the detail route's wildcard).
 pub async fn action(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath((source, tail)): ApiPath<(String, String)>,
     body: Bytes,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Response, ApiError> {
     let Some((key, action)) = tail.rsplit_once('/') else {
         return Err(ApiError::NotFound(
             "POST to .../{key}/reconcile or .../{key}/resolve".into(),
@@ -54,12 +99,16 @@ pub async fn action(
             if !body.is_empty() {
                 return Err(ApiError::BadRequest("reconcile takes no body".into()));
             }
-            reconcile_now(&state, &auth, &source, key).await
+            Ok(reconcile_now(&state, &auth, &source, key)
+                .await?
+                .into_response())
         }
         "resolve" => {
             let input: ResolveInput = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::BadRequest(format!("the body is not a resolution: {e}")))?;
-            resolve(&state, &auth, &source, key, input).await
+            Ok(resolve(&state, &auth, &source, key, input)
+                .await?
+                .into_response())
         }
         other => Err(ApiError::NotFound(format!(
             "no action {other:?}: use reconcile or resolve"
@@ -72,7 +121,7 @@ async fn reconcile_now(
     auth: &Auth,
     source: &str,
     key: &str,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Json<EffectOutcome>, ApiError> {
     let effect = find_effect(state, auth, source, key).await?;
     let view = state
         .ledger
@@ -95,17 +144,29 @@ async fn reconcile_now(
         .ok_or_else(|| {
             ApiError::Conflict("another worker is reconciling this effect right now".into())
         })?;
-    Ok((StatusCode::OK, Json(json!(outcome))))
+    Ok(Json(outcome))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResolveInput {
-    /// `applied` | `not_applied` | `duplicate`: a person concludes; `indeterminate` is not
-    /// a conclusion.
+    /// A person concludes; `indeterminate` is not a conclusion.
+    #[schema(value_type = ManualOutcome)]
     outcome: String,
-    /// Why: required, shown with the resolution forever.
+    /// Why: required, shown with the resolution forever. Surrounding spaces are ignored;
+    /// it must hold more than them.
+    #[schema(min_length = 1, max_length = 4000)]
     note: String,
+}
+
+/// The outcomes a person may conclude.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[allow(dead_code)] // the words the handler checks, for the API document
+pub enum ManualOutcome {
+    Applied,
+    NotApplied,
+    Duplicate,
 }
 
 async fn resolve(
@@ -114,7 +175,7 @@ async fn resolve(
     source: &str,
     key: &str,
     input: ResolveInput,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<Resolution>), ApiError> {
     if !matches!(
         input.outcome.as_str(),
         "applied" | "not_applied" | "duplicate"
@@ -181,25 +242,45 @@ async fn resolve(
         json!({ "outcome": resolution.outcome, "note": resolution.note }),
     )
     .await;
-    Ok((StatusCode::CREATED, Json(json!(resolution))))
+    Ok((StatusCode::CREATED, Json(resolution)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequeueInput {
+    /// The provider's name.
     provider: String,
-    /// Effects created in [from, to], epoch seconds.
+    /// Effects created in [from, to], epoch seconds; from <= to.
     from: f64,
     to: f64,
 }
 
-/// `POST /api/v1/reconcile/requeue`: every indeterminate effect of one provider created in
-/// a time range is due again now (and no longer parked as needing attention).
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Requeued {
+    /// How many effects are due again.
+    requeued: u64,
+}
+
+/// Every indeterminate effect of one provider created in a time range is due again now
+/// (and no longer parked as needing attention).
+#[utoipa::path(
+    post,
+    path = "/reconcile/requeue",
+    operation_id = "requeueIndeterminate",
+    tag = "reconciliation",
+    request_body = RequeueInput,
+    responses(
+        (status = 200, description = "Requeued.", body = Requeued),
+        (status = 404, description = "The tenant has no provider of that name."),
+        (status = 413, description = "The body is larger than the server accepts."),
+        (status = 422, description = "from and to are not a range of epoch seconds."),
+    )
+)]
 pub async fn requeue(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(input): ApiJson<RequeueInput>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Requeued>, ApiError> {
     if !(input.from.is_finite() && input.to.is_finite() && input.from <= input.to) {
         return Err(ApiError::Unprocessable(
             "from and to must be epoch seconds with from <= to".into(),
@@ -227,5 +308,5 @@ pub async fn requeue(
         json!({ "from": input.from, "to": input.to, "requeued": n }),
     )
     .await;
-    Ok(Json(json!({ "requeued": n })))
+    Ok(Json(Requeued { requeued: n }))
 }
