@@ -184,7 +184,8 @@ async fn wait_for_signal() {
 
 /// Run `step` every `period` (the first time one period from now) until `stop`. A step runs
 /// to its end before the next is counted: a slow one delays the next instead of overlapping
-/// it (steps that start long work spawn it on the `TaskTracker` themselves).
+/// it (steps that start long work spawn it on the `TaskTracker` themselves). Each step is a
+/// task of its own, so one that panics is logged and the next tick runs again.
 fn every<F, Fut>(period: Duration, stop: CancellationToken, mut step: F) -> JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
@@ -198,7 +199,11 @@ where
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            step().await;
+            if let Err(e) = tokio::spawn(step()).await
+                && e.is_panic()
+            {
+                tracing::error!("a scheduled step panicked; the next tick runs it again");
+            }
         }
     })
 }
