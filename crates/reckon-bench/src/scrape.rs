@@ -138,6 +138,7 @@ async fn query_only(ledger: &dyn Ledger, n: usize) -> anyhow::Result<(Duration, 
                 tenant: None,
                 now,
                 replay_closing_created_before: now - 72_000.0,
+                replay_closed_created_before: now - 86_400.0,
             })
             .await?;
         times.push(t.elapsed());

@@ -97,6 +97,9 @@ impl Ledger for TimedLedger {
     async fn ping(&self) -> Result<()> {
         self.inner.ping().await
     }
+    fn pool_status(&self) -> reckon_ledger::PoolStatus {
+        self.inner.pool_status()
+    }
     async fn instance_identity(&self) -> Result<String> {
         self.inner.instance_identity().await
     }

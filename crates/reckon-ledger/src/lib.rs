@@ -106,6 +106,30 @@ impl From<sqlx::Error> for LedgerError {
 
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
+/// The ledger's connection pool at one instant (`Ledger::pool_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStatus {
+    /// Open connections waiting for a user.
+    pub idle: u32,
+    /// Open connections lent out now.
+    pub in_use: u32,
+    /// The most the pool will open.
+    pub max: u32,
+}
+
+impl PoolStatus {
+    /// From sqlx's own counts (`size` counts idle and lent connections together).
+    pub fn of<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) -> PoolStatus {
+        let size = pool.size();
+        let idle = u32::try_from(pool.num_idle()).unwrap_or(u32::MAX).min(size);
+        PoolStatus {
+            idle,
+            in_use: size - idle,
+            max: pool.options().get_max_connections(),
+        }
+    }
+}
+
 /// reckon's store. See ARCHITECTURE.md for the invariants every implementation keeps.
 /// People, sessions and the token lifecycle are in the supertrait [`Accounts`].
 #[async_trait]
@@ -118,6 +142,10 @@ pub trait Ledger: Accounts + Audits + Send + Sync + 'static {
 
     /// Cheap liveness query for `/readyz`.
     async fn ping(&self) -> Result<()>;
+
+    /// The connection pool as it is now (no query): what on-call checks first when the
+    /// ledger is slow (every connection in use means requests queue for one).
+    fn pool_status(&self) -> PoolStatus;
 
     /// This ledger's identity, a random value made when it was created (migration 0016,
     /// `reckon_instance`). A tenant's source connection that can see it has reached

@@ -15,8 +15,12 @@ pub struct MetricsQuery {
     pub tenant: Option<TenantId>,
     /// "Now" for deciding which claims are abandoned.
     pub now: f64,
-    /// Effects created at or before this time count as "replay window closing".
+    /// Routed effects created at or before this time (and after
+    /// `replay_closed_created_before`) count as "replay window closing".
     pub replay_closing_created_before: f64,
+    /// Routed effects created at or before this time count as "replay window closed": the
+    /// provider may have forgotten their key already.
+    pub replay_closed_created_before: f64,
 }
 
 /// Unresolved effects of one (tenant, source, operation).
@@ -31,8 +35,29 @@ pub struct UnresolvedGroup {
     /// The earliest `unresolved_since` of the group (see `Effect::unresolved_since`):
     /// `updated_at` of an `unknown` effect, the lease end of an abandoned claim.
     pub oldest_since: f64,
-    /// Unresolved effects created at or before `MetricsQuery::replay_closing_created_before`.
+    /// Whether the reconciler would ask a provider about these effects: a route on their
+    /// exact operation names a provider, or (no route on the operation) the source's `*`
+    /// route does. Routing depends only on (tenant, source, operation), so it is one answer
+    /// for the whole group. The replay counts below are 0 for an unrouted group: no
+    /// provider holds a key for them, so no window can close.
+    pub routed: bool,
+    /// Routed unresolved effects whose replay window is closing: created at or before
+    /// `MetricsQuery::replay_closing_created_before`, after `replay_closed_created_before`.
     pub replay_window_closing: i64,
+    /// Routed unresolved effects created at or before
+    /// `MetricsQuery::replay_closed_created_before`: their window has closed.
+    pub replay_window_closed: i64,
+}
+
+impl UnresolvedGroup {
+    /// Unresolved effects that no provider is asked about (they wait for a route or a person).
+    pub fn unrouted(&self) -> i64 {
+        if self.routed {
+            0
+        } else {
+            self.unknown + self.abandoned
+        }
+    }
 }
 
 /// The scan health of one source, as the scanner recorded it.
@@ -80,25 +105,42 @@ pub struct NeedsAttentionGroup {
     pub count: i64,
 }
 
-/// `$1` now, `$2` replay cutoff, `$3` tenant id or 0 for every tenant.
-/// Aggregate first (over the partial index), join names after: the joins touch one row per
-/// group, not one per effect.
+/// `$1` now, `$2` replay-closing cutoff, `$3` tenant id or 0 for every tenant, `$4`
+/// replay-closed cutoff.
+/// Aggregate first (over the partial index), join names and routes after: the joins touch
+/// one row per group, not one per effect. The route is the reconciler's
+/// (`reckon_engine::reconcile`, `Routing::route`): the route on the group's exact operation
+/// if there is one (even one that names no provider), else the source's `*` route; a group
+/// is routed when that route names a provider. An unparsed key's NULL operation matches no
+/// exact route, only `*`. Each join finds at most one row (`provider_route` is unique on
+/// tenant, source and operation).
 pub(crate) const UNRESOLVED_SQL: &str = "\
-SELECT t.slug AS tenant, s.name AS source, g.operation, g.unknown, g.abandoned, g.oldest, \
-       g.replay_closing \
-FROM (SELECT e.tenant_id, e.source_id, e.operation, \
-             SUM(CASE WHEN e.state = 'unknown' THEN 1 ELSE 0 END) AS unknown, \
-             SUM(CASE WHEN e.state = 'unknown' THEN 0 ELSE 1 END) AS abandoned, \
-             MIN(CASE WHEN e.state = 'unknown' THEN e.updated_at ELSE e.expires_at END) AS oldest, \
-             SUM(CASE WHEN e.created_at <= $2 THEN 1 ELSE 0 END) AS replay_closing \
-      FROM effect e \
-      WHERE (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
-        AND (e.state = 'unknown' OR e.abandoned_at <= $1) \
-        AND ($3 = 0 OR e.tenant_id = $3) \
-        AND NOT EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id) \
-      GROUP BY e.tenant_id, e.source_id, e.operation) g \
-JOIN source s ON s.id = g.source_id \
-JOIN tenant t ON t.id = g.tenant_id";
+SELECT tenant, source, operation, unknown, abandoned, oldest, routed, \
+       CASE WHEN routed = 1 THEN replay_closing ELSE 0 END AS replay_closing, \
+       CASE WHEN routed = 1 THEN replay_closed ELSE 0 END AS replay_closed \
+FROM (SELECT t.slug AS tenant, s.name AS source, g.operation, g.unknown, g.abandoned, \
+             g.oldest, g.replay_closing, g.replay_closed, \
+             CAST(CASE WHEN ro.provider_id IS NOT NULL \
+                         OR (ro.id IS NULL AND rs.provider_id IS NOT NULL) \
+                       THEN 1 ELSE 0 END AS BIGINT) AS routed \
+      FROM (SELECT e.tenant_id, e.source_id, e.operation, \
+                   SUM(CASE WHEN e.state = 'unknown' THEN 1 ELSE 0 END) AS unknown, \
+                   SUM(CASE WHEN e.state = 'unknown' THEN 0 ELSE 1 END) AS abandoned, \
+                   MIN(CASE WHEN e.state = 'unknown' THEN e.updated_at ELSE e.expires_at END) AS oldest, \
+                   SUM(CASE WHEN e.created_at <= $2 AND e.created_at > $4 THEN 1 ELSE 0 END) AS replay_closing, \
+                   SUM(CASE WHEN e.created_at <= $4 THEN 1 ELSE 0 END) AS replay_closed \
+            FROM effect e \
+            WHERE (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
+              AND (e.state = 'unknown' OR e.abandoned_at <= $1) \
+              AND ($3 = 0 OR e.tenant_id = $3) \
+              AND NOT EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id) \
+            GROUP BY e.tenant_id, e.source_id, e.operation) g \
+      JOIN source s ON s.id = g.source_id \
+      JOIN tenant t ON t.id = g.tenant_id \
+      LEFT JOIN provider_route ro ON ro.tenant_id = g.tenant_id AND ro.source_id = g.source_id \
+                                 AND ro.operation = g.operation \
+      LEFT JOIN provider_route rs ON rs.tenant_id = g.tenant_id AND rs.source_id = g.source_id \
+                                 AND rs.operation = '*') x";
 
 /// `$1` tenant id or 0.
 pub(crate) const SOURCES_SQL: &str = "\
@@ -157,7 +199,9 @@ where
                     unknown: r.try_get("unknown")?,
                     abandoned: r.try_get("abandoned")?,
                     oldest_since: r.try_get("oldest")?,
+                    routed: r.try_get::<i64, _>("routed")? != 0,
                     replay_window_closing: r.try_get("replay_closing")?,
+                    replay_window_closed: r.try_get("replay_closed")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()?,

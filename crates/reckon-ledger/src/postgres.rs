@@ -435,6 +435,10 @@ impl Ledger for PgLedger {
         self.scrub_pending().await
     }
 
+    fn pool_status(&self) -> crate::PoolStatus {
+        crate::PoolStatus::of(&self.pool)
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

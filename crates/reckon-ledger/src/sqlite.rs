@@ -241,6 +241,10 @@ impl Ledger for SqliteLedger {
         Ok(())
     }
 
+    fn pool_status(&self) -> crate::PoolStatus {
+        crate::PoolStatus::of(&self.pool)
+    }
+
     async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

@@ -74,6 +74,7 @@ conformance! {
     a_lease_has_one_holder_and_a_lost_lease_writes_nothing => story_leases;
     // metrics (issue 5)
     the_metrics_snapshot_groups_every_tenants_unresolved_and_a_tenant_sees_its_own => story_metrics_snapshot;
+    the_metrics_snapshot_routes_as_the_reconciler_and_counts_replay_windows_of_routed_effects_only => story_metrics_routes;
     // reconciliation (issue 4)
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_upgrade_retracts_applied_verdicts_of_the_old_rule_and_makes_them_due => story_rc_upgrade_verdicts with raw;
@@ -855,6 +856,7 @@ async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
         tenant,
         now,
         replay_closing_created_before: 1_700_000_001.5,
+        replay_closed_created_before: 1_600_000_000.0,
     };
     let sorted = |mut m: MetricsSnapshot| {
         m.unresolved
@@ -874,8 +876,11 @@ async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
             abandoned: 1,
             // The abandoned claim's lease ended at ...050; the unknown row is older.
             oldest_since: 1_700_000_000.0 + f64::from(*i),
-            // Created at updated_at - 1: ORD-0 and ORD-1's rows and every ORD-X claim.
-            replay_window_closing: if *i <= 1 { 2 } else { 1 },
+            // No route anywhere: no provider holds these keys, so no replay window counts
+            // them, however old (story_metrics_routes has the routed ones).
+            routed: false,
+            replay_window_closing: 0,
+            replay_window_closed: 0,
         })
         .collect();
     assert_eq!(
@@ -916,6 +921,125 @@ async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
         union.needs_attention.extend(one.needs_attention);
     }
     assert_eq!(sorted(union), all);
+}
+
+/// Which unresolved effects are routed, as the reconciler decides it: the route on the
+/// effect's exact operation wins, even one to no provider; without one, the source's `*`
+/// route; a key with no operation has only `*`. Replay windows (closing: created at or
+/// before the closing cutoff and after the closed one; closed: at or before the closed
+/// cutoff) count routed effects only.
+async fn story_metrics_routes(ledger: Arc<dyn Ledger>) {
+    use reckon_ledger::{MetricsQuery, NewProvider};
+    let now = time::now();
+    let (closing_cut, closed_cut) = (now - 20.0 * 3600.0, now - 24.0 * 3600.0);
+    let hours_ago = |h: f64| now - h * 3600.0;
+    let t = ledger.create_tenant("routes").await.unwrap();
+    let mut sources = Vec::new();
+    for name in ["shop", "app", "bare"] {
+        sources.push(ledger.add_source(t.id, new_source(name)).await.unwrap());
+    }
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: serde_json::json!({ "base_url": "http://127.0.0.1:9/" }),
+            },
+        )
+        .await
+        .unwrap();
+    // shop: every operation to pay, but refunds to none. app: nothing, but charges to pay.
+    // bare: no route at all.
+    for (source, op, provider) in [
+        ("shop", "*", Some("pay")),
+        ("shop", "refund", None),
+        ("app", "*", None),
+        ("app", "charge", Some("pay")),
+    ] {
+        ledger.set_route(t.id, source, op, provider).await.unwrap();
+    }
+    let created = |key: &str, created_at: f64| SourceRecord {
+        created_at,
+        ..rec(key, State::Unknown, created_at + 1.0)
+    };
+    let abandoned = SourceRecord {
+        created_at: hours_ago(30.0),
+        ..claim("charge:v1:D", hours_ago(30.0), hours_ago(29.0))
+    };
+    let batches = [
+        vec![
+            created("charge:v1:A", hours_ago(25.0)),
+            created("charge:v1:B", hours_ago(21.0)),
+            created("charge:v1:C", hours_ago(1.0)),
+            // Exactly at the cutoff: closed.
+            created("charge:v1:H", closed_cut),
+            abandoned,
+            created("refund:v1:R", hours_ago(25.0)),
+            created("legacy-17", hours_ago(21.0)),
+        ],
+        vec![
+            created("charge:v1:E", hours_ago(25.0)),
+            created("email:v1:F", hours_ago(25.0)),
+        ],
+        vec![created("charge:v1:G", hours_ago(21.0))],
+    ];
+    for (s, records) in sources.iter().zip(batches) {
+        ledger.ingest(t.id, s.id, batch(records)).await.unwrap();
+    }
+    let q = |tenant| MetricsQuery {
+        tenant,
+        now,
+        replay_closing_created_before: closing_cut,
+        replay_closed_created_before: closed_cut,
+    };
+    // (group, (unresolved, routed, closing, closed, unrouted)), by source and operation.
+    type View = Vec<(String, (i64, bool, i64, i64, i64))>;
+    async fn view(ledger: &dyn Ledger, q: MetricsQuery) -> View {
+        let mut u = ledger.metrics_snapshot(q).await.unwrap().unresolved;
+        u.retain(|g| g.tenant == "routes");
+        u.sort_by(|a, b| (&a.source, &a.operation).cmp(&(&b.source, &b.operation)));
+        u.into_iter()
+            .map(|g| {
+                (
+                    format!("{}/{}", g.source, g.operation.as_deref().unwrap_or("-")),
+                    (
+                        g.unknown + g.abandoned,
+                        g.routed,
+                        g.replay_window_closing,
+                        g.replay_window_closed,
+                        g.unrouted(),
+                    ),
+                )
+            })
+            .collect()
+    }
+    let group = |name: &str, v| (name.to_owned(), v);
+    let expect = vec![
+        group("app/charge", (1, true, 0, 1, 0)),
+        group("app/email", (1, false, 0, 0, 1)),
+        group("bare/charge", (1, false, 0, 0, 1)),
+        group("shop/-", (1, true, 1, 0, 0)),
+        group("shop/charge", (5, true, 1, 3, 0)),
+        group("shop/refund", (1, false, 0, 0, 1)),
+    ];
+    assert_eq!(view(&*ledger, q(None)).await, expect, "the operator's view");
+    assert_eq!(
+        view(&*ledger, q(Some(t.id))).await,
+        expect,
+        "the tenant's own view"
+    );
+
+    // A route changes what the next scrape says: refunds to pay now, bare's charges to none.
+    ledger
+        .set_route(t.id, "shop", "refund", Some("pay"))
+        .await
+        .unwrap();
+    ledger.set_route(t.id, "bare", "*", None).await.unwrap();
+    let after = view(&*ledger, q(Some(t.id))).await;
+    assert_eq!(after[5], group("shop/refund", (1, true, 0, 1, 0)));
+    assert_eq!(after[2], group("bare/charge", (1, false, 0, 0, 1)));
 }
 
 async fn story_ingest_stale(ledger: Arc<dyn Ledger>) {

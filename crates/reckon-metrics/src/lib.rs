@@ -74,6 +74,22 @@ impl ProviderStatus {
     }
 }
 
+/// The standard `process_*` series of this process (CPU seconds, resident memory, open and
+/// maximum file descriptors, threads, start time), read from `/proc` at each scrape. Linux
+/// only: elsewhere they are simply not exported.
+fn process_collector() -> Option<Box<dyn Collector>> {
+    #[cfg(target_os = "linux")]
+    {
+        Some(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
 /// Buckets for provider calls: tens of milliseconds to the 30 s a slow API may take.
 const PROVIDER_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 /// Buckets for our own HTTP handlers.
@@ -224,6 +240,9 @@ impl Metrics {
         for c in m.collectors() {
             m.registry.register(c).expect("unique metric names");
         }
+        if let Some(p) = process_collector() {
+            m.registry.register(p).expect("unique metric names");
+        }
         m
     }
 
@@ -263,8 +282,14 @@ impl Metrics {
     /// check never relies on a hand-copied list). Histograms are listed by base name.
     pub fn metric_names(&self) -> Vec<String> {
         self.collectors()
-            .iter()
-            .flat_map(|c| c.desc().into_iter().map(|d| d.fq_name.clone()))
+            .into_iter()
+            .chain(process_collector())
+            .flat_map(|c| {
+                c.desc()
+                    .into_iter()
+                    .map(|d| d.fq_name.clone())
+                    .collect::<Vec<_>>()
+            })
             .collect()
     }
 
@@ -418,7 +443,38 @@ mod tests {
         let names = Metrics::new().metric_names();
         assert!(names.contains(&"reckon_reconcile_outcomes_total".to_owned()));
         assert!(names.contains(&"reckon_provider_request_duration_seconds".to_owned()));
-        assert_eq!(names.len(), 12);
+        let process = if cfg!(target_os = "linux") { 7 } else { 0 };
+        assert_eq!(names.len(), 12 + process, "{names:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_process_series_are_exported_with_this_process_values() {
+        let text = Metrics::new().text();
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_max_fds",
+            "process_threads",
+            "process_start_time_seconds",
+        ] {
+            let value: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+                .parse()
+                .unwrap();
+            assert!(value >= 0.0, "{name} {value}");
+        }
+        let rss = text
+            .lines()
+            .find_map(|l| l.strip_prefix("process_resident_memory_bytes "))
+            .unwrap();
+        assert!(
+            rss.parse::<f64>().unwrap() > 1e6,
+            "a process holds more than 1 MB: {rss}"
+        );
     }
 
     #[test]

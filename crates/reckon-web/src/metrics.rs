@@ -57,8 +57,10 @@ pub struct MetricsSettings {
     /// Stripe keeps an idempotency key at least 24 h (reference/stripe.md): after that a
     /// replay of the original request would execute again.
     pub replay_window: Duration,
-    /// An unresolved effect counts as "replay window closing" this long before the window
-    /// ends. HOOK(recon): per-provider windows replace this once providers carry them.
+    /// A routed unresolved effect counts as "replay window closing" this long before the
+    /// window ends, and as "closed" after. One window for every provider: the scrape reads
+    /// routes, not each provider's settings (a provider's own window is on the effect's
+    /// page, `reckon_engine::reconcile::replay_window`).
     pub replay_warning: Duration,
 }
 
@@ -142,6 +144,7 @@ impl MetricsState {
             tenant,
             now,
             replay_closing_created_before: now - closing_after.as_secs_f64(),
+            replay_closed_created_before: now - self.settings.replay_window.as_secs_f64(),
         };
         let snapshot =
             match tokio::time::timeout(self.settings.timeout, ledger.metrics_snapshot(q)).await {
@@ -182,6 +185,11 @@ impl MetricsState {
         // which the registry's families then include.
         let mut ledger_part = String::new();
         self.write_ledger_families(&collected, tenant.map(|t| t.1), now, &mut ledger_part);
+        // This process's pool, read now (no query, so never cached or stale). Not a tenant's
+        // business: only the operator's scrape has it.
+        if tenant.is_none() {
+            write_pool(ledger.pool_status(), &mut ledger_part);
+        }
         let mut families = self.instance.registry().gather();
         if let Some((_, slug)) = tenant {
             families = only_tenant(families, slug);
@@ -251,14 +259,18 @@ impl MetricsState {
         let mut oldest_ts = Family::new(&OLDEST_TS);
         let mut oldest_age = Family::new(&OLDEST_AGE);
         let mut replay = Family::new(&REPLAY_CLOSING);
+        let mut replay_closed = Family::new(&REPLAY_CLOSED);
+        let mut unrouted = Family::new(&UNROUTED);
         for ((t, src, op), v) in &rows {
             let tso = [("tenant", t.as_str()), ("source", src), ("operation", op)];
-            let (unknown, abandoned, replaying) =
-                v.map_or((0, 0, 0), |v| (v.unknown, v.abandoned, v.replay));
-            for (kind, n) in [("abandoned", abandoned), ("unknown", unknown)] {
+            let zero = Folded::default();
+            let f = v.unwrap_or(&zero);
+            for (kind, n) in [("abandoned", f.abandoned), ("unknown", f.unknown)] {
                 unresolved.sample(&[tso[0], tso[1], tso[2], ("kind", kind)], n as f64);
             }
-            replay.sample(&tso, replaying as f64);
+            replay.sample(&tso, f.replay as f64);
+            replay_closed.sample(&tso, f.replay_closed as f64);
+            unrouted.sample(&tso, f.unrouted as f64);
             // Omitted when nothing is unresolved: a timestamp of 0 would read as "1970".
             if let Some(v) = v {
                 oldest_ts.sample(&tso, v.oldest);
@@ -314,9 +326,11 @@ impl MetricsState {
             oldest_ts,
             quarantined,
             replay,
+            replay_closed,
             source_last_success,
             source_up,
             unresolved,
+            unrouted,
         ] {
             f.write_to(out);
         }
@@ -329,6 +343,8 @@ struct Folded {
     abandoned: i64,
     oldest: f64,
     replay: i64,
+    replay_closed: i64,
+    unrouted: i64,
 }
 
 /// Group by (tenant, source, operation label), keeping at most
@@ -361,6 +377,8 @@ fn fold_operations(s: &MetricsSnapshot) -> BTreeMap<(String, String, String), Fo
             f.unknown += u.unknown;
             f.abandoned += u.abandoned;
             f.replay += u.replay_window_closing;
+            f.replay_closed += u.replay_window_closed;
+            f.unrouted += u.unrouted();
             f.oldest = f.oldest.min(u.oldest_since);
         }
     }
@@ -392,7 +410,22 @@ const OLDEST_AGE: FamilyDef = FamilyDef {
 const REPLAY_CLOSING: FamilyDef = FamilyDef {
     name: "reckon_replay_window_closing_effects",
     kind: "gauge",
-    help: "Unresolved effects created long enough ago that the provider's idempotency window (24 h) closes within the warning margin (4 h).",
+    help: "Unresolved effects routed to a provider whose idempotency window (24 h from creation) closes within the warning margin (4 h): still open, not for long.",
+};
+const REPLAY_CLOSED: FamilyDef = FamilyDef {
+    name: "reckon_replay_window_closed_effects",
+    kind: "gauge",
+    help: "Unresolved effects routed to a provider whose idempotency window (24 h from creation) has closed: the provider may have forgotten the key, and a retry of the original request would run it again.",
+};
+const UNROUTED: FamilyDef = FamilyDef {
+    name: "reckon_unrouted_effects",
+    kind: "gauge",
+    help: "Unresolved effects no provider is asked about: no route for their operation or the source's *, or a route to none. They wait for a route or a person.",
+};
+const POOL: FamilyDef = FamilyDef {
+    name: "reckon_ledger_pool_connections",
+    kind: "gauge",
+    help: "This process's ledger connection pool: idle and in_use connections now, and max, the most it opens.",
 };
 const NEEDS_ATTENTION: FamilyDef = FamilyDef {
     name: "reckon_needs_attention_effects",
@@ -431,11 +464,14 @@ const COLLECTOR_DURATION: FamilyDef = FamilyDef {
 };
 
 /// Every family written at scrape time.
-const LEDGER_FAMILIES: [&FamilyDef; 11] = [
+const LEDGER_FAMILIES: [&FamilyDef; 14] = [
     &UNRESOLVED,
     &OLDEST_TS,
     &OLDEST_AGE,
     &REPLAY_CLOSING,
+    &REPLAY_CLOSED,
+    &UNROUTED,
+    &POOL,
     &NEEDS_ATTENTION,
     &QUARANTINED,
     &SOURCE_LAST_SUCCESS,
@@ -444,6 +480,14 @@ const LEDGER_FAMILIES: [&FamilyDef; 11] = [
     &COLLECTOR_LAST_SUCCESS,
     &COLLECTOR_DURATION,
 ];
+
+fn write_pool(p: reckon_ledger::PoolStatus, out: &mut String) {
+    let mut f = Family::new(&POOL);
+    for (state, n) in [("idle", p.idle), ("in_use", p.in_use), ("max", p.max)] {
+        f.sample(&[("state", state)], f64::from(n));
+    }
+    f.write_to(out);
+}
 
 /// One family's samples in the text format (version 0.0.4), written only if it has any,
 /// as the registry would (an empty vector is not exposed).
@@ -689,7 +733,9 @@ mod tests {
             unknown,
             abandoned: 0,
             oldest_since: 50.0,
+            routed: true,
             replay_window_closing: 0,
+            replay_window_closed: 0,
         }
     }
 
@@ -764,6 +810,62 @@ mod tests {
         assert!(text.contains(
             "reckon_unresolved_effects{tenant=\"beta\",source=\"app\",operation=\"email\",kind=\"unknown\"} 0\n"
         ), "{text}");
+    }
+
+    #[test]
+    fn unrouted_effects_are_counted_apart_and_only_routed_ones_have_a_replay_window() {
+        let m = MetricsState::default();
+        let s = MetricsSnapshot {
+            unresolved: vec![
+                UnresolvedGroup {
+                    replay_window_closing: 1,
+                    replay_window_closed: 2,
+                    ..group("acme", "shop", "charge", 3)
+                },
+                UnresolvedGroup {
+                    routed: false,
+                    ..group("acme", "shop", "email", 2)
+                },
+            ],
+            sources: vec![source("acme", "shop")],
+            ..MetricsSnapshot::default()
+        };
+        let text = scrape(&m, s, None);
+        for line in [
+            "reckon_replay_window_closing_effects{tenant=\"acme\",source=\"shop\",operation=\"charge\"} 1\n",
+            "reckon_replay_window_closed_effects{tenant=\"acme\",source=\"shop\",operation=\"charge\"} 2\n",
+            "reckon_unrouted_effects{tenant=\"acme\",source=\"shop\",operation=\"charge\"} 0\n",
+            "reckon_replay_window_closing_effects{tenant=\"acme\",source=\"shop\",operation=\"email\"} 0\n",
+            "reckon_replay_window_closed_effects{tenant=\"acme\",source=\"shop\",operation=\"email\"} 0\n",
+            "reckon_unrouted_effects{tenant=\"acme\",source=\"shop\",operation=\"email\"} 2\n",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_pool_is_written_by_state() {
+        let mut out = String::new();
+        write_pool(
+            reckon_ledger::PoolStatus {
+                idle: 2,
+                in_use: 1,
+                max: 10,
+            },
+            &mut out,
+        );
+        assert!(
+            out.contains("reckon_ledger_pool_connections{state=\"idle\"} 2\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("reckon_ledger_pool_connections{state=\"in_use\"} 1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("reckon_ledger_pool_connections{state=\"max\"} 10\n"),
+            "{out}"
+        );
     }
 
     #[test]

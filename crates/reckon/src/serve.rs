@@ -11,7 +11,7 @@ use reckon_ledger::{Ledger, Source, Tenant};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio_cron_scheduler::{Job, JobScheduler};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -156,10 +156,13 @@ pub async fn run_with(
     )
     .with_graceful_shutdown(stop.clone().cancelled_owned())
     .await?;
-    let mut scheduler = scheduler;
-    let _ = scheduler.shutdown().await;
-    if let Some(mut r) = reconciler {
-        let _ = r.shutdown().await;
+    // The loops stopped taking work when `work` was cancelled; whatever a loop's step still
+    // does ends with the process, as a step cut short by a crash would (leases expire).
+    for h in scheduler
+        .into_iter()
+        .chain(reconciler.into_iter().flatten())
+    {
+        h.abort();
     }
     tracing::info!("stopped");
     Ok(())
@@ -180,6 +183,32 @@ async fn wait_for_signal() {
     let _ = ctrl_c.await;
 }
 
+/// Run `step` every `period` (the first time one period from now) until `stop`. A step runs
+/// to its end before the next is counted: a slow one delays the next instead of overlapping
+/// it (steps that start long work spawn it on the `TaskTracker` themselves). Each step is a
+/// task of its own, so one that panics is logged and the next tick runs again.
+fn every<F, Fut>(period: Duration, stop: CancellationToken, mut step: F) -> JoinHandle<()>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = tokio::spawn(step()).await
+                && e.is_panic()
+            {
+                tracing::error!("a scheduled step panicked; the next tick runs it again");
+            }
+        }
+    })
+}
+
 /// One repeated job looks for due sources; each due scan runs in its own task, so a slow
 /// or panicking source never holds up the others. A source is never scanned twice at once:
 /// by this process (the `running` set) nor by another replica on the same ledger (the
@@ -192,8 +221,8 @@ async fn start_scheduler(
     metrics: reckon_web::metrics::Metrics,
     egress: Arc<reckon_sources::EgressPolicy>,
     audit_every: Duration,
-) -> anyhow::Result<JobScheduler> {
-    let sched = JobScheduler::new().await?;
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let mut loops = Vec::new();
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
     tracing::info!(instance = %owner, "scheduler started");
 
@@ -206,17 +235,11 @@ async fn start_scheduler(
         ctx.owner = format!("{owner}-audit");
         ctx.metrics = Some(metrics.clone());
         ctx.egress = egress.clone();
-        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop = stop.clone();
-        let audit_job = Job::new_repeated_async(audit_every, move |_id, _l| {
+        // A run that outlasts the interval delays the next check (`every`), so one replica
+        // never runs the schedule twice at once.
+        loops.push(every(audit_every, stop.clone(), move || {
             let ctx = ctx.clone();
-            let busy = busy.clone();
-            let stop = stop.clone();
-            Box::pin(async move {
-                use std::sync::atomic::Ordering;
-                if stop.is_cancelled() || busy.swap(true, Ordering::SeqCst) {
-                    return;
-                }
+            async move {
                 match reckon_engine::audit::run_due(&ctx, time::now()).await {
                     Ok(runs) => {
                         for r in runs {
@@ -226,36 +249,25 @@ async fn start_scheduler(
                     }
                     Err(e) => tracing::error!(error = %e, "nightly audit"),
                 }
-                busy.store(false, Ordering::SeqCst);
-            })
-        })?;
-        sched.add(audit_job).await?;
+            }
+        }));
     }
 
     // ---- dashboard snapshots (issue 7, branch `dash`): the chart's hourly series. Every
     // SNAPSHOT_EVERY; a later run in the same hour replaces that hour's row. ----
     {
         let ledger = ledger.clone();
-        let stop = stop.clone();
-        sched
-            .add(Job::new_repeated_async(SNAPSHOT_EVERY, move |_id, _l| {
-                let ledger = ledger.clone();
-                let stop = stop.clone();
-                Box::pin(async move {
-                    if stop.is_cancelled() {
-                        return;
-                    }
-                    if let Err(e) =
-                        reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await
-                    {
-                        tracing::warn!(error = %e, "dashboard snapshots failed");
-                    }
-                })
-            })?)
-            .await?;
+        loops.push(every(SNAPSHOT_EVERY, stop.clone(), move || {
+            let ledger = ledger.clone();
+            async move {
+                if let Err(e) = reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await {
+                    tracing::warn!(error = %e, "dashboard snapshots failed");
+                }
+            }
+        }));
     }
     // ---- end dashboard snapshots ----
-    let job = Job::new_repeated_async(TICK, move |_id, _l| {
+    loops.push(every(TICK, stop.clone(), move || {
         let ledger = ledger.clone();
         let running = running.clone();
         let owner = owner.clone();
@@ -263,7 +275,7 @@ async fn start_scheduler(
         let tasks = tasks.clone();
         let metrics = metrics.clone();
         let egress = egress.clone();
-        Box::pin(async move {
+        async move {
             if stop.is_cancelled() {
                 return;
             }
@@ -290,11 +302,9 @@ async fn start_scheduler(
                     running.lock().expect("lock").remove(&id);
                 });
             }
-        })
-    })?;
-    sched.add(job).await?;
-    sched.start().await?;
-    Ok(sched)
+        }
+    }));
+    Ok(loops)
 }
 
 /// The reconciler: every tick, each tenant without a running loop gets one, which claims
@@ -306,16 +316,15 @@ async fn start_reconciler(
     ctx: Arc<ReconcileCtx>,
     stop: CancellationToken,
     tasks: TaskTracker,
-) -> anyhow::Result<JobScheduler> {
-    let sched = JobScheduler::new().await?;
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
     let last_writeback: Arc<Mutex<std::collections::HashMap<i64, std::time::Instant>>> =
         Arc::default();
-    let job = Job::new_repeated_async(TICK, move |_id, _l| {
+    let ticks = every(TICK, stop.clone(), move || {
         let (ctx, running, stop, tasks) =
             (ctx.clone(), running.clone(), stop.clone(), tasks.clone());
         let last_writeback = last_writeback.clone();
-        Box::pin(async move {
+        async move {
             if stop.is_cancelled() {
                 return;
             }
@@ -390,11 +399,9 @@ async fn start_reconciler(
                     running.lock().expect("lock").remove(&id);
                 });
             }
-        })
-    })?;
-    sched.add(job).await?;
-    sched.start().await?;
-    Ok(sched)
+        }
+    });
+    Ok(vec![ticks])
 }
 
 /// Write-back runs after new resolutions, and at least this often per tenant.

@@ -159,7 +159,8 @@ fn names(s: &Series) -> BTreeSet<String> {
     s.keys().map(|(n, _)| n.clone()).collect()
 }
 
-/// What a justonce store implies: unresolved counts, oldest unresolved-since, replay count.
+/// What a justonce store implies: unresolved counts, oldest unresolved-since, and how many
+/// would be in the last 4 h of a 24 h replay window if they were routed.
 #[derive(Debug, Default, PartialEq)]
 struct Expect {
     unknown: i64,
@@ -259,11 +260,19 @@ fn assert_unresolved(s: &Series, tenant: &str, source: &str, e: &Expect, scraped
         (age - want_age).abs() < 5.0,
         "{source} age {age} vs {want_age}"
     );
+    // No source of this test has a route: every unresolved effect is unrouted, and none has
+    // a replay window (no provider holds its key), however old.
     assert_eq!(
-        value(s, "reckon_replay_window_closing_effects", &tso),
-        Some(e.replay_closing as f64),
-        "{source} replay window closing"
+        value(s, "reckon_unrouted_effects", &tso),
+        Some((e.unknown + e.abandoned) as f64),
+        "{source} unrouted"
     );
+    for family in [
+        "reckon_replay_window_closing_effects",
+        "reckon_replay_window_closed_effects",
+    ] {
+        assert_eq!(value(s, family, &tso), Some(0.0), "{source} {family}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -518,6 +527,22 @@ async fn metrics_of_a_running_reckon_match_the_planted_effects() {
     .unwrap();
     assert!((ls - scraped_at).abs() < 5.0);
     assert!(value(&s, "reckon_metrics_collector_duration_seconds", &[]).is_some());
+    // The process and its ledger pool (this ledger is SQLite: a pool of at most 4).
+    let pool = |state| value(&s, "reckon_ledger_pool_connections", &[("state", state)]);
+    assert_eq!(pool("max"), Some(4.0));
+    let (idle, in_use) = (pool("idle").unwrap(), pool("in_use").unwrap());
+    assert!(
+        idle + in_use >= 1.0 && idle + in_use <= 4.0,
+        "idle {idle} in_use {in_use}"
+    );
+    let rss = value(&s, "process_resident_memory_bytes", &[]).unwrap();
+    assert!(rss > 1e6, "resident memory {rss}");
+    let started = value(&s, "process_start_time_seconds", &[]).unwrap();
+    assert!(
+        started <= scraped_at && started > scraped_at - 600.0,
+        "the server started at {started}, scraped at {scraped_at}"
+    );
+    assert!(value(&s, "process_open_fds", &[]).unwrap() > 3.0);
     // Every series family a running reckon without a reconciler or audit can show.
     let have = names(&s);
     for n in [
@@ -525,6 +550,11 @@ async fn metrics_of_a_running_reckon_match_the_planted_effects() {
         "reckon_oldest_unresolved_timestamp_seconds",
         "reckon_oldest_unresolved_age_seconds",
         "reckon_replay_window_closing_effects",
+        "reckon_replay_window_closed_effects",
+        "reckon_unrouted_effects",
+        "reckon_ledger_pool_connections",
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
         "reckon_records_quarantined_total",
         "reckon_records_ingested_total",
         "reckon_source_scan_errors_total",

@@ -19,7 +19,8 @@ const SCRAPE_CONCURRENCY: usize = 4;
 /// A tenant's four reads as one prepared statement returning one row: each read's columns
 /// aggregated into arrays (`u_*` unresolved, `s_*` sources, `q_*` quarantine, `a_*` needs
 /// attention; every aggregate of a read sees its rows in the same order). Built from the
-/// shared SQL, with the tenant as `$3` everywhere (`$1` now, `$2` replay cutoff).
+/// shared SQL, with the tenant as `$3` everywhere (`$1` now, `$2` and `$4` the replay
+/// cutoffs).
 static TENANT_SNAPSHOT_SQL: LazyLock<String> = LazyLock::new(|| {
     let tenant_is_3 = |sql: &str| sql.replace("$1", "$3");
     format!(
@@ -27,7 +28,8 @@ static TENANT_SNAPSHOT_SQL: LazyLock<String> = LazyLock::new(|| {
          (SELECT array_agg(tenant) AS u_tenant, array_agg(source) AS u_source, \
                  array_agg(operation) AS u_operation, array_agg(unknown) AS u_unknown, \
                  array_agg(abandoned) AS u_abandoned, array_agg(oldest) AS u_oldest, \
-                 array_agg(replay_closing) AS u_replay FROM ({UNRESOLVED_SQL}) x) u, \
+                 array_agg(replay_closing) AS u_replay, array_agg(replay_closed) AS u_closed, \
+                 array_agg(routed) AS u_routed FROM ({UNRESOLVED_SQL}) x) u, \
          (SELECT array_agg(tenant) AS s_tenant, array_agg(source) AS s_source, \
                  array_agg(kind) AS s_kind, array_agg(last_scan_at) AS s_last_scan, \
                  array_agg(last_success_at) AS s_last_success, \
@@ -109,6 +111,7 @@ impl PgLedger {
                 .bind(q.now)
                 .bind(q.replay_closing_created_before)
                 .bind(tenant.get())
+                .bind(q.replay_closed_created_before)
                 .fetch_one(&mut *tx)
                 .await?;
             // Read only, so rolling back ends it as well as a commit: dropping the
@@ -157,6 +160,7 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
         col::<i64>(row, "u_abandoned")?,
     );
     let (oldest, replay) = (col::<f64>(row, "u_oldest")?, col::<i64>(row, "u_replay")?);
+    let (closed, routed) = (col::<i64>(row, "u_closed")?, col::<i64>(row, "u_routed")?);
     same_len(
         "unresolved",
         &[
@@ -167,6 +171,8 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
             abandoned.len(),
             oldest.len(),
             replay.len(),
+            closed.len(),
+            routed.len(),
         ],
     )?;
     for i in 0..tenant.len() {
@@ -177,7 +183,9 @@ fn from_arrays(row: &PgRow) -> Result<MetricsSnapshot, sqlx::Error> {
             unknown: unknown[i],
             abandoned: abandoned[i],
             oldest_since: oldest[i],
+            routed: routed[i] != 0,
             replay_window_closing: replay[i],
+            replay_window_closed: closed[i],
         });
     }
     let (tenant, source) = (

@@ -16,6 +16,7 @@ impl SqliteLedger {
             .bind(q.now)
             .bind(q.replay_closing_created_before)
             .bind(tenant)
+            .bind(q.replay_closed_created_before)
             .fetch_all(&mut *tx)
             .await?;
         let sources = sqlx::query(SOURCES_SQL)
