@@ -21,6 +21,7 @@ mod postgres;
 mod reconcile;
 mod rows;
 mod scrub;
+mod sources;
 mod sqlite;
 // write-back (issue 4 item 7)
 mod writeback;

@@ -5,17 +5,17 @@
 // Dashboard (issue 7, branch dash)
 mod metrics;
 
-use crate::crypto::{Keyring, dsn_aad};
+use crate::crypto::Keyring;
 use crate::driver::{Driver, Pg, SqlLedger};
 use crate::model::*;
 use crate::plan::{IngestPlan, ingest_plan};
 use crate::reconcile::*;
-use crate::rows::{self, check_name, cursor_parts};
+use crate::rows::{self, cursor_parts};
 use crate::sqlite::{outcome, push_filters};
 use crate::{Ledger, LedgerError, Result};
 use async_trait::async_trait;
 use reckon_domain::{Disappearance, State, time};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::SecretString;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres, QueryBuilder, Row};
 use std::collections::HashMap;
@@ -453,47 +453,19 @@ impl Ledger for PgLedger {
     }
 
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
-        check_name("tenant slug", slug)?;
-        let row = sqlx::query(
-            "INSERT INTO tenant (slug, created_at) VALUES ($1, $2) \
-             RETURNING id, slug, created_at",
-        )
-        .bind(slug)
-        .bind(time::now())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict(format!("tenant {slug:?}")),
-            other => other,
-        })?;
-        rows::tenant::<Postgres>(&row)
+        self.tn_create(slug).await
     }
 
     async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
-        let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE slug = $1")
-            .bind(slug)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| LedgerError::NotFound(format!("tenant {slug:?}")))?;
-        rows::tenant::<Postgres>(&row)
+        self.tn_by_slug(slug).await
     }
 
     async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant> {
-        let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE id = $1")
-            .bind(tenant.0)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| LedgerError::NotFound(format!("tenant {}", tenant.0)))?;
-        rows::tenant::<Postgres>(&row)
+        self.tn_by_id(tenant).await
     }
 
     async fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY slug")
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::tenant::<Postgres>)
-            .collect()
+        self.tn_list().await
     }
 
     async fn create_token(
@@ -503,20 +475,7 @@ impl Ledger for PgLedger {
         token_hash: &str,
         label: &str,
     ) -> Result<i64> {
-        let mut tx = self.begin_for(tenant).await?;
-        let id = sqlx::query_scalar(
-            "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at) \
-             VALUES ($1, $2, $3, $4, $5) RETURNING id",
-        )
-        .bind(tenant.0)
-        .bind(role.as_str())
-        .bind(token_hash)
-        .bind(label)
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(id)
+        self.tk_create(tenant, role, token_hash, label).await
     }
 
     async fn authenticate_token(&self, token_hash: &str) -> Result<Option<TokenGrant>> {
@@ -524,65 +483,15 @@ impl Ledger for PgLedger {
     }
 
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
-        check_name("source name", &new.name)?;
-        let sealed = new.dsn.as_ref().map(|d| {
-            self.keyring
-                .seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes())
-        });
-        let mut tx = self.begin_for(tenant).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO source (tenant_id, name, kind, dsn_ciphertext, dsn_display, table_name, \
-             scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {}",
-            rows::SOURCE_COLUMNS
-        )))
-        .bind(tenant.0)
-        .bind(&new.name)
-        .bind(new.kind.as_str())
-        .bind(sealed)
-        .bind(&new.dsn_display)
-        .bind(&new.table_name)
-        .bind(new.scan_interval_secs)
-        .bind(new.abandoned_after_secs)
-        .bind(new.overlap_secs)
-        .bind(new.full_scan_every_secs)
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict(format!("source {:?}", new.name)),
-            other => other,
-        })?;
-        tx.commit().await?;
-        rows::source::<Postgres>(&row)
+        self.src_add(tenant, new).await
     }
 
     async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
-        let mut tx = self.begin_for(tenant).await?;
-        let found = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM source WHERE tenant_id = $1 ORDER BY name",
-            rows::SOURCE_COLUMNS
-        )))
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        found.iter().map(rows::source::<Postgres>).collect()
+        self.src_list(tenant).await
     }
 
     async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
-        let mut tx = self.begin_for(tenant).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM source WHERE tenant_id = $1 AND name = $2",
-            rows::SOURCE_COLUMNS
-        )))
-        .bind(tenant.0)
-        .bind(name)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
-        tx.commit().await?;
-        rows::source::<Postgres>(&row)
+        self.src_by_name(tenant, name).await
     }
 
     async fn update_source(
@@ -591,61 +500,15 @@ impl Ledger for PgLedger {
         name: &str,
         change: SourceChange,
     ) -> Result<Source> {
-        let sealed = change.dsn.as_ref().map(|d| {
-            self.keyring
-                .seal(&dsn_aad(tenant.0, name), d.expose_secret().as_bytes())
-        });
-        let mut tx = self.begin_for(tenant).await?;
-        let row = sqlx::query(AssertSqlSafe(rows::update_source_sql()))
-            .bind(tenant.0)
-            .bind(name)
-            .bind(sealed)
-            .bind(&change.dsn_display)
-            .bind(&change.table_name)
-            .bind(change.scan_interval_secs)
-            .bind(change.abandoned_after_secs)
-            .bind(change.overlap_secs)
-            .bind(change.full_scan_every_secs)
-            .bind(change.moves_the_source())
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
-        tx.commit().await?;
-        rows::source::<Postgres>(&row)
+        self.src_update(tenant, name, change).await
     }
 
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
-        let tenants = self.list_tenants().await?;
-        let mut out = Vec::new();
-        for t in tenants {
-            for s in self.list_sources(t.id).await? {
-                if s.kind.is_scanned() {
-                    out.push((t.clone(), s));
-                }
-            }
-        }
-        Ok(out)
+        self.src_all_scanned().await
     }
 
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
-        let mut tx = self.begin_for(tenant).await?;
-        let sealed: Option<Vec<u8>> = sqlx::query_scalar(
-            "SELECT dsn_ciphertext FROM source WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.0)
-        .bind(source.id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .flatten();
-        tx.commit().await?;
-        let sealed = sealed.ok_or_else(|| LedgerError::NotFound("source DSN".into()))?;
-        let plain = self
-            .keyring
-            .open(&dsn_aad(tenant.0, &source.name), &sealed)
-            .ok_or(LedgerError::Decrypt)?;
-        String::from_utf8(plain)
-            .map(SecretString::from)
-            .map_err(|_| LedgerError::Decrypt)
+        self.src_dsn(tenant, source).await
     }
 
     async fn record_scan_success(
