@@ -111,8 +111,10 @@ fn serve_one(
         Trick::ClearTextAuth => {
             let mut switch = vec![0xfe];
             switch.extend_from_slice(b"mysql_clear_password\0");
-            s.write_all(&packet(2, &switch))?;
+            // Counted before the write: the client may fail on the packet and the test
+            // read `played` before this thread runs again.
             seen.lock().unwrap().played += 1;
+            s.write_all(&packet(2, &switch))?;
         }
         Trick::LocalInfile => {
             // Authenticated: OK.
@@ -123,8 +125,8 @@ fn serve_one(
             assert_eq!(query[0], 0x03, "a COM_QUERY");
             let mut infile = vec![0xfb];
             infile.extend_from_slice(file.as_bytes());
-            s.write_all(&packet(1, &infile))?;
             seen.lock().unwrap().played += 1;
+            s.write_all(&packet(1, &infile))?;
         }
     }
     drain(&mut s, seen);
