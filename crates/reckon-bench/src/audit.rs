@@ -1,4 +1,4 @@
-//! `audit`: the double-charge audit of one day (issue 6), import excluded, against its
+//! `audit`: the double-charge audit of one day, import excluded, against its
 //! anchor, in one run.
 //!
 //! Goal: a day of D effects and D provider charges in a PostgreSQL ledger of L effects is

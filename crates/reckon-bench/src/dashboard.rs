@@ -1,4 +1,4 @@
-//! `dashboard`: the dashboard's pages under load with a large ledger (issue 7).
+//! `dashboard`: the dashboard's pages under load with a large ledger.
 //!
 //! A fresh PostgreSQL ledger gets `--effects` effects of one tenant (one in
 //! `--unresolved-every` unknown, the rest succeeded; every effect has its order id as subject
@@ -7,7 +7,7 @@
 //! `--connections` connections for `--seconds`, signed in with a real session cookie. The
 //! anchor, measured the same way in the same run, is `/healthz` (the router's fixed cost:
 //! the same middleware, no ledger query); the ratio page p99 / anchor p99 is printed
-//! beside each page's p99. Goal (issue 7): each page p99 <= 50 ms at 1,000,000 effects.
+//! beside each page's p99. Goal: each page p99 <= 50 ms at 1,000,000 effects.
 //! Also printed: a lookup by order id timed at the ledger (server time, no HTTP).
 //!
 //! Run: `cargo run --release -p reckon-bench --bin dashboard -- --effects 1000000`.

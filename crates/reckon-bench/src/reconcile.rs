@@ -1,5 +1,5 @@
-//! `reconcile`: reconciliation throughput against a provider on loopback (issue 4, "Must
-//! show", last bullet), with its anchor measured in the same run.
+//! `reconcile`: reconciliation throughput against a provider on loopback, with its
+//! anchor measured in the same run.
 //!
 //! The provider is reckon's demo provider (the documented `http` lookup protocol) served
 //! on loopback with a 50 ms answer time, behind a layer that records the arrival time of

@@ -1,5 +1,5 @@
 //! `replicas`: reconciliation throughput of several `reckon serve` replicas on one
-//! PostgreSQL ledger against one replica, measured in the same run (issue 8's figure).
+//! PostgreSQL ledger against one replica, measured in the same run.
 //!
 //! For 1 and then `--replicas` processes: a fresh PostgreSQL database with `--effects`
 //! unknown charges (half of them charged at the provider), reckon's demo provider on
