@@ -109,7 +109,7 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
         )
         .await
         .unwrap();
-        // Dashboard (issue 7, branch `dash`): one hourly snapshot per tenant.
+        // The dashboard's chart: one hourly snapshot per tenant.
         l.take_snapshot(t.id, time::now()).await.unwrap();
         // A provider charge, with the search terms that name it.
         let p = l
@@ -274,10 +274,10 @@ async fn a_raw_query_as_the_app_role_sees_and_writes_nothing_of_another_tenant()
             "reconcile_attempt",
             "resolution",
             "resolution_retracted",
-            // audit (issue 6)
+            // audit
             "provider_charge",
             "audit_run",
-            // write-back (issue 4 item 7)
+            // write-back
             "writeback",
         ]
         .contains(&t.as_str())
