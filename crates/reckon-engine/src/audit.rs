@@ -1,4 +1,4 @@
-//! The double-charge audit of a day (issue 6) as step functions over the ledger:
+//! The double-charge audit of a day as step functions over the ledger:
 //!
 //! - [`run_audit`]: import every provider charge of the day (plus a margin) from each audited
 //!   provider, complete or failed; read the day's effects (by creation time) and charges back
@@ -724,7 +724,7 @@ pub async fn verify(
     Ok((all.len(), breaks))
 }
 
-// ---- CSV for finance ----
+// CSV for finance.
 
 /// A cell a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, tab, CR) gets a leading
 /// apostrophe, which every spreadsheet shows as text (OWASP CSV injection advice).

@@ -1,7 +1,6 @@
 //! The work reckon does, as step functions the scheduler merely triggers and tests call
 //! directly: scan a source ([`scan::scan_source`]), take pushed records ([`push`]).
 
-// audit (issue 6, branch `audit`)
 pub mod answer;
 pub mod audit;
 pub mod probe;
@@ -10,10 +9,9 @@ pub mod push;
 pub mod reconcile;
 pub mod scan;
 pub mod schema;
-// Dashboard (issue 7, branch dash): hourly unresolved snapshots for the chart.
+// Hourly unresolved snapshots for the dashboard's chart.
 pub mod snapshot;
 pub mod source_input;
-// write-back (issue 4 item 7)
 pub mod writeback;
 
 pub use provider_client::provider_client;

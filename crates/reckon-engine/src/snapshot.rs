@@ -1,4 +1,4 @@
-//! The dashboard's hourly snapshots (issue 7): for every tenant, how many effects are
+//! The dashboard's hourly snapshots: for every tenant, how many effects are
 //! unresolved and since when the oldest, stored as that hour's row. The serve scheduler
 //! calls [`snapshot_all`] a few times an hour; a later call in the same hour replaces the
 //! hour's row, so replicas that both run it agree and nothing piles up.

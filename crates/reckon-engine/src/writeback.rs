@@ -1,4 +1,4 @@
-//! Write-back as a step function (issue 4 item 7): [`writeback_next`] takes the tenant's
+//! Write-back as a step function: [`writeback_next`] takes the tenant's
 //! write-back lease, settles write-backs a crash left pending, then writes the next resolved
 //! effects of opted-in sources back into their own `justonce_keys` rows:
 //!

@@ -1,4 +1,4 @@
-//! The double-charge audit end to end (issue 6): effects in a real ledger (SQLite file and
+//! The double-charge audit end to end: effects in a real ledger (SQLite file and
 //! PostgreSQL), provider charges served over real HTTP on loopback (the demo provider, the
 //! `http` protocol under wiremock, a raw TCP server that cuts its answer), the run stored in
 //! the tenant's chain. Finds exactly what was planted, totals exact to the cent; a provider
@@ -25,7 +25,7 @@ const DAY: &str = "2026-11-28";
 const START: f64 = 1_795_842_000.0;
 const END: f64 = START + 86_400.0;
 
-// ---------------------------------------------------------------- harness
+// The harness.
 
 enum Db {
     Sqlite(tempfile::TempDir),
@@ -278,7 +278,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
-// ---------------------------------------------------------------- the planted day
+// The planted day.
 
 struct Planted {
     records: Vec<SourceRecord>,
@@ -608,7 +608,7 @@ async fn the_planted_day_finds_exactly_the_planted_problems_with_exact_totals_on
     the_planted_day_through_the_whole_pipeline(World::postgres().await).await;
 }
 
-// ---------------------------------------------------------------- provider failures
+// Provider failures.
 
 /// A tenant whose effects exist and whose `http` provider at `base` fails somewhere.
 async fn failing_world(base: &str) -> (World, TenantId) {
@@ -839,7 +839,7 @@ async fn stripe_has_more_without_a_cursor_fails_the_run_and_records_no_findings(
     assert_failed_run(w, t, &["stripe.list.charges", "page 1", "has_more"]).await;
 }
 
-// ---------------------------------------------------------------- CSV
+// CSV.
 
 #[tokio::test]
 async fn the_csv_parses_back_one_row_per_finding_and_a_planted_formula_is_neutralised() {
@@ -930,7 +930,7 @@ async fn the_csv_parses_back_one_row_per_finding_and_a_planted_formula_is_neutra
     w.finish().await;
 }
 
-// ---------------------------------------------------------------- the chain
+// The chain.
 
 async fn verify_detects_an_edited_and_a_removed_run(w: World) {
     let (t, _) = planted_world(&w).await;
@@ -994,7 +994,7 @@ async fn verify_detects_an_edited_and_a_removed_run_on_postgres() {
     verify_detects_an_edited_and_a_removed_run(World::postgres().await).await;
 }
 
-// ---------------------------------------------------------------- the schedule
+// The schedule.
 
 #[tokio::test]
 async fn three_replicas_running_the_nightly_audit_at_once_store_one_run() {

@@ -230,7 +230,7 @@ fn loopback_allowed() -> std::sync::Arc<reckon_sources::EgressPolicy> {
     )
 }
 
-// ---- T09: provider hosts are resolved through the egress policy at every connection ----
+// T09: provider hosts are resolved through the egress policy at every connection.
 
 /// A DNS server of the test's own: each lookup gets the next answer (the last one again
 /// when they run out). The system resolver knows none of its names (`.invalid`).

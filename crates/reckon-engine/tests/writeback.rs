@@ -1,4 +1,4 @@
-//! Write-back (issue 4 item 7) against SQLite, PostgreSQL and MariaDB sources whose rows
+//! Write-back against SQLite, PostgreSQL and MariaDB sources whose rows
 //! the real justonce library wrote (testdata/justonce_writer.py), on a real SQLite ledger,
 //! with resolutions made by the real reconciler against the demo provider on loopback.
 //!
