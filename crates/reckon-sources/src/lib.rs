@@ -3,7 +3,7 @@
 //! reference, and hands every row over undecoded ([`reckon_domain::RawRow`]) so the domain's
 //! rules alone decide what is a record and what goes to quarantine.
 //!
-//! The one exception is write-back ([`write`], issue 4 item 7): for a source that opted in,
+//! The one exception is write-back ([`write`]): for a source that opted in,
 //! and only then, one conditional statement per resolved row.
 
 pub mod dsn;
@@ -11,7 +11,6 @@ pub mod egress;
 mod limits;
 mod own;
 mod scan;
-// write-back (issue 4 item 7)
 pub mod write;
 
 pub use dsn::{Dialect, DsnError, SourceDsn, validate_table_name};

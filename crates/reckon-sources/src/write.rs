@@ -1,4 +1,4 @@
-//! Write-back (issue 4 item 7): the only write reckon ever makes to a tenant's database.
+//! Write-back: the only write reckon ever makes to a tenant's database.
 //!
 //! A [`SourceWriter`] is opened from the ledger's [`Source`], and only when that source's
 //! write-back setting is on ([`Source::writeback`], which only the ledger's stored setting
