@@ -885,7 +885,7 @@ pub fn money(minor: i64, currency: &str) -> String {
     format!("{sign}{}.{:02} {cur}", a / 100, a % 100)
 }
 
-// ---- scheduling and presentation helpers (issue 6, branch `audit`) ----
+// Scheduling and presentation helpers.
 
 /// Check an IANA time zone name (a tenant setting) against the bundled tz database.
 pub fn validate_zone(time_zone: &str) -> Result<(), AuditError> {
