@@ -1,4 +1,4 @@
-//! `reckon audit` (issue 6): run the double-charge audit of a day, show stored runs, check
+//! `reckon audit`: run the double-charge audit of a day, show stored runs, check
 //! the chain, and set the tenant's zone and nightly time.
 
 use crate::Format;

@@ -17,7 +17,7 @@ pub struct Settings {
     pub master_key: Option<String>,
     /// Largest request body the API accepts, in bytes.
     pub max_body_bytes: usize,
-    // ---- metrics (issue 5): `/metrics` is off unless one of these is set ----
+    // `/metrics` is off unless one of these two is set.
     /// A listener of its own serving `/metrics` without a token (`RECKON_METRICS_LISTEN`).
     pub metrics_listen: Option<String>,
     /// Bearer token that may read `/metrics` on the main listener (`RECKON_METRICS_TOKEN`).
@@ -40,7 +40,6 @@ pub struct Settings {
     /// refused.
     #[serde(default)]
     pub sqlite_source_dir: Option<PathBuf>,
-    // ---- reconciliation (issue 4) ----
     /// Run the reconciler in `reckon serve` (`RECKON_RECONCILE=false` for a replica that
     /// only serves and scans).
     #[serde(default = "yes")]

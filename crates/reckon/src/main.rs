@@ -1,7 +1,6 @@
 //! The `reckon` binary: CLI, configuration, wiring. Everything it does is a call into the
 //! library crates; see ARCHITECTURE.md for the map.
 
-// audit (issue 6, branch `audit`)
 mod audit_cmd;
 mod config;
 mod demo;
@@ -13,7 +12,6 @@ mod output;
 mod reconcile_cmd;
 mod serve;
 mod users;
-// write-back (issue 4 item 7)
 mod writeback;
 
 use anyhow::{Context, bail};
@@ -114,7 +112,6 @@ enum Cmd {
         #[command(subcommand)]
         cmd: keys::KeysCmd,
     },
-    // ---- reconciliation (issue 4) ----
     /// Provider accounts that can say whether an effect happened.
     Provider {
         #[command(subcommand)]
@@ -140,16 +137,12 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
-    // ---- end reconciliation ----
-    // ---- audit (issue 6, branch `audit`) ----
     /// The double-charge audit of a day: run it (default yesterday in the tenant's zone),
     /// show, list and verify stored runs, set the tenant's zone and nightly time.
     Audit(audit_cmd::AuditArgs),
-    // ---- write-back (issue 4 item 7, branch `writeback`) ----
     /// Write resolutions back into the rows of sources that opted in (`--dry-run` shows
     /// the diff); `set` turns a source's write-back on or off; `list` shows the log.
     Writeback(writeback::WritebackArgs),
-    // ---- end write-back ----
     /// What happened to an order: reckon's verdict per effect, with the audit's findings
     /// and the provider's charges. Finds by whole key, key part (an order id) or provider
     /// object id (ch_…, pi_…, re_…). Exits 1 when nothing is found.
@@ -453,7 +446,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             TokenCmd::Revoke { tenant, id } => users::revoke_token(&*ledger, &tenant, id).await?,
         },
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
-        // audit (issue 6)
         Cmd::Audit(args) => {
             let egress = Arc::new(settings.egress_policy(&*ledger).await?);
             audit_cmd::run(ledger.clone(), args, egress).await?
@@ -475,7 +467,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let egress = Arc::new(settings.egress_policy(&*ledger).await?);
             reconcile_cmd::reconcile(ledger, tenant, source, key, format, egress).await?
         }
-        // write-back (issue 4 item 7)
         Cmd::Writeback(args) => {
             writeback::run(
                 ledger.clone(),

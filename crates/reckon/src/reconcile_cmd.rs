@@ -1,5 +1,5 @@
 //! `reckon provider add|list`, `reckon route set|list`, `reckon reconcile`: the CLI of the
-//! reconciler (issue 4). The same checks as the API (`reckon_web::api::providers`).
+//! reconciler. The same checks as the API (`reckon_web::api::providers`).
 
 use crate::Format;
 use crate::output;

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// How often the dashboard's unresolved snapshot is taken (issue 7, branch `dash`).
+/// How often the dashboard's unresolved snapshot is taken.
 const SNAPSHOT_EVERY: Duration = Duration::from_secs(600);
 /// How often the scheduler looks for sources whose interval has passed.
 const TICK: Duration = Duration::from_secs(2);
@@ -78,7 +78,6 @@ pub async fn run_with(
         Duration::from_secs_f64(settings.audit_check_secs.clamp(0.1, 3600.0)),
     )
     .await?;
-    // ---- reconciliation (issue 4) ----
     let reconciler = if settings.reconcile {
         let ctx = ReconcileCtx {
             options: ReconcileOptions {
@@ -95,7 +94,6 @@ pub async fn run_with(
     } else {
         None
     };
-    // ---- end reconciliation ----
 
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = reckon_web::AppState {
@@ -226,10 +224,10 @@ async fn start_scheduler(
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
     tracing::info!(instance = %owner, "scheduler started");
 
-    // ---- audit (issue 6, branch `audit`): the nightly audit of yesterday, at each tenant's
-    // local audit_time, exactly once across replicas (reckon_engine::audit::run_due claims
-    // the day with a lease; the ledger stores one completed scheduled run per day). The tick
-    // also refreshes the audit gauges from the ledger, so every replica shows the last run.
+    // The nightly audit of yesterday, at each tenant's local audit_time, exactly once across
+    // replicas (reckon_engine::audit::run_due claims the day with a lease; the ledger stores
+    // one completed scheduled run per day). The tick also refreshes the audit gauges from the
+    // ledger, so every replica shows the last run.
     {
         let mut ctx = reckon_engine::audit::AuditCtx::new(ledger.clone());
         ctx.owner = format!("{owner}-audit");
@@ -253,8 +251,8 @@ async fn start_scheduler(
         }));
     }
 
-    // ---- dashboard snapshots (issue 7, branch `dash`): the chart's hourly series. Every
-    // SNAPSHOT_EVERY; a later run in the same hour replaces that hour's row. ----
+    // The dashboard chart's hourly series, every SNAPSHOT_EVERY; a later run in the same
+    // hour replaces that hour's row.
     {
         let ledger = ledger.clone();
         loops.push(every(SNAPSHOT_EVERY, stop.clone(), move || {
@@ -266,7 +264,6 @@ async fn start_scheduler(
             }
         }));
     }
-    // ---- end dashboard snapshots ----
     loops.push(every(TICK, stop.clone(), move || {
         let ledger = ledger.clone();
         let running = running.clone();
@@ -370,10 +367,10 @@ async fn start_reconciler(
                             false
                         }
                     };
-                    // ---- write-back (issue 4 item 7): resolutions of opted-in sources go
-                    // back to their rows, after new resolutions or at least every minute
-                    // (pending intents of a crashed run are settled then). One replica at a
-                    // time per tenant (the `writeback:{tenant}` lease).
+                    // Write-back: resolutions of opted-in sources go back to their rows,
+                    // after new resolutions or at least every minute (pending intents of a
+                    // crashed run are settled then). One replica at a time per tenant (the
+                    // `writeback:{tenant}` lease).
                     let due = resolved_any
                         || last_writeback
                             .lock()

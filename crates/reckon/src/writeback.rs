@@ -1,4 +1,4 @@
-//! `reckon writeback` (issue 4 item 7): write resolutions back into the rows of sources
+//! `reckon writeback`: write resolutions back into the rows of sources
 //! that opted in, show what a run would do (`--dry-run`), turn a source's write-back on or
 //! off (`set`), and read the write-back log (`list`).
 

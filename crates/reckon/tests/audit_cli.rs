@@ -1,4 +1,4 @@
-//! `reckon audit` as an operator runs it (issue 6): the binary against an embedded ledger
+//! `reckon audit` as an operator runs it: the binary against an embedded ledger
 //! whose tenant has a demo provider on loopback (served by this test) and a day of effects.
 //! Settings, a run in each format (JSON and CSV parsed back), `list`, `verify` on an intact
 //! chain and after an edit (exit 1), and a bad date refused by name.
