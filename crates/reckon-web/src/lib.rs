@@ -9,7 +9,6 @@ pub mod api;
 pub mod auth;
 pub mod authz;
 pub mod client_addr;
-// Dashboard pages (issue 7, branch dash)
 pub mod dash;
 pub mod error;
 mod extract;
@@ -59,7 +58,7 @@ pub struct AppState {
     pub draining: Arc<std::sync::atomic::AtomicBool>,
     /// The proxies whose forwarding header names the client (sign-in throttle).
     pub client_address: client_addr::ClientAddress,
-    // ---- dashboard (issue 7, branch `dash`): the overview's short-lived counts cache ----
+    // The overview's short-lived counts cache.
     pub dash: dash::DashState,
 }
 
@@ -109,7 +108,6 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(documented)
         .merge(web::router())
-        // Dashboard (issue 7, branch dash)
         .merge(dash::router())
         // Every matched route passes the registry's access check (routes.rs) first.
         .route_layer(axum::middleware::from_fn_with_state(

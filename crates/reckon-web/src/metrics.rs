@@ -87,7 +87,7 @@ impl MetricsSettings {
 #[derive(Clone)]
 pub struct MetricsState {
     pub instance: Metrics,
-    /// Also read by the dashboard (issue 7) for the replay window.
+    /// Also read by the dashboard for the replay window.
     pub(crate) settings: Arc<MetricsSettings>,
     collector: Arc<CollectorState>,
 }

@@ -74,7 +74,7 @@ pub const ROUTES: &[RouteSpec] = &[
     r("POST", "/api/v1/effects", Token(P::ManageSources)),
     r("GET", "/api/v1/effects/{source}/{*key}", Token(P::Lookup)),
     r("GET", "/api/v1/lookup", Token(P::Lookup)),
-    // ---- reconciliation (issue 4) ----
+    // Reconciliation.
     r("GET", "/api/v1/providers", Token(P::Read)),
     r("POST", "/api/v1/providers", Token(P::ManageProviders)),
     r(
@@ -100,17 +100,16 @@ pub const ROUTES: &[RouteSpec] = &[
         "/api/v1/reconcile/requeue",
         Token(P::ResolveManually),
     ),
-    // ---- end reconciliation ----
     // The audit log of people's actions: the tenant's admins.
     r("GET", "/api/v1/audit-log", Token(P::ManageUsers)),
     r("GET", "/api/v1/tokens", Token(P::ManageTokens)),
     r("POST", "/api/v1/tokens", Token(P::ManageTokens)),
     r("DELETE", "/api/v1/tokens/{id}", Token(P::ManageTokens)),
-    // ---- audit (issue 6, branch `audit`): runs, as JSON or CSV, and running one ----
+    // The double-charge audit: runs, as JSON or CSV, and running one.
     r("GET", "/api/v1/audits", Token(P::Audit)),
     r("POST", "/api/v1/audits", Token(P::Audit)),
     r("GET", "/api/v1/audits/{id}", Token(P::Audit)),
-    // ---- write-back (issue 4 item 7) ----
+    // Write-back.
     r(
         "POST",
         "/api/v1/sources/{name}/writeback",
@@ -130,8 +129,8 @@ pub const ROUTES: &[RouteSpec] = &[
     r("POST", "/signin", Public),
     r("POST", "/signout", Session(P::Read)),
     r("GET", "/app", Session(P::Read)),
-    // ---- dashboard (issue 7, branch `dash`): `/t/{tenant}` is checked against the
-    // person's memberships by the guard (crate::dash::scope_to_path_tenant). ----
+    // `/t/{tenant}` is checked against the person's memberships by the guard
+    // (crate::dash::scope_to_path_tenant).
     r("GET", "/static/{name}", Public),
     r("GET", "/favicon.ico", Public),
     r("GET", "/t/{tenant}", Session(P::Read)),
@@ -218,7 +217,6 @@ pub const ROUTES: &[RouteSpec] = &[
         "/t/{tenant}/reconcile/{source}/{*key}",
         Session(P::ResolveWithNote),
     ),
-    // ---- end dashboard ----
 ];
 
 pub fn lookup(method: &Method, path: &str) -> Option<&'static RouteSpec> {
@@ -275,8 +273,8 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
                 Ok(None) => return Redirect::to("/signin").into_response(),
                 Err(e) => return e.into_response(),
             };
-            // ---- dashboard (issue 7, branch `dash`): the tenant named in the path, if the
-            // person is a member of it (their role there); 404 otherwise. ----
+            // The tenant named in the path, if the person is a member of it (their role
+            // there); 404 otherwise.
             if spec.path.starts_with(crate::dash::TENANT_PREFIX) {
                 match crate::dash::scope_to_path_tenant(&state, session, parts.uri.path()).await {
                     Ok(Some(s)) => session = s,
@@ -284,7 +282,6 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
                     Err(e) => return e.into_response(),
                 }
             }
-            // ---- end dashboard ----
             if !allows(session.role, permission) {
                 if spec.path.starts_with(crate::dash::TENANT_PREFIX) {
                     return crate::dash::error_page(

@@ -1,5 +1,5 @@
-//! Dashboard sign-in: `GET/POST /signin`, `POST /signout`, and `GET /app` (a placeholder
-//! the dashboard fills later).
+//! Dashboard sign-in: `GET/POST /signin`, `POST /signout`, and `GET /app` (the tenant
+//! picker).
 //!
 //! - Passwords: argon2id off the executor (`password.rs`); an unknown email costs the same
 //!   time as a wrong password, and both get the same answer.
@@ -138,22 +138,21 @@ pub async fn current_session(
 #[derive(Template)]
 #[template(path = "signin.html")]
 struct SignInPage {
-    /// The dashboard's stylesheet (issue 7).
+    /// The dashboard's stylesheet.
     css: String,
     message: Option<String>,
     email: String,
     tenant: String,
 }
 
-// ---- dashboard (issue 7, branch `dash`): /app is the tenant picker inside the dashboard's
-// frame; a person in one tenant goes straight on to its overview. ----
+// /app is the tenant picker inside the dashboard's frame; a person in one tenant goes
+// straight on to its overview.
 #[derive(Template)]
 #[template(path = "app.html")]
 struct AppPage {
     c: crate::dash::pages::Chrome,
     tenants: Vec<(String, String, &'static str)>,
 }
-// ---- end dashboard ----
 
 fn page(status: StatusCode, tpl: &impl Template) -> Response {
     match tpl.render() {
@@ -395,7 +394,7 @@ pub struct SignOutForm {
     csrf: String,
 }
 
-/// The dashboard's forms check their CSRF token with the same comparison (issue 7).
+/// The dashboard's forms check their CSRF token with the same comparison.
 pub(crate) fn same_token(a: &str, b: &str) -> bool {
     same(a, b)
 }
@@ -429,7 +428,6 @@ async fn signout(
     Ok(res)
 }
 
-// ---- dashboard (issue 7, branch `dash`) ----
 async fn app_home(
     State(state): State<AppState>,
     Extension(session): Extension<WebSession>,
@@ -453,4 +451,3 @@ async fn app_home(
         },
     ))
 }
-// ---- end dashboard ----

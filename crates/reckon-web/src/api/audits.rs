@@ -1,4 +1,4 @@
-//! `/api/v1/audits` (issue 6): the tenant's audit runs (JSON, or CSV for finance) and a
+//! `/api/v1/audits`: the tenant's audit runs (JSON, or CSV for finance) and a
 //! POST that runs one. Every route needs `Permission::Audit` (finance and admin).
 
 use crate::AppState;

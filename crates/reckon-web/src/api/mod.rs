@@ -7,7 +7,6 @@
 //! express, so it is registered by hand and described as the three paths clients call
 //! ([`wildcard_doc`]); `tests/openapi.rs` walks every documented path on the real router.
 
-// audit (issue 6, branch `audit`)
 mod audits;
 mod effects;
 pub(crate) mod probes;
@@ -17,7 +16,6 @@ mod quarantine;
 mod reconcile;
 pub(crate) mod sources;
 mod tokens;
-// write-back (issue 4 item 7)
 mod writeback;
 
 pub use effects::EffectJson;

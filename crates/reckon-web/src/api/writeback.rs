@@ -1,4 +1,4 @@
-//! Write-back (issue 4 item 7): `POST /api/v1/sources/{name}/writeback[?dry_run=true]`
+//! Write-back: `POST /api/v1/sources/{name}/writeback[?dry_run=true]`
 //! writes the source's resolved effects back into its own rows (or, as a dry run, shows each
 //! row's diff and writes nothing); `PUT /api/v1/sources/{name}/writeback` turns the source's
 //! write-back on (`{"not_applied": "release" | "fail"}`) or off (`{"not_applied": null}`).

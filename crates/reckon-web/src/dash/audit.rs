@@ -1,8 +1,8 @@
-//! The audit page (issue 7, item 5): one day of the tenant's double-charge audit (issue 6)
-//! for finance. A day picker (yesterday in the tenant's zone by default), the day's run
-//! with its findings grouped by kind and amounts per currency, the totals, a CSV download
-//! (the engine's `findings_csv`, recorded in the audit log like the API's export), and the
-//! run history with each run's place in the verified digest chain.
+//! The audit page: one day of the tenant's double-charge audit for finance. A day picker
+//! (yesterday in the tenant's zone by default), the day's run with its findings grouped by
+//! kind and amounts per currency, the totals, a CSV download (the engine's `findings_csv`,
+//! recorded in the audit log like the API's export), and the run history with each run's
+//! place in the verified digest chain.
 //!
 //! Reads: the tenant's settings, the day's runs, the recent runs, and the whole chain for
 //! its verification (`reckon_engine::audit::verify`: one run a day per provider scope, so

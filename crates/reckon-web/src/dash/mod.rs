@@ -1,6 +1,5 @@
-//! The dashboard (issue 7): server-rendered pages under `/t/{tenant}/...`, askama templates
-//! in the workspace's `templates/`, htmx 2 (vendored, `assets.rs`) for what changes in
-//! place.
+//! The dashboard: server-rendered pages under `/t/{tenant}/...`, askama templates in the
+//! workspace's `templates/`, htmx 2 (vendored, `assets.rs`) for what changes in place.
 //!
 //! - Access: every route is in the registry (`routes.rs`) as `Session(permission)`. The
 //!   tenant in the path is checked by the guard against the person's memberships
