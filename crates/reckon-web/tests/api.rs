@@ -785,7 +785,7 @@ async fn adding_a_source_needs_an_admin_and_a_valid_description() {
     }
 }
 
-// ---- write-back (issue 4 item 7) ----
+// Write-back.
 
 async fn put_json(app: &Router, uri: &str, token: &str, body: &Value) -> Reply {
     send(
@@ -855,7 +855,7 @@ async fn writeback_is_off_until_an_admin_turns_it_on_and_bad_settings_are_refuse
     assert_eq!(r.body["writeback"], Value::Null);
 }
 
-// ---- T08 / T12 at save: the egress policy judges a DSN when it is saved ----
+// T08 / T12 at save: the egress policy judges a DSN when it is saved.
 
 async fn patch_json(app: &Router, uri: &str, token: &str, body: &Value) -> Reply {
     send(

@@ -1,4 +1,4 @@
-//! The audit log of people's actions (issue 3): what admins, support and people signing in
+//! The audit log of people's actions: what admins, support and people signing in
 //! did is recorded per tenant, readable by that tenant's admins only, and append-only.
 
 mod common;

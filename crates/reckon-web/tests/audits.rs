@@ -1,4 +1,4 @@
-//! `/api/v1/audits` (issue 6): the finance role's view of stored audit runs, as JSON and as
+//! `/api/v1/audits`: the finance role's view of stored audit runs, as JSON and as
 //! CSV (by `Accept: text/csv` or `?format=csv`), running one, and the refusals (a viewer's
 //! token, a malformed date or id, an unknown format, another tenant's run). Both ledgers.
 

@@ -1,4 +1,4 @@
-//! T14 (issue 3, "must show"): canary secrets through a whole scenario. A MariaDB source
+//! T14: canary secrets through a whole scenario. A MariaDB source
 //! whose DSN carries a recognisable password, an `http` provider with a recognisable key on
 //! a loopback server, an API token and a dashboard session: add them, use them (a scan, a
 //! reconcile), fail with them (wrong port, wrong password, the provider answering 401 and
@@ -27,7 +27,7 @@ const PROVIDER_KEY: &str = "rkCanaryKey9Z";
 const PROVIDER_KEY_2: &str = "rkCanaryKey2W";
 const METRICS_TOKEN: &str = "opCanaryMetrics5";
 
-// ---- every log line of the test process, at TRACE ----
+// Every log line of the test process, at TRACE.
 
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<u8>>>);
@@ -58,7 +58,7 @@ fn logs() -> &'static Captured {
     })
 }
 
-// ---- a provider on loopback that answers what it is told and keeps what it was sent ----
+// A provider on loopback that answers what it is told and keeps what it was sent.
 
 #[derive(Clone)]
 struct FakeProvider {
@@ -91,7 +91,7 @@ async fn fake_provider() -> (FakeProvider, String) {
     (fake, format!("http://{addr}/"))
 }
 
-// ---- a MariaDB source database reachable only with the canary password ----
+// A MariaDB source database reachable only with the canary password.
 
 const MYSQL_ADMIN: &str = "mysql://root@127.0.0.1:3306/test";
 
@@ -504,7 +504,6 @@ async fn scenario(backend: Backend) {
         .1;
     assert!(settings_page.contains("shop"), "{settings_page}");
 
-    // ---- the canaries ----
     let canaries = [
         DSN_PASSWORD,
         WRONG_PASSWORD,

@@ -1,4 +1,4 @@
-//! The dashboard through the whole router (issue 7): every page and partial with its role
+//! The dashboard through the whole router: every page and partial with its role
 //! checks, escaping of tenant data, the actions (resolve by hand with a required note), the
 //! tenant in the path, static files and bad input. These are also the "works without
 //! JavaScript" tests: each request is what a browser without JavaScript sends (links, GET
@@ -708,7 +708,7 @@ async fn the_pages_read_the_postgresql_ledger_too() {
     w.finish().await;
 }
 
-// ---- the audit page (issue 7, item 5) ----
+// The audit page.
 
 /// Yesterday's date in UTC (the tenants' default zone).
 fn yesterday() -> String {
@@ -952,7 +952,7 @@ async fn only_finance_and_admin_see_the_audit_and_another_tenants_run_is_not_fou
     w.finish().await;
 }
 
-// ---- support lookup by provider object id, times in the tenant's zone (issue 7, item 4) ----
+// Support lookup by provider object id, times in the tenant's zone.
 
 #[tokio::test]
 async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once_in_local_time() {
@@ -1057,7 +1057,7 @@ async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once
     w.finish().await;
 }
 
-// ---- the queue's bulk re-lookup (issue 7, item 2) ----
+// The queue's bulk re-lookup.
 
 #[tokio::test]
 async fn finance_looks_up_a_providers_indeterminate_effects_again_from_the_queue() {
@@ -1171,7 +1171,7 @@ async fn finance_looks_up_a_providers_indeterminate_effects_again_from_the_queue
     w.finish().await;
 }
 
-// ---- settings forms (issue 7, item 6) ----
+// Settings forms.
 
 #[tokio::test]
 async fn an_admin_makes_a_token_seen_once_revokes_it_adds_a_provider_with_a_hidden_secret_and_routes()
@@ -1373,7 +1373,7 @@ async fn an_admin_makes_a_token_seen_once_revokes_it_adds_a_provider_with_a_hidd
     w.finish().await;
 }
 
-// ---- empty states and the tenant switcher (issue 7, item 7) ----
+// Empty states and the tenant switcher.
 
 #[tokio::test]
 async fn an_empty_queue_says_when_it_was_last_cleared_and_a_person_in_two_tenants_can_switch() {
@@ -1726,7 +1726,7 @@ async fn an_admin_changes_a_members_role_but_not_their_own_nor_reaches_outside_t
     w.finish().await;
 }
 
-// ---- settings: test connection, scan now, write-back, provider test; overview health ----
+// Settings: test connection, scan now, write-back, provider test; overview health.
 
 /// A real justonce SQLite store with `keys` left `unknown` by the library itself.
 fn justonce_store(path: &std::path::Path, keys: &[&str]) {

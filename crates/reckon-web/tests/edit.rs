@@ -63,7 +63,7 @@ async fn edits(backend: Backend) {
     let viewer = token(w.ledger.as_ref(), &w.a, Role::Viewer).await;
     let finance = token(w.ledger.as_ref(), &w.a, Role::Finance).await;
 
-    // ---- a source ----
+    // A source.
     let r = call(
         &w,
         Method::POST,
@@ -229,7 +229,7 @@ async fn edits(backend: Backend) {
     .await;
     assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
 
-    // ---- a provider ----
+    // A provider.
     let r = call(
         &w,
         Method::POST,
@@ -314,7 +314,7 @@ async fn edits(backend: Backend) {
     assert_eq!(p.settings["base_url"], "https://93.184.216.34/lookup");
     assert_eq!(stored_key(&w, "inhouse").await.as_deref(), Some(KEY1));
 
-    // ---- the audit log has every edit, and no secret ----
+    // The audit log has every edit, and no secret.
     let r = send(
         &w.app,
         Method::GET,

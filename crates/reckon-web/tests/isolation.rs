@@ -21,7 +21,7 @@ use reckon_web::routes::{Access, ROUTES};
 use serde_json::json;
 use sweep::{A_KEY, A_PROVIDER, A_SOURCE, CANARY, Fixture, method, request_for};
 
-/// Tenant A's audit run (issue 6), with the canary in a finding and in its evidence.
+/// Tenant A's audit run, with the canary in a finding and in its evidence.
 async fn seed_audit_a(w: &World) -> i64 {
     let run = reckon_ledger::NewAuditRun {
         day: "2023-11-14".into(),
@@ -93,7 +93,7 @@ async fn seed_tenant_a(w: &World) -> Fixture {
     .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     let a_token_id = r.json["id"].as_i64().unwrap();
-    // ---- reconciliation (issue 4): a provider and a route of A's ----
+    // Reconciliation: a provider and a route of A's.
     for (method, uri, body) in [
         (
             Method::POST,
@@ -206,7 +206,7 @@ async fn sweep(backend: Backend) {
                             | ("POST", "/api/v1/sources")
                             | ("POST", "/api/v1/tokens")
                             | ("POST", "/api/v1/providers")
-                            // B's own audit run (issue 6)
+                            // B's own audit run
                             | ("POST", "/api/v1/audits")
                     ),
                     "{} {uri} with {who} succeeded: {}",
@@ -252,7 +252,7 @@ async fn sweep(backend: Backend) {
         sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
         vec![A_SOURCE]
     );
-    // write-back (issue 4 item 7): B could not turn on write-back of A's source.
+    // B could not turn on write-back of A's source.
     assert_eq!(
         sources[0].writeback(),
         None,
@@ -281,7 +281,7 @@ async fn sweep(backend: Backend) {
     let tokens = w.ledger.list_tokens(w.a.id).await.unwrap();
     let made = tokens.iter().find(|t| t.id == fx.a_token_id).unwrap();
     assert_eq!(made.revoked_at, None, "B revoked A's token");
-    // audit (issue 6): A's run is still A's, unchanged, and the only one of A's chain.
+    // A's audit run is still A's, unchanged, and the only one of A's chain.
     let runs = w.ledger.list_audit_runs(w.a.id, None, 10).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].id, fx.a_audit_id);

@@ -1,4 +1,4 @@
-//! The reconciler's API (issue 4): providers and routes, reconcile one effect now, resolve
+//! The reconciler's API: providers and routes, reconcile one effect now, resolve
 //! by hand with a required note, bulk re-lookup. A real ledger (SQLite file and a fresh
 //! PostgreSQL database) and the demo provider on a real loopback port.
 

@@ -389,7 +389,7 @@ async fn no_get_route_changes_anything() {
     let after = dump(&db);
     // The one write a GET makes, by design: an export (the audit's CSV, from the API and
     // from the dashboard) is one of the people's actions the append-only action log
-    // records (issue 3, item 8). Nothing else may differ.
+    // records. Nothing else may differ.
     let is_sequence =
         |l: &&str| l.starts_with("INSERT INTO \"sqlite_sequence\" VALUES('audit_log',");
     let b: std::collections::BTreeSet<&str> = before.lines().collect();

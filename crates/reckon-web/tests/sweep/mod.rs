@@ -20,7 +20,7 @@ pub const A_PROVIDER: &str = "acanary-pay";
 /// the sweeps authenticate with) and a stored audit run.
 pub struct Fixture {
     pub a_token_id: i64,
-    // audit (issue 6): a stored audit run of tenant A, holding the canary
+    // A stored audit run of tenant A, holding the canary.
     pub a_audit_id: i64,
 }
 
@@ -104,7 +104,7 @@ pub fn request_for(
             None,
             String::new(),
         ),
-        // ---- audit (issue 6, branch `audit`) ----
+        // The double-charge audit.
         ("GET", "/api/v1/audits") => ("/api/v1/audits?date=2023-11-14".into(), None, String::new()),
         ("GET", "/api/v1/audits/{id}") => (
             format!("/api/v1/audits/{}?format=csv", fx.a_audit_id),
@@ -128,7 +128,7 @@ pub fn request_for(
                 ("tenant", "acme"),
             ]),
         ),
-        // ---- reconciliation (issue 4) ----
+        // Reconciliation.
         ("GET", "/api/v1/providers" | "/api/v1/routes" | "/api/v1/audit-log") => {
             (spec.path.into(), None, String::new())
         }
@@ -154,8 +154,7 @@ pub fn request_for(
             json!({"provider": A_PROVIDER, "from": 0.0, "to": 2e9}).to_string(),
         ),
         ("POST", "/signout") => (spec.path.into(), form_ct, form(&[("csrf", csrf)])),
-        // ---- write-back (issue 4 item 7): B asks to write back, or to turn on write-back
-        // of, tenant A's source ----
+        // Write-back: B asks to write back, or to turn on write-back of, tenant A's source.
         ("POST", "/api/v1/sources/{name}/writeback") => (
             format!("/api/v1/sources/{A_SOURCE}/writeback?dry_run=false"),
             None,
@@ -166,8 +165,8 @@ pub fn request_for(
             json,
             json!({"not_applied": "release"}).to_string(),
         ),
-        // ---- dashboard (issue 7, branch `dash`): tenant A's slug in the path (the guard
-        // checks it against B's memberships), A's names after it. ----
+        // The dashboard: tenant A's slug in the path (the guard checks it against B's
+        // memberships), A's names after it.
         ("GET", "/static/{name}") => ("/static/htmx-2.0.11.min.js".into(), None, String::new()),
         ("GET", "/t/{tenant}") => ("/t/acme".into(), None, String::new()),
         ("GET", "/t/{tenant}/queue") => (
@@ -283,7 +282,6 @@ pub fn request_for(
             form_ct,
             form(&[("csrf", csrf)]),
         ),
-        // ---- end dashboard ----
         (m, p) => panic!(
             "route {m} {p} has no request in the isolation sweep (tests/isolation.rs): add one"
         ),
