@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use timed::{Call, StatementLayer, StatementStats, TimedLedger};
+use timed::{Call, CallLog, StatementLayer, StatementStats};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -217,10 +217,12 @@ fn kib_to_mb(k: u64) -> f64 {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let stats: StatementStats = Arc::new(Mutex::new(HashMap::new()));
+    let calls = CallLog::default();
     tracing_subscriber::registry()
         .with(StatementLayer {
             stats: stats.clone(),
         })
+        .with(calls.layer())
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
@@ -251,7 +253,7 @@ async fn main() -> anyhow::Result<()> {
         created.push(db.clone());
     }
     let result = match result {
-        Ok(()) => run(&args, &admin_url, &dbs, &stats).await,
+        Ok(()) => run(&args, &admin_url, &dbs, &stats, &calls).await,
         Err(e) => Err(e),
     };
     if args.keep {
@@ -485,14 +487,15 @@ impl Scanned {
 }
 
 async fn scan(
-    ledger: &TimedLedger,
+    ledger: &dyn Ledger,
+    calls: &CallLog,
     stats: &StatementStats,
     tenant: &Tenant,
     name: &str,
     opts: &ScanOptions,
     max_attempts: u32,
 ) -> anyhow::Result<Scanned> {
-    ledger.take();
+    calls.take();
     stats.lock().expect("stats lock").clear();
     let mut out = Scanned {
         report: ScanReport::default(),
@@ -532,7 +535,7 @@ async fn scan(
                     secs(d)
                 );
                 // A failed scan returns no report: count the batches it stored.
-                let (rows, created, updated, unchanged, quarantined) = ledger.ingested_since(t);
+                let (rows, created, updated, unchanged, quarantined) = calls.ingested_since(t);
                 let o = &mut out.report;
                 o.rows_read += rows;
                 o.created += created;
@@ -688,6 +691,7 @@ async fn run(
     admin: &url::Url,
     dbs: &Dbs,
     stats: &StatementStats,
+    calls: &CallLog,
 ) -> anyhow::Result<Vec<String>> {
     let n = args.rows;
     let small = args.small_rows;
@@ -715,14 +719,13 @@ async fn run(
     println!("generated {small} rows in {} ({:.1} s)", dbs.small, secs(t));
 
     // The ledger.
-    let inner = reckon_ledger::connect(
+    let ledger = reckon_ledger::connect(
         Some(&ledger_url),
         &std::env::temp_dir(),
         Keyring::from_base64(&Keyring::generate_base64())?,
     )
     .await
     .context("open ledger")?;
-    let ledger = TimedLedger::new(inner);
     let mut ledger_db = PgConnection::connect(&ledger_url).await?;
     let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
         .fetch_one(&mut ledger_db)
@@ -803,25 +806,34 @@ async fn run(
     });
 
     let tenant = ledger.create_tenant("bench").await?;
-    let big_src = add_source(&ledger, &tenant, "big", &big_url).await?;
-    let small_src = add_source(&ledger, &tenant, "small", &small_url).await?;
+    let big_src = add_source(&*ledger, &tenant, "big", &big_url).await?;
+    let small_src = add_source(&*ledger, &tenant, "small", &small_url).await?;
 
     // The initial scan of the large table, with the peak RSS around it.
     // Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0), so the peak
     // read afterwards belongs to the scan, not to anything before it.
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let (hwm_before, rss_before) = mem_kib()?;
-    let initial = scan(&ledger, stats, &tenant, "big", &opts, args.max_attempts).await?;
+    let initial = scan(
+        &*ledger,
+        calls,
+        stats,
+        &tenant,
+        "big",
+        &opts,
+        args.max_attempts,
+    )
+    .await?;
     let (report, scan_time) = (&initial.report, initial.time);
     let (hwm_after, rss_after) = mem_kib()?;
     let load_scan = load1();
-    let calls = ledger.take();
+    let taken = calls.take();
     print_report(
         &format!("initial scan of {n} rows{}", initial.attempts_note()),
         report,
         scan_time,
     );
-    print_breakdown(&calls, initial.start, scan_time);
+    print_breakdown(&taken, initial.start, scan_time);
     print_statements(stats);
     println!(
         "  memory: VmHWM before {:.1} MB{}, after {:.1} MB; VmRSS before {:.1} MB, after {:.1} MB",
@@ -838,8 +850,17 @@ async fn run(
     check_initial(report, n, effect_count(&mut ledger_db, &big_src).await?)?;
 
     // The initial scan of the small table (not a goal; sets its cursor).
-    let s = scan(&ledger, stats, &tenant, "small", &opts, args.max_attempts).await?;
-    ledger.take();
+    let s = scan(
+        &*ledger,
+        calls,
+        stats,
+        &tenant,
+        "small",
+        &opts,
+        args.max_attempts,
+    )
+    .await?;
+    calls.take();
     print_report(
         &format!("initial scan of {small} rows{}", s.attempts_note()),
         &s.report,
@@ -861,13 +882,22 @@ async fn run(
             round + 1
         );
         for (name, rows) in [("big", n), ("small", small)] {
-            let s = scan(&ledger, stats, &tenant, name, &opts, args.max_attempts).await?;
-            let calls = ledger.take();
+            let s = scan(
+                &*ledger,
+                calls,
+                stats,
+                &tenant,
+                name,
+                &opts,
+                args.max_attempts,
+            )
+            .await?;
+            let taken = calls.take();
             let what = format!("rescan of the {rows}-row table{}", s.attempts_note());
             print_report(&what, &s.report, s.time);
             // The statements of the first round only: the others look the same.
             if round == 0 {
-                print_breakdown(&calls, s.start, s.time);
+                print_breakdown(&taken, s.start, s.time);
                 print_statements(stats);
             } else {
                 stats.lock().expect("stats").clear();

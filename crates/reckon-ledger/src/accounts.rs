@@ -238,6 +238,17 @@ pub trait Accounts: Send + Sync {
         label: &str,
         creator: TokenCreator,
     ) -> Result<i64>;
+    /// An operator's token (no person behind it): `reckon token create`.
+    async fn create_token(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+    ) -> Result<i64>;
+    /// The tenant and role of a live token with this hash, if any. A person's token acts
+    /// with at most their current role, and dies with their generation.
+    async fn authenticate_token(&self, token_hash: &str) -> Result<Option<crate::TokenGrant>>;
     async fn list_tokens(&self, tenant: TenantId) -> Result<Vec<TokenInfo>>;
     /// `false` when no live token of this tenant has that id.
     async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool>;
@@ -262,6 +273,7 @@ where
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn create_user(
         &self,
         email: &str,
@@ -294,6 +306,7 @@ where
         })
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn user_by_email(
         &self,
         email: &str,
@@ -336,6 +349,7 @@ where
         }))
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_membership(
         &self,
         tenant: crate::TenantId,
@@ -358,6 +372,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn memberships(&self, user_id: i64) -> crate::Result<Vec<(crate::Tenant, crate::Role)>> {
         use sqlx::Row;
         let mut tx = B::begin(self, crate::accounts::Scope::User(user_id), false).await?;
@@ -382,6 +397,7 @@ where
             .collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn members(
         &self,
         tenant: crate::model::TenantId,
@@ -414,6 +430,7 @@ where
             .collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_password(&self, user_id: i64, password_hash: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let n = sqlx::query(
@@ -432,6 +449,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let at = disabled.then(reckon_domain::time::now);
@@ -451,6 +469,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> crate::Result<()> {
         let sealed = secret.map(|s| self.keyring.seal(&crate::accounts::totp_aad(user_id), s));
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
@@ -463,6 +482,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn use_totp_step(&self, user_id: i64, step: i64) -> crate::Result<bool> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let n = sqlx::query(
@@ -478,6 +498,7 @@ where
         Ok(n == 1)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn create_session(
         &self,
         tenant: crate::TenantId,
@@ -502,6 +523,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn session(
         &self,
         id_hash: &str,
@@ -582,6 +604,7 @@ where
         Ok(grant)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn delete_session(&self, id_hash: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Session(id_hash), true).await?;
         sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
@@ -592,6 +615,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_failures(
         &self,
         scope: &str,
@@ -613,6 +637,7 @@ where
         Ok(n.unwrap_or(0))
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_record_failure(
         &self,
         scope: &str,
@@ -640,6 +665,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_admit(
         &self,
         account: &str,
@@ -724,6 +750,7 @@ where
         Ok(Admission::Admitted)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_succeeded(&self, account: &str, address: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
@@ -742,6 +769,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_reset(&self, scope: &str, key: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = $1 AND key = $2")
@@ -753,6 +781,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn create_token_by(
         &self,
         tenant: crate::TenantId,
@@ -813,6 +842,7 @@ where
         Ok(id)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_tokens(
         &self,
         tenant: crate::TenantId,
@@ -846,6 +876,7 @@ where
             .collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn revoke_token(&self, tenant: crate::TenantId, token_id: i64) -> crate::Result<bool> {
         let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
         let n = sqlx::query(
@@ -861,29 +892,33 @@ where
         tx.commit().await?;
         Ok(n == 1)
     }
-}
 
-impl<B: Driver> SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
-    /// The tenant and (effective) role of a live token with this hash. A person's
-    /// token acts with at most their current role, and dies with their generation.
-    pub(crate) async fn authenticate_token_impl(
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn create_token(
+        &self,
+        tenant: TenantId,
+        role: Role,
+        token_hash: &str,
+        label: &str,
+    ) -> Result<i64> {
+        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let id = sqlx::query_scalar(
+            "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at) \
+             VALUES ($1, $2, $3, $4, $5) RETURNING id",
+        )
+        .bind(tenant.0)
+        .bind(role.as_str())
+        .bind(token_hash)
+        .bind(label)
+        .bind(reckon_domain::time::now())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all)]
+    async fn authenticate_token(
         &self,
         token_hash: &str,
     ) -> crate::Result<Option<crate::TokenGrant>> {

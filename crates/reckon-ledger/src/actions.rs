@@ -6,8 +6,10 @@ use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger};
 use crate::model::TenantId;
 use crate::{LedgerError, Result};
+use async_trait::async_trait;
 use serde::Serialize;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
+use tracing::instrument;
 
 /// One action, as recorded.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -35,7 +37,22 @@ pub struct NewAction {
     pub address: Option<String>,
 }
 
-impl<B: Driver> SqlLedger<B>
+#[async_trait]
+pub trait ActionLog: Send + Sync {
+    /// Append one action to the tenant's audit log (append-only: nothing updates or
+    /// deletes it).
+    async fn record_action(&self, tenant: TenantId, action: NewAction) -> Result<()>;
+    /// The tenant's actions, newest first, before `before_id` (a page's last id).
+    async fn list_actions(
+        &self,
+        tenant: TenantId,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Action>>;
+}
+
+#[async_trait]
+impl<B: Driver> ActionLog for SqlLedger<B>
 where
     for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
@@ -45,7 +62,8 @@ where
     for<'q> Option<String>: Encode<'q, B::DB>,
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
 {
-    pub(crate) async fn actions_record(&self, tenant: TenantId, a: NewAction) -> Result<()> {
+    #[instrument(level = "debug", skip_all)]
+    async fn record_action(&self, tenant: TenantId, a: NewAction) -> Result<()> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         sqlx::query(
             "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
@@ -64,7 +82,8 @@ where
         Ok(())
     }
 
-    pub(crate) async fn actions_list(
+    #[instrument(level = "debug", skip_all)]
+    async fn list_actions(
         &self,
         tenant: TenantId,
         before_id: Option<i64>,

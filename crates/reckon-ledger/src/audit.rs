@@ -637,6 +637,7 @@ where
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_settings(
         &self,
         tenant: crate::model::TenantId,
@@ -655,6 +656,7 @@ where
         })
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_audit_settings(
         &self,
         tenant: crate::model::TenantId,
@@ -672,6 +674,7 @@ where
         Ok(())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn store_provider_charges(
         &self,
         tenant: crate::model::TenantId,
@@ -722,6 +725,7 @@ where
         Ok(n)
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn provider_charges(
         &self,
         tenant: crate::model::TenantId,
@@ -746,6 +750,7 @@ where
         rows.iter().map(Self::charge_row).collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn charges_by_ids_or_keys(
         &self,
         tenant: crate::model::TenantId,
@@ -797,6 +802,7 @@ where
         rows.iter().map(Self::charge_row).collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn effects_created_between(
         &self,
         tenant: crate::model::TenantId,
@@ -822,6 +828,7 @@ where
             .collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn record_audit_run(
         &self,
         tenant: crate::model::TenantId,
@@ -913,6 +920,7 @@ where
         Err(last_err.unwrap_or_else(|| crate::LedgerError::Conflict("audit run chain".into())))
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_audit_runs(
         &self,
         tenant: crate::model::TenantId,
@@ -935,6 +943,7 @@ where
         rows.iter().map(Self::audit_run_row).collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn get_audit_run(
         &self,
         tenant: crate::model::TenantId,
@@ -953,6 +962,7 @@ where
         row.as_ref().map(Self::audit_run_row).transpose()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_chain(
         &self,
         tenant: crate::model::TenantId,
@@ -974,6 +984,7 @@ where
         rows.iter().map(Self::audit_run_row).collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn scheduled_audit_done(
         &self,
         tenant: crate::model::TenantId,
@@ -995,6 +1006,7 @@ where
         Ok(done.is_some())
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_metric(
         &self,
         tenant: crate::model::TenantId,
@@ -1017,6 +1029,7 @@ where
         }))
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_links(
         &self,
         tenant: crate::model::TenantId,
@@ -1043,6 +1056,7 @@ where
             .collect()
     }
 
+    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_glance(
         &self,
         tenant: crate::model::TenantId,

@@ -1,9 +1,8 @@
-//! What the dashboard (issue 7) reads beyond the plain effect queries: the unresolved queue
-//! with each effect's reconcile state, the unresolved counts by kind, and the hourly
-//! snapshots behind the 7/30-day chart.
+//! What the dashboard reads beyond the plain effect queries: the scrape's snapshot, the
+//! unresolved queue with each effect's reconcile state, the unresolved counts by kind, and
+//! the hourly snapshots behind the 7/30-day chart.
 //!
-//! The SQL is the same text on both backends (`sqlite/dashboard.rs`, `postgres/dashboard.rs`
-//! run it). The unresolved predicate is, word for word, the one of the partial index
+//! The unresolved predicate is, word for word, the one of the partial index
 //! `effect_metrics_unresolved` (migration 0005), so every query here reads O(unresolved
 //! effects) index entries, never O(effects). Effects a person or the reconciler already
 //! resolved leave the queue: their source row may still say `unknown` until write-back.
@@ -11,9 +10,12 @@
 use crate::Result;
 use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger};
+use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{Effect, TenantId};
+use async_trait::async_trait;
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Type};
+use tracing::instrument;
 
 /// Filters and page of [`crate::Ledger::unresolved_queue`]. Pages are keyed by
 /// (unresolved since, effect id): oldest first, stable while effects come and go.
@@ -298,7 +300,37 @@ where
 /// The dashboard's reads, each in a transaction scoped to its tenant (row-level security on
 /// PostgreSQL); the two that write (the hourly snapshot, a scan request) take the write
 /// lock up front on SQLite.
-impl<B: Driver> SqlLedger<B>
+/// What `/metrics` and the dashboard read beyond the plain effect queries.
+#[async_trait]
+pub trait Dashboard: Send + Sync {
+    /// What `/metrics` reads at scrape time, in one read transaction. `q.tenant: None` is the
+    /// operator scope (every tenant); a tenant's request always passes its own `TenantId`.
+    /// Costs O(unresolved effects + live claims + sources + quarantined rows), never
+    /// O(effects): see `metrics.rs` and migration 0005.
+    async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot>;
+    /// The unresolved, not yet resolved effects with their reconcile state, oldest first,
+    /// one keyset page.
+    async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>>;
+    /// Unresolved, not yet resolved effects by kind; `replay_closing` counts those whose
+    /// replay window is still open and closing (see [`ReplayClosing`]).
+    async fn unresolved_summary(
+        &self,
+        tenant: TenantId,
+        now: f64,
+        replay: ReplayClosing,
+    ) -> Result<Vec<KindSummary>>;
+    /// Count the unresolved effects now and store it as the snapshot of the current hour
+    /// (replacing one taken earlier in the same hour).
+    async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot>;
+    /// The hourly snapshots from `since` on, oldest first.
+    async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>>;
+    /// Each of the tenant's providers with its lookups and indeterminate outcomes finished
+    /// since `since`, and its newest error (of any age), by name.
+    async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>>;
+}
+
+#[async_trait]
+impl<B: Driver> Dashboard for SqlLedger<B>
 where
     for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
@@ -315,11 +347,13 @@ where
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
-    pub(crate) async fn dash_queue(
-        &self,
-        tenant: TenantId,
-        q: &QueueQuery,
-    ) -> Result<Vec<QueueRow>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
+        B::metrics_snapshot(self, q).await
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(AssertSqlSafe(queue_sql()))
             .bind(tenant.0)
@@ -339,7 +373,8 @@ where
         rows.iter().map(|r| queue_row::<B::DB>(r, q.now)).collect()
     }
 
-    pub(crate) async fn dash_summary(
+    #[instrument(level = "debug", skip_all)]
+    async fn unresolved_summary(
         &self,
         tenant: TenantId,
         now: f64,
@@ -357,7 +392,8 @@ where
         rows.iter().map(kind_row::<B::DB>).collect()
     }
 
-    pub(crate) async fn dash_take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
+    #[instrument(level = "debug", skip_all)]
+    async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
         // One transaction: the row written is the count this transaction read.
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         let rows = sqlx::query(AssertSqlSafe(summary_sql()))
@@ -384,11 +420,8 @@ where
         Ok(snap)
     }
 
-    pub(crate) async fn dash_snapshots(
-        &self,
-        tenant: TenantId,
-        since: f64,
-    ) -> Result<Vec<Snapshot>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(SNAPSHOTS_SQL)
             .bind(tenant.0)
@@ -399,11 +432,8 @@ where
         rows.iter().map(snapshot_row::<B::DB>).collect()
     }
 
-    pub(crate) async fn dash_provider_health(
-        &self,
-        tenant: TenantId,
-        since: f64,
-    ) -> Result<Vec<ProviderHealth>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(PROVIDER_HEALTH_SQL)
             .bind(tenant.0)
@@ -412,25 +442,6 @@ where
             .await?;
         tx.commit().await?;
         rows.iter().map(provider_health_row::<B::DB>).collect()
-    }
-
-    pub(crate) async fn dash_request_scan(
-        &self,
-        tenant: TenantId,
-        name: &str,
-        at: f64,
-    ) -> Result<crate::model::Source> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(request_scan_sql()))
-            .bind(tenant.0)
-            .bind(name)
-            .bind(at)
-            .fetch_optional(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        let row =
-            row.ok_or_else(|| crate::LedgerError::NotFound(format!("scanned source {name:?}")))?;
-        crate::rows::source::<B::DB>(&row)
     }
 }
 

@@ -1,26 +1,48 @@
 //! What differs between the two databases behind one ledger implementation.
 //!
 //! [`SqlLedger`] is generic over a [`Driver`]: SQLite ([`Lite`]) or PostgreSQL ([`Pg`]).
-//! The SQL both run is written once, in `impl<B: Driver> SqlLedger<B>` blocks; a driver says
-//! only how a transaction opens (PostgreSQL names the row-level-security scope in it, SQLite
-//! takes its write lock up front) and how a tenant's audit chain is locked.
+//! Every aggregate trait of [`crate::Ledger`] is implemented once, as
+//! `impl<B: Driver> Trait for SqlLedger<B>`; a driver says how a transaction opens
+//! (PostgreSQL names the row-level-security scope in it, SQLite takes its write lock up
+//! front), the few lock clauses and clocks that differ, and the paths where PostgreSQL has
+//! a faster statement of its own (ingest, the scrape).
 //!
 //! Generic code never executes on `&self.pool`: always inside a transaction, through
 //! `&mut *tx` (sqlx's pool executor is what makes a generic future "not general enough").
 //! Every generic block names the sqlx bounds it needs in its where-clause: higher-ranked
-//! bounds are not implied by a trait, so they cannot live on [`Driver`].
+//! bounds are not implied by a trait, so they cannot live on [`Driver`]. The full set, as
+//! each aggregate's impl block spells it:
+//!
+//! ```text
+//! for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
+//! <B::DB as Database>::Arguments: IntoArguments<B::DB>,
+//! for<'q> T: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>   (i64, f64, bool, String, Vec<u8>)
+//! for<'q> Option<T>: Encode<'q, B::DB>                              (per driver, not blanket)
+//! for<'r> &'r str: ColumnIndex<Row>, usize: ColumnIndex<Row>
+//! ```
 
+use crate::Backend;
 use crate::accounts::Scope;
-use crate::model::TenantId;
+use crate::metrics::{MetricsQuery, MetricsSnapshot};
+use crate::model::{IngestBatch, TenantId};
+use crate::plan::IngestPlan;
 use crate::{Keyring, Result};
+use reckon_domain::StoredSnapshot;
+use sqlx::Database;
 use sqlx::postgres::PgConnectOptions;
+use std::collections::HashMap;
 use std::future::Future;
+
+/// The ledger's copies of a batch's keys: key -> (effect id, snapshot).
+pub(crate) type Existing = HashMap<String, (i64, StoredSnapshot)>;
 
 /// One of the two databases.
 pub(crate) trait Driver: Send + Sync + Sized + 'static {
-    type DB: sqlx::Database<QueryResult = Self::Done>;
+    type DB: Database<QueryResult = Self::Done> + sqlx::database::HasStatementCache;
     /// What a statement reports (each driver has its own type, with no trait for it).
-    type Done: RowsAffected;
+    type Done: RowsAffected + Send;
+
+    const KIND: Backend;
 
     /// How a claim's candidate read locks its effect rows: PostgreSQL skips rows another
     /// replica is claiming (`NO KEY UPDATE`, so recording an attempt, whose foreign key
@@ -36,6 +58,19 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// How a lease fence holds the lease row until its transaction ends (SQLite: its one
     /// writer at a time already does).
     const LOCK_FENCE: &'static str;
+
+    /// How ingest holds the source row it writes under, so the source (and, through its
+    /// foreign key, the tenant) is not deleted or re-keyed before the batch commits.
+    const LOCK_SOURCE: &'static str;
+
+    /// Plan each execution of the statements whose best plan depends on the table's size.
+    /// PostgreSQL switches a prepared statement to a generic plan after five executions,
+    /// made while the ledger may still be empty and kept however large it grows.
+    const PLAN_EACH_TIME: bool;
+
+    /// Insert a first scan's keys without looking them up first (when the statement that
+    /// inserts a batch fails whole on a key already there, and cheaply).
+    const INSERT_FIRST: bool;
 
     /// A transaction in `scope`; `write` when it may write (SQLite's `BEGIN IMMEDIATE`: a
     /// deferred transaction that upgrades to a write fails at once when another writes).
@@ -57,6 +92,35 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
         tx: &mut sqlx::Transaction<'static, Self::DB>,
         tenant: TenantId,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Apply this database's embedded migrations.
+    fn migrate_schema(l: &SqlLedger<Self>) -> impl Future<Output = Result<()>> + Send;
+
+    /// The ledger's copies of `keys` in one source.
+    fn existing(
+        conn: &mut <Self::DB as Database>::Connection,
+        tenant: TenantId,
+        source_id: i64,
+        keys: &[&str],
+    ) -> impl Future<Output = Result<Existing>> + Send;
+
+    /// Write a planned batch: its new effects, changed effects and history events.
+    /// `insert_first`: the plan treats every key as new; `false` (the transaction is
+    /// spoiled, nothing must be committed) when one was already there.
+    fn write_plan(
+        conn: &mut <Self::DB as Database>::Connection,
+        tenant: TenantId,
+        source_id: i64,
+        batch: &IngestBatch,
+        plan: &IngestPlan,
+        insert_first: bool,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// What `/metrics` reads, in the fewest round trips this database allows.
+    fn metrics_snapshot(
+        l: &SqlLedger<Self>,
+        q: MetricsQuery,
+    ) -> impl Future<Output = Result<MetricsSnapshot>> + Send;
 }
 
 /// How many rows a statement changed.

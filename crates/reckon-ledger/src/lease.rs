@@ -9,9 +9,30 @@
 use crate::driver::{Driver, SqlLedger};
 use crate::rows::check_lease_ttl as check_ttl;
 use crate::{Lease, LedgerError, Result};
+use async_trait::async_trait;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
+use tracing::instrument;
 
-impl<B: Driver> SqlLedger<B>
+/// Leases: work that exactly one replica does at a time.
+#[async_trait]
+pub trait Leases: Send + Sync {
+    /// Take the lease `name` for `ttl_secs` if it is free, expired, or already held by
+    /// `owner` (then it is renewed, same term). `None` when another owner holds it.
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>>;
+    /// Extend a lease still held; `None` when it expired or changed hands (it is lost: stop
+    /// the work, its writes will be refused).
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>>;
+    /// Hand a lease back early so another replica can take the work at once.
+    async fn release_lease(&self, lease: &Lease) -> Result<()>;
+    /// Who holds the lease `name` now, and until when; `None` when it is free (never
+    /// taken, released, or expired).
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>>;
+    /// How many leases whose name starts with `prefix` are held now.
+    async fn count_leases(&self, prefix: &str) -> Result<i64>;
+}
+
+#[async_trait]
+impl<B: Driver> Leases for SqlLedger<B>
 where
     for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
@@ -21,12 +42,8 @@ where
     for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
-    pub(crate) async fn lease_try(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl_secs: f64,
-    ) -> Result<Option<Lease>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
@@ -61,7 +78,8 @@ where
         }))
     }
 
-    pub(crate) async fn lease_renew(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
@@ -83,7 +101,8 @@ where
         }))
     }
 
-    pub(crate) async fn lease_release(&self, lease: &Lease) -> Result<()> {
+    #[instrument(level = "debug", skip_all)]
+    async fn release_lease(&self, lease: &Lease) -> Result<()> {
         // Expire rather than delete: the term must keep growing across owners.
         let now = B::NOW;
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
@@ -100,7 +119,8 @@ where
         Ok(())
     }
 
-    pub(crate) async fn lease_count(&self, prefix: &str) -> Result<i64> {
+    #[instrument(level = "debug", skip_all)]
+    async fn count_leases(&self, prefix: &str) -> Result<i64> {
         // substr, not LIKE: a name may hold `_` or `%`.
         let now = B::NOW;
         let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
@@ -115,7 +135,8 @@ where
         Ok(n)
     }
 
-    pub(crate) async fn lease_holder_now(&self, name: &str) -> Result<Option<Lease>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
         let now = B::NOW;
         let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
         let row = sqlx::query(AssertSqlSafe(format!(

@@ -9,50 +9,6 @@ use serde::Serialize;
 /// The author of every resolution the reconciler records on its own.
 pub const RECONCILER_AUTHOR: &str = "reconciler";
 
-/// A provider account. The secret (API key or auth header) is never part of this type.
-#[derive(Debug, Clone, Serialize)]
-pub struct Provider {
-    pub id: i64,
-    pub name: String,
-    pub kind: String,
-    /// Non-secret settings (base_url, account, mode, metadata_field, ...), as JSON.
-    pub settings: serde_json::Value,
-    pub has_secret: bool,
-    pub created_at: f64,
-}
-
-/// A new provider. The secret arrives in clear and leaves only sealed.
-#[derive(Debug)]
-pub struct NewProvider {
-    pub name: String,
-    pub kind: String,
-    pub secret: Option<secrecy::SecretString>,
-    pub settings: serde_json::Value,
-}
-
-/// An edit of a provider: `None` keeps the stored value. The secret is replaced only
-/// when a new one is given; the name and the kind never change.
-#[derive(Debug, Default)]
-pub struct ProviderChange {
-    pub secret: Option<secrecy::SecretString>,
-    pub settings: Option<serde_json::Value>,
-}
-
-/// Operation pattern of one source -> provider (or none).
-#[derive(Debug, Clone, Serialize)]
-pub struct Route {
-    pub id: i64,
-    pub source: String,
-    /// An operation name, or `*` for every operation of the source.
-    pub operation: String,
-    /// `None`: no provider can answer for this operation.
-    pub provider: Option<String>,
-    #[serde(skip)]
-    pub provider_id: Option<i64>,
-    #[serde(skip)]
-    pub source_id: i64,
-}
-
 /// Where the reconciliation of one effect stands.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct ReconcileState {
@@ -145,10 +101,6 @@ pub struct ReconcileView {
     pub resolution: Option<Resolution>,
 }
 
-pub(crate) fn provider_secret_aad(tenant_id: i64, provider_name: &str) -> String {
-    format!("reckon/v1|tenant:{tenant_id}|provider:{provider_name}|secret")
-}
-
 pub(crate) fn check_outcome(o: &str) -> crate::Result<()> {
     match o {
         "applied" | "not_applied" | "duplicate" | "indeterminate" => Ok(()),
@@ -158,47 +110,22 @@ pub(crate) fn check_outcome(o: &str) -> crate::Result<()> {
     }
 }
 
-// ---- row mapping shared by both backends ----
-
 use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger};
 use crate::model::TenantId;
-use crate::rows::{self, check_name};
+use crate::rows::{self, json};
 use crate::{LedgerError, Result};
+use async_trait::async_trait;
 use reckon_domain::time;
-use secrecy::{ExposeSecret, SecretString};
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
+use tracing::instrument;
 
-pub(crate) const PROVIDER_COLUMNS: &str =
-    "id, name, kind, settings, secret_ciphertext IS NOT NULL AS has_secret, created_at";
 pub(crate) const STATE_COLUMNS: &str = "attempts, next_attempt_at, last_attempt_at, \
     last_outcome, last_error, provider_id, non_final, needs_attention, lease_owner, lease_until";
 pub(crate) const ATTEMPT_COLUMNS: &str =
     "id, provider_id, started_at, finished_at, outcome, method, error, evidence";
 pub(crate) const RESOLUTION_COLUMNS: &str =
     "id, outcome, author, note, evidence, attempt_id, created_at";
-
-fn json(text: &str) -> Result<serde_json::Value> {
-    serde_json::from_str(text).map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))
-}
-
-pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> bool: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
-    Ok(Provider {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        kind: row.try_get("kind")?,
-        settings: json(&row.try_get::<String, _>("settings")?)?,
-        has_secret: row.try_get("has_secret")?,
-        created_at: row.try_get("created_at")?,
-    })
-}
 
 pub(crate) fn state_row<DB: Database>(row: &DB::Row) -> Result<ReconcileState>
 where
@@ -259,19 +186,73 @@ where
     })
 }
 
-/// An operation pattern is an operation name or `*`.
-pub(crate) fn check_pattern(p: &str) -> Result<()> {
-    if p == "*" {
-        return Ok(());
-    }
-    crate::rows::check_name("operation pattern", p)
-}
-
 /// The unresolved predicate of `push_filters`, plus "no resolution yet".
 const OPEN_EFFECT: &str = "(e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL \
      AND e.abandoned_at <= $2)) AND NOT EXISTS (SELECT 1 FROM resolution z WHERE z.effect_id = e.id)";
 
-impl<B: Driver> SqlLedger<B>
+#[async_trait]
+pub trait Reconciliation: Send + Sync {
+    /// Lease up to `limit` unresolved, unresolution-free effects whose next attempt is due
+    /// and whose lease (if any) has expired. PostgreSQL skips rows another replica is
+    /// claiming; SQLite's one writer needs no lock.
+    async fn claim_due(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+        limit: i64,
+    ) -> Result<Vec<Claim>>;
+    /// Lease one effect now, whatever its schedule (not if resolved or leased by another).
+    async fn claim_effect(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+    ) -> Result<Option<Claim>>;
+    /// Release a lease without an attempt (e.g. "no provider"), noting why and when to
+    /// look again.
+    async fn defer(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        next_attempt_at: f64,
+        note: &str,
+    ) -> Result<()>;
+    /// Append one attempt, update the schedule, release the lease, and (if asked) record
+    /// the resolution, all in one transaction. A second resolution is never stored.
+    async fn record_attempt(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        attempt: NewAttempt,
+    ) -> Result<AttemptRecorded>;
+    /// A person's resolution. `Conflict` when the effect is already resolved.
+    async fn resolve_by_hand(
+        &self,
+        tenant: TenantId,
+        effect_id: i64,
+        new: NewResolution,
+    ) -> Result<Resolution>;
+    async fn reconcile_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView>;
+    /// Make the indeterminate effects of one provider created in `[from, to]` due now
+    /// (clearing "needs attention"); returns how many.
+    async fn requeue_indeterminate(
+        &self,
+        tenant: TenantId,
+        provider_id: i64,
+        from: f64,
+        to: f64,
+        now: f64,
+    ) -> Result<u64>;
+}
+
+#[async_trait]
+impl<B: Driver> Reconciliation for SqlLedger<B>
 where
     for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
@@ -289,260 +270,8 @@ where
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
-    pub(crate) async fn rc_add_provider(
-        &self,
-        tenant: TenantId,
-        new: NewProvider,
-    ) -> Result<Provider> {
-        check_name("provider name", &new.name)?;
-        let sealed = new.secret.as_ref().map(|s| {
-            self.keyring.seal(
-                &provider_secret_aad(tenant.0, &new.name),
-                s.expose_secret().as_bytes(),
-            )
-        });
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO provider (tenant_id, name, kind, secret_ciphertext, settings, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {PROVIDER_COLUMNS}"
-        )))
-        .bind(tenant.0)
-        .bind(&new.name)
-        .bind(&new.kind)
-        .bind(sealed)
-        .bind(new.settings.to_string())
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict(format!("provider {:?}", new.name)),
-            other => other,
-        })?;
-        tx.commit().await?;
-        provider_row::<B::DB>(&row)
-    }
-
-    pub(crate) async fn rc_update_provider(
-        &self,
-        tenant: TenantId,
-        name: &str,
-        change: ProviderChange,
-    ) -> Result<Provider> {
-        let sealed = change.secret.as_ref().map(|s| {
-            self.keyring.seal(
-                &provider_secret_aad(tenant.0, name),
-                s.expose_secret().as_bytes(),
-            )
-        });
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE provider SET secret_ciphertext = COALESCE($3, secret_ciphertext), \
-             settings = COALESCE($4, settings) WHERE tenant_id = $1 AND name = $2 \
-             RETURNING {PROVIDER_COLUMNS}"
-        )))
-        .bind(tenant.0)
-        .bind(name)
-        .bind(sealed)
-        .bind(change.settings.as_ref().map(|v| v.to_string()))
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?;
-        tx.commit().await?;
-        provider_row::<B::DB>(&row)
-    }
-
-    pub(crate) async fn rc_list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 ORDER BY name"
-        )))
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        rows.iter().map(provider_row::<B::DB>).collect()
-    }
-
-    pub(crate) async fn rc_provider_by(
-        &self,
-        tenant: TenantId,
-        name: Option<&str>,
-        id: Option<i64>,
-    ) -> Result<Provider> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 \
-             AND (name = $2 OR id = $3)"
-        )))
-        .bind(tenant.0)
-        .bind(name)
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| match name {
-            Some(n) => LedgerError::NotFound(format!("provider {n:?}")),
-            None => LedgerError::NotFound(format!("provider #{}", id.unwrap_or_default())),
-        })?;
-        tx.commit().await?;
-        provider_row::<B::DB>(&row)
-    }
-
-    pub(crate) async fn rc_provider_secret(
-        &self,
-        tenant: TenantId,
-        provider: &Provider,
-    ) -> Result<Option<SecretString>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let sealed: Option<Vec<u8>> = sqlx::query_scalar(
-            "SELECT secret_ciphertext FROM provider WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.0)
-        .bind(provider.id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| LedgerError::NotFound(format!("provider {:?}", provider.name)))?;
-        tx.commit().await?;
-        let Some(sealed) = sealed else {
-            return Ok(None);
-        };
-        let clear = self
-            .keyring
-            .open(&provider_secret_aad(tenant.0, &provider.name), &sealed)
-            .ok_or(LedgerError::Decrypt)?;
-        let text = String::from_utf8(clear).map_err(|_| LedgerError::Decrypt)?;
-        Ok(Some(SecretString::from(text)))
-    }
-
-    pub(crate) async fn rc_set_route(
-        &self,
-        tenant: TenantId,
-        source: &str,
-        operation: &str,
-        provider: Option<&str>,
-    ) -> Result<Route> {
-        check_pattern(operation)?;
-        let provider_id = match provider {
-            Some(p) => Some(self.rc_provider_by(tenant, Some(p), None).await?.id),
-            None => None,
-        };
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let source_id: i64 =
-            sqlx::query_scalar("SELECT id FROM source WHERE tenant_id = $1 AND name = $2")
-                .bind(tenant.0)
-                .bind(source)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| LedgerError::NotFound(format!("source {source:?}")))?;
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO provider_route (tenant_id, source_id, operation, provider_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, source_id, operation) \
-             DO UPDATE SET provider_id = excluded.provider_id, created_at = excluded.created_at \
-             RETURNING id",
-        )
-        .bind(tenant.0)
-        .bind(source_id)
-        .bind(operation)
-        .bind(provider_id)
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(Route {
-            id,
-            source: source.to_owned(),
-            operation: operation.to_owned(),
-            provider: provider.map(str::to_owned),
-            provider_id,
-            source_id,
-        })
-    }
-
-    pub(crate) async fn rc_list_routes(&self, tenant: TenantId) -> Result<Vec<Route>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(
-            "SELECT r.id, s.name AS source_name, r.operation, p.name AS provider_name, \
-             r.provider_id, r.source_id FROM provider_route r \
-             JOIN source s ON s.id = r.source_id LEFT JOIN provider p ON p.id = r.provider_id \
-             WHERE r.tenant_id = $1 ORDER BY s.name, r.operation",
-        )
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Route {
-                    id: r.try_get("id")?,
-                    source: r.try_get("source_name")?,
-                    operation: r.try_get("operation")?,
-                    provider: r.try_get("provider_name")?,
-                    provider_id: r.try_get("provider_id")?,
-                    source_id: r.try_get("source_id")?,
-                })
-            })
-            .collect()
-    }
-
-    /// Take the lease of `effect_id` if it is free; the claim, or `None`.
-    /// Take (or create) the effect's lease. The conditions are checked again on the
-    /// state row as it is when locked, not as the caller's earlier read saw it: between
-    /// a claim's SELECT and this upsert another worker may have recorded a resolution and
-    /// released its lease (PostgreSQL: the SELECT's `FOR NO KEY UPDATE OF e` does not wait for
-    /// that), and a resolved or not-yet-due effect must not be leased again.
-    pub(crate) async fn lease(
-        tx: &mut <B::DB as Database>::Connection,
-        tenant: TenantId,
-        effect_id: i64,
-        owner: &str,
-        now: f64,
-        lease_secs: f64,
-        due_only: bool,
-    ) -> Result<Option<Claim>> {
-        let until = now + lease_secs;
-        let due = if due_only {
-            "AND reconcile_state.next_attempt_at <= $5 "
-        } else {
-            ""
-        };
-        let Some(row) = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO reconcile_state (effect_id, tenant_id, lease_owner, lease_until, \
-             next_attempt_at) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (effect_id) DO UPDATE SET lease_owner = excluded.lease_owner, \
-             lease_until = excluded.lease_until \
-             WHERE (reconcile_state.lease_until IS NULL OR reconcile_state.lease_until <= $5) \
-             {due}AND NOT EXISTS (SELECT 1 FROM resolution z \
-                                  WHERE z.effect_id = reconcile_state.effect_id) \
-             RETURNING {STATE_COLUMNS}"
-        )))
-        .bind(effect_id)
-        .bind(tenant.0)
-        .bind(owner)
-        .bind(until)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let state = state_row::<B::DB>(&row)?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
-             WHERE e.tenant_id = $1 AND e.id = $2",
-            rows::EFFECT_COLUMNS
-        )))
-        .bind(tenant.0)
-        .bind(effect_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        Ok(Some(Claim {
-            effect: rows::effect::<B::DB>(&row, now)?,
-            state,
-            owner: owner.to_owned(),
-            lease_until: until,
-        }))
-    }
-
-    pub(crate) async fn rc_claim_due(
+    #[instrument(level = "debug", skip_all)]
+    async fn claim_due(
         &self,
         tenant: TenantId,
         owner: &str,
@@ -574,7 +303,8 @@ where
         Ok(out)
     }
 
-    pub(crate) async fn rc_claim_effect(
+    #[instrument(level = "debug", skip_all)]
+    async fn claim_effect(
         &self,
         tenant: TenantId,
         effect_id: i64,
@@ -599,7 +329,8 @@ where
         Ok(c)
     }
 
-    pub(crate) async fn rc_defer(
+    #[instrument(level = "debug", skip_all)]
+    async fn defer(
         &self,
         tenant: TenantId,
         effect_id: i64,
@@ -624,7 +355,8 @@ where
         Ok(())
     }
 
-    pub(crate) async fn rc_record_attempt(
+    #[instrument(level = "debug", skip_all)]
+    async fn record_attempt(
         &self,
         tenant: TenantId,
         effect_id: i64,
@@ -707,23 +439,8 @@ where
         })
     }
 
-    pub(crate) async fn resolution_of(
-        tx: &mut <B::DB as Database>::Connection,
-        tenant: TenantId,
-        effect_id: i64,
-    ) -> Result<Option<Resolution>> {
-        sqlx::query(AssertSqlSafe(format!(
-            "SELECT {RESOLUTION_COLUMNS} FROM resolution WHERE tenant_id = $1 AND effect_id = $2"
-        )))
-        .bind(tenant.0)
-        .bind(effect_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .map(|r| resolution_row::<B::DB>(&r))
-        .transpose()
-    }
-
-    pub(crate) async fn rc_resolve_by_hand(
+    #[instrument(level = "debug", skip_all)]
+    async fn resolve_by_hand(
         &self,
         tenant: TenantId,
         effect_id: i64,
@@ -759,7 +476,8 @@ where
         resolution_row::<B::DB>(&row)
     }
 
-    pub(crate) async fn rc_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView> {
+    #[instrument(level = "debug", skip_all)]
+    async fn reconcile_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let state = sqlx::query(AssertSqlSafe(format!(
             "SELECT {STATE_COLUMNS} FROM reconcile_state WHERE tenant_id = $1 AND effect_id = $2"
@@ -790,7 +508,8 @@ where
         })
     }
 
-    pub(crate) async fn rc_requeue_indeterminate(
+    #[instrument(level = "debug", skip_all)]
+    async fn requeue_indeterminate(
         &self,
         tenant: TenantId,
         provider_id: i64,
@@ -815,5 +534,99 @@ where
         .await?;
         tx.commit().await?;
         Ok(done.rows_affected())
+    }
+}
+
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    /// Take the lease of `effect_id` if it is free; the claim, or `None`.
+    /// Take (or create) the effect's lease. The conditions are checked again on the
+    /// state row as it is when locked, not as the caller's earlier read saw it: between
+    /// a claim's SELECT and this upsert another worker may have recorded a resolution and
+    /// released its lease (PostgreSQL: the SELECT's `FOR NO KEY UPDATE OF e` does not wait for
+    /// that), and a resolved or not-yet-due effect must not be leased again.
+    pub(crate) async fn lease(
+        tx: &mut <B::DB as Database>::Connection,
+        tenant: TenantId,
+        effect_id: i64,
+        owner: &str,
+        now: f64,
+        lease_secs: f64,
+        due_only: bool,
+    ) -> Result<Option<Claim>> {
+        let until = now + lease_secs;
+        let due = if due_only {
+            "AND reconcile_state.next_attempt_at <= $5 "
+        } else {
+            ""
+        };
+        let Some(row) = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO reconcile_state (effect_id, tenant_id, lease_owner, lease_until, \
+             next_attempt_at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (effect_id) DO UPDATE SET lease_owner = excluded.lease_owner, \
+             lease_until = excluded.lease_until \
+             WHERE (reconcile_state.lease_until IS NULL OR reconcile_state.lease_until <= $5) \
+             {due}AND NOT EXISTS (SELECT 1 FROM resolution z \
+                                  WHERE z.effect_id = reconcile_state.effect_id) \
+             RETURNING {STATE_COLUMNS}"
+        )))
+        .bind(effect_id)
+        .bind(tenant.0)
+        .bind(owner)
+        .bind(until)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(None);
+        };
+        let state = state_row::<B::DB>(&row)?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
+             WHERE e.tenant_id = $1 AND e.id = $2",
+            rows::EFFECT_COLUMNS
+        )))
+        .bind(tenant.0)
+        .bind(effect_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        Ok(Some(Claim {
+            effect: rows::effect::<B::DB>(&row, now)?,
+            state,
+            owner: owner.to_owned(),
+            lease_until: until,
+        }))
+    }
+
+    pub(crate) async fn resolution_of(
+        tx: &mut <B::DB as Database>::Connection,
+        tenant: TenantId,
+        effect_id: i64,
+    ) -> Result<Option<Resolution>> {
+        sqlx::query(AssertSqlSafe(format!(
+            "SELECT {RESOLUTION_COLUMNS} FROM resolution WHERE tenant_id = $1 AND effect_id = $2"
+        )))
+        .bind(tenant.0)
+        .bind(effect_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|r| resolution_row::<B::DB>(&r))
+        .transpose()
     }
 }

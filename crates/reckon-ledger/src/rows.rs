@@ -246,3 +246,8 @@ pub(crate) fn check_lease_ttl(ttl_secs: f64) -> Result<()> {
         )))
     }
 }
+
+/// A JSON column.
+pub(crate) fn json(text: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(text).map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))
+}

@@ -264,7 +264,7 @@ where
         for row in rows {
             let name: String = row.try_get(0)?;
             let sealed: Vec<u8> = row.try_get(1)?;
-            let aad = crate::reconcile::provider_secret_aad(tenant.0, &name);
+            let aad = crate::providers::provider_secret_aad(tenant.0, &name);
             let Some(clear) = self.keyring.open(&aad, &sealed) else {
                 return Ok(None);
             };

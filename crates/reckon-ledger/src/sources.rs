@@ -1,18 +1,71 @@
-//! Tenants, their API tokens' creation, and sources: the rows every other feature hangs
-//! from, written once for both backends. A source's DSN is sealed before it is stored and
-//! opened only by [`SqlLedger::src_dsn`].
+//! Tenants and sources: the rows every other feature hangs from, and a source's scans. A
+//! source's DSN is sealed before it is stored and opened only by [`Sources::source_dsn`].
 
 use crate::accounts::Scope;
 use crate::crypto::dsn_aad;
 use crate::driver::{Driver, SqlLedger};
-use crate::model::{NewSource, Role, Source, SourceChange, Tenant, TenantId};
+use crate::lease::fence;
+use crate::model::{Lease, NewSource, Source, SourceChange, Tenant, TenantId};
 use crate::rows::{self, check_name};
 use crate::{LedgerError, Result};
+use async_trait::async_trait;
 use reckon_domain::time;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Type};
+use tracing::instrument;
 
-impl<B: Driver> SqlLedger<B>
+#[async_trait]
+pub trait Tenants: Send + Sync {
+    async fn create_tenant(&self, slug: &str) -> Result<Tenant>;
+    async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant>;
+    /// The tenant with this id ([`LedgerError::NotFound`] if there is none).
+    async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant>;
+    async fn list_tenants(&self) -> Result<Vec<Tenant>>;
+}
+
+#[async_trait]
+pub trait Sources: Send + Sync {
+    async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source>;
+    async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>>;
+    async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source>;
+    /// Change a source's settings (`None` keeps a field). A new DSN is sealed like one
+    /// added; without one the stored ciphertext is not touched. A new DSN or table drops
+    /// the scan cursor. `NotFound` for a name the tenant has no source of.
+    async fn update_source(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: SourceChange,
+    ) -> Result<Source>;
+    /// Every scanned source of every tenant, for the scheduler (operator scope).
+    async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>>;
+    /// The source's DSN, decrypted.
+    async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString>;
+    /// Fenced by `lease` when given: a lost lease writes nothing ([`LedgerError::LeaseLost`]).
+    async fn record_scan_success(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        full: bool,
+        lease: Option<&Lease>,
+    ) -> Result<()>;
+    /// Fenced by `lease` when given, like [`Sources::record_scan_success`].
+    async fn record_scan_failure(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        error: &str,
+        lease: Option<&Lease>,
+    ) -> Result<()>;
+    /// "Scan now": the scheduler of any replica scans a scanned source whose request is
+    /// newer than its last scan's start. `NotFound` for a push source or another tenant's.
+    async fn request_scan(&self, tenant: TenantId, name: &str, at: f64) -> Result<Source>;
+}
+
+#[async_trait]
+impl<B: Driver> Tenants for SqlLedger<B>
 where
     for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
@@ -29,7 +82,8 @@ where
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
-    pub(crate) async fn tn_create(&self, slug: &str) -> Result<Tenant> {
+    #[instrument(level = "debug", skip_all)]
+    async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         check_name("tenant slug", slug)?;
         let mut tx = B::begin(self, Scope::Global, true).await?;
         let row = sqlx::query(
@@ -48,7 +102,8 @@ where
         rows::tenant::<B::DB>(&row)
     }
 
-    pub(crate) async fn tn_by_slug(&self, slug: &str) -> Result<Tenant> {
+    #[instrument(level = "debug", skip_all)]
+    async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
         let mut tx = B::begin(self, Scope::Global, false).await?;
         let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE slug = $1")
             .bind(slug)
@@ -59,7 +114,8 @@ where
         rows::tenant::<B::DB>(&row)
     }
 
-    pub(crate) async fn tn_by_id(&self, tenant: TenantId) -> Result<Tenant> {
+    #[instrument(level = "debug", skip_all)]
+    async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant> {
         let mut tx = B::begin(self, Scope::Global, false).await?;
         let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE id = $1")
             .bind(tenant.0)
@@ -70,7 +126,8 @@ where
         rows::tenant::<B::DB>(&row)
     }
 
-    pub(crate) async fn tn_list(&self) -> Result<Vec<Tenant>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn list_tenants(&self) -> Result<Vec<Tenant>> {
         let mut tx = B::begin(self, Scope::Global, false).await?;
         let found = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY slug")
             .fetch_all(&mut *tx)
@@ -78,31 +135,28 @@ where
         tx.commit().await?;
         found.iter().map(rows::tenant::<B::DB>).collect()
     }
+}
 
-    pub(crate) async fn tk_create(
-        &self,
-        tenant: TenantId,
-        role: Role,
-        token_hash: &str,
-        label: &str,
-    ) -> Result<i64> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let id = sqlx::query_scalar(
-            "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at) \
-             VALUES ($1, $2, $3, $4, $5) RETURNING id",
-        )
-        .bind(tenant.0)
-        .bind(role.as_str())
-        .bind(token_hash)
-        .bind(label)
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(id)
-    }
-
-    pub(crate) async fn src_add(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
+#[async_trait]
+impl<B: Driver> Sources for SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    #[instrument(level = "debug", skip_all)]
+    async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
         check_name("source name", &new.name)?;
         let sealed = new.dsn.as_ref().map(|d| {
             self.keyring
@@ -136,7 +190,8 @@ where
         rows::source::<B::DB>(&row)
     }
 
-    pub(crate) async fn src_list(&self, tenant: TenantId) -> Result<Vec<Source>> {
+    #[instrument(level = "debug", skip_all)]
+    async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let found = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM source WHERE tenant_id = $1 ORDER BY name",
@@ -149,7 +204,8 @@ where
         found.iter().map(rows::source::<B::DB>).collect()
     }
 
-    pub(crate) async fn src_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
+    #[instrument(level = "debug", skip_all)]
+    async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM source WHERE tenant_id = $1 AND name = $2",
@@ -164,7 +220,8 @@ where
         rows::source::<B::DB>(&row)
     }
 
-    pub(crate) async fn src_update(
+    #[instrument(level = "debug", skip_all)]
+    async fn update_source(
         &self,
         tenant: TenantId,
         name: &str,
@@ -193,11 +250,12 @@ where
         rows::source::<B::DB>(&row)
     }
 
-    pub(crate) async fn src_all_scanned(&self) -> Result<Vec<(Tenant, Source)>> {
-        let tenants = self.tn_list().await?;
+    #[instrument(level = "debug", skip_all)]
+    async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
+        let tenants = self.list_tenants().await?;
         let mut out = Vec::new();
         for t in tenants {
-            for s in self.src_list(t.id).await? {
+            for s in self.list_sources(t.id).await? {
                 if s.kind.is_scanned() {
                     out.push((t.clone(), s));
                 }
@@ -206,7 +264,8 @@ where
         Ok(out)
     }
 
-    pub(crate) async fn src_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
+    #[instrument(level = "debug", skip_all)]
+    async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let sealed: Option<Vec<u8>> = sqlx::query_scalar(
             "SELECT dsn_ciphertext FROM source WHERE tenant_id = $1 AND id = $2",
@@ -225,5 +284,76 @@ where
         String::from_utf8(plain)
             .map(SecretString::from)
             .map_err(|_| LedgerError::Decrypt)
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn record_scan_success(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        full: bool,
+        lease: Option<&Lease>,
+    ) -> Result<()> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        fence::<B>(&mut tx, lease).await?;
+        sqlx::query(
+            "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
+             last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
+             WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(at)
+        .bind(full)
+        .bind(tenant.0)
+        .bind(source_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn record_scan_failure(
+        &self,
+        tenant: TenantId,
+        source_id: i64,
+        at: f64,
+        error: &str,
+        lease: Option<&Lease>,
+    ) -> Result<()> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        fence::<B>(&mut tx, lease).await?;
+        sqlx::query(
+            "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
+             consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
+        )
+        .bind(at)
+        .bind(error)
+        .bind(tenant.0)
+        .bind(source_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn request_scan(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        at: f64,
+    ) -> Result<crate::model::Source> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        let row = sqlx::query(AssertSqlSafe(crate::dashboard::request_scan_sql()))
+            .bind(tenant.0)
+            .bind(name)
+            .bind(at)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let row =
+            row.ok_or_else(|| crate::LedgerError::NotFound(format!("scanned source {name:?}")))?;
+        crate::rows::source::<B::DB>(&row)
     }
 }

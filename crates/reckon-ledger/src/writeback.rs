@@ -6,17 +6,16 @@
 //! crash in between leaves a `pending` row that the next run settles by reading the source
 //! row: the row reckon writes carries the resolution id in its response. `UNIQUE
 //! (resolution_id)` makes one write-back per resolution (and so per effect).
-//!
-//! Both backends run the same SQL (`$n` placeholders work in SQLite too), written once for
-//! [`SqlLedger`]; they differ only in how a transaction is opened (PostgreSQL names the
-//! tenant for row-level security) and in the lease fence ([`Driver::fence`]).
 
 use crate::driver::{Driver, SqlLedger};
+use crate::model::{Lease, Source, TenantId};
 use crate::reconcile::Resolution;
 use crate::{LedgerError, Result};
+use async_trait::async_trait;
 use serde::Serialize;
 use sqlx::Encode;
 use sqlx::{ColumnIndex, Database, Decode, Row, Type};
+use tracing::instrument;
 
 /// What write-back does with a `not_applied` resolution (`applied` always becomes
 /// `succeeded`).
@@ -228,8 +227,56 @@ where
     })
 }
 
-/// The write-back methods of both backends. `$fence` is the backend's lease fence.
-impl<B: Driver> SqlLedger<B>
+#[async_trait]
+pub trait Writebacks: Send + Sync {
+    /// Turn write-back of a scanned source on (with its not_applied policy) or off (`None`).
+    async fn set_source_writeback(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        policy: Option<WritebackPolicy>,
+    ) -> Result<Source>;
+    /// Resolved (`applied` / `not_applied`) effects of sources with write-back on, still
+    /// unresolved in the source as last seen and present, that have no write-back yet;
+    /// oldest resolution first.
+    async fn writeback_candidates(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<WritebackCandidate>>;
+    /// Write-backs of the tenant (optionally of one source, of one status), oldest first.
+    async fn list_writebacks(
+        &self,
+        tenant: TenantId,
+        source_id: Option<i64>,
+        status: Option<WritebackStatus>,
+        limit: i64,
+    ) -> Result<Vec<Writeback>>;
+    /// Record the intent (`pending`) before the source is written, fenced by `lease`. The
+    /// one write-back of that resolution is returned: this one, or the one already there
+    /// (whatever its status). Refused when the source has write-back off.
+    async fn begin_writeback(
+        &self,
+        tenant: TenantId,
+        new: NewWriteback,
+        lease: Option<&Lease>,
+    ) -> Result<Writeback>;
+    /// Settle a pending write-back as `written` or `conflict`; an already settled one is
+    /// left as it is and returned.
+    async fn finish_writeback(
+        &self,
+        tenant: TenantId,
+        id: i64,
+        status: WritebackStatus,
+        detail: &str,
+        recovered: bool,
+        lease: Option<&Lease>,
+    ) -> Result<Writeback>;
+}
+
+#[async_trait]
+impl<B: Driver> Writebacks for SqlLedger<B>
 where
     for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
@@ -247,7 +294,8 @@ where
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
-    pub(super) async fn wb_set_source(
+    #[instrument(level = "debug", skip_all)]
+    async fn set_source_writeback(
         &self,
         tenant: crate::TenantId,
         name: &str,
@@ -276,7 +324,8 @@ where
         Ok(source)
     }
 
-    pub(super) async fn wb_candidates(
+    #[instrument(level = "debug", skip_all)]
+    async fn writeback_candidates(
         &self,
         tenant: crate::TenantId,
         source_id: Option<i64>,
@@ -306,7 +355,8 @@ where
             .collect()
     }
 
-    pub(super) async fn wb_list(
+    #[instrument(level = "debug", skip_all)]
+    async fn list_writebacks(
         &self,
         tenant: crate::TenantId,
         source_id: Option<i64>,
@@ -342,7 +392,8 @@ where
             .collect()
     }
 
-    pub(super) async fn wb_begin(
+    #[instrument(level = "debug", skip_all)]
+    async fn begin_writeback(
         &self,
         tenant: crate::TenantId,
         new: crate::NewWriteback,
@@ -395,7 +446,8 @@ where
         crate::writeback::writeback_row::<B::DB>(&row)
     }
 
-    pub(super) async fn wb_finish(
+    #[instrument(level = "debug", skip_all)]
+    async fn finish_writeback(
         &self,
         tenant: crate::TenantId,
         id: i64,

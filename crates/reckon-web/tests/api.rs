@@ -9,7 +9,6 @@ use reckon_ledger::{Keyring, Ledger, Role, Tenant};
 use reckon_web::{AppState, app, mint_token};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use tempfile::TempDir;
 use tower::ServiceExt;
 
@@ -37,10 +36,7 @@ async fn token(ledger: &dyn Ledger, tenant: &Tenant, role: Role) -> String {
     token
 }
 
-async fn world_with(
-    max_body_bytes: usize,
-    wrap: impl FnOnce(Arc<dyn Ledger>) -> Arc<dyn Ledger>,
-) -> World {
+async fn world_with(max_body_bytes: usize) -> World {
     let dir = TempDir::new().unwrap();
     let keyring = Keyring::from_bytes(&[7u8; 32]).unwrap();
     let ledger = reckon_ledger::connect(None, dir.path(), keyring)
@@ -51,7 +47,6 @@ async fn world_with(
     let a = token(ledger.as_ref(), &tenant_a, Role::Admin).await;
     let b = token(ledger.as_ref(), &tenant_b, Role::Admin).await;
     let viewer_a = token(ledger.as_ref(), &tenant_a, Role::Viewer).await;
-    let ledger = wrap(ledger);
     let sqlite_dir = dir.path().join("sqlite-sources");
     let egress = reckon_sources::EgressPolicy::new(&[], Some(sqlite_dir.clone())).unwrap();
     let app = app(AppState {
@@ -70,7 +65,7 @@ async fn world_with(
 }
 
 async fn world() -> World {
-    world_with(reckon_web::DEFAULT_MAX_BODY_BYTES, |l| l).await
+    world_with(reckon_web::DEFAULT_MAX_BODY_BYTES).await
 }
 
 struct Reply {
@@ -200,12 +195,9 @@ async fn health_probes_answer_without_a_token() {
 
 #[tokio::test]
 async fn api_routes_refuse_missing_malformed_and_unknown_tokens() {
-    let lookups = Arc::new(AtomicUsize::new(0));
-    let counter = lookups.clone();
-    let w = world_with(reckon_web::DEFAULT_MAX_BODY_BYTES, move |l| {
-        Arc::new(counting::CountingLedger::new(l, counter))
-    })
-    .await;
+    let w = world().await;
+    let lookups = counting::Calls::of("authenticate_token");
+    let _counting = lookups.install();
     let (unknown, _) = mint_token();
     let malformed = [
         "rkn_nope".to_owned(),
@@ -237,7 +229,7 @@ async fn api_routes_refuse_missing_malformed_and_unknown_tokens() {
         assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer");
     }
     assert_eq!(
-        lookups.load(Ordering::SeqCst),
+        lookups.count(),
         0,
         "a malformed token must be refused without reading the database"
     );
@@ -245,11 +237,7 @@ async fn api_routes_refuse_missing_malformed_and_unknown_tokens() {
     let r = get(&w.app, "/api/v1/effects", &unknown).await;
     assert_error(&r, StatusCode::UNAUTHORIZED);
     assert_eq!(r.headers[header::WWW_AUTHENTICATE], "Bearer");
-    assert_eq!(
-        lookups.load(Ordering::SeqCst),
-        1,
-        "a well-formed token is looked up"
-    );
+    assert_eq!(lookups.count(), 1, "a well-formed token is looked up");
 
     let r = get(&w.app, "/api/v1/sources", &w.a).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -573,7 +561,7 @@ async fn a_push_envelope_that_is_wrong_is_refused_whole() {
 
 #[tokio::test]
 async fn a_body_over_the_limit_is_refused_whole_and_stores_nothing() {
-    let w = world_with(4096, |l| l).await;
+    let w = world_with(4096).await;
     add_push_source(&w, &w.a, "payments").await;
     let items: Vec<Value> = (0..100)
         .map(|i| {

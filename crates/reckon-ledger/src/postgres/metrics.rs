@@ -6,7 +6,7 @@ use crate::metrics::{
     QuarantineGroup, SOURCES_SQL, SourceHealth, UNRESOLVED_SQL, UnresolvedGroup,
 };
 use crate::model::TenantId;
-use crate::{Ledger, Result};
+use crate::{Result, Tenants};
 use futures::{StreamExt, TryStreamExt};
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, Connection, Row};

@@ -1,4 +1,7 @@
-//! The master key and the ledger it seals: a check value tells at start whether the
+//! The store itself: its schema, its identity, its liveness, and the master key it seals
+//! its secrets with.
+//!
+//! The master key: a check value tells at start whether the
 //! configured key is the one the ledger's secrets were sealed with, and rotation re-seals
 //! every secret under a new key.
 //!
@@ -12,8 +15,36 @@
 //! rotation twice (say, after the operator's new key was not yet saved) is harmless.
 
 use crate::driver::{Driver, SqlLedger};
+use crate::{Backend, Keyring, PoolStatus, Result};
+use async_trait::async_trait;
 use serde::Serialize;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
+use tracing::instrument;
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    fn backend(&self) -> Backend;
+    /// Apply the embedded migrations of this backend (idempotent), then the data jobs they
+    /// queue (charge search terms, the scrub of stored credentials).
+    async fn migrate(&self) -> Result<()>;
+    /// Cheap liveness query for `/readyz`.
+    async fn ping(&self) -> Result<()>;
+    /// The connection pool as it is now (no query): what on-call checks first when the
+    /// ledger is slow (every connection in use means requests queue for one).
+    fn pool_status(&self) -> PoolStatus;
+    /// This ledger's identity, a random value made when it was created
+    /// (`reckon_instance`). A tenant's source connection that can see it has reached
+    /// reckon's own database and is refused (`EgressPolicy::with_own_identity`).
+    async fn instance_identity(&self) -> Result<String>;
+    /// Refuse a master key that is not the one this ledger's secrets were sealed with
+    /// ([`crate::LedgerError::WrongMasterKey`]); on a new ledger, record the key's check
+    /// value.
+    async fn check_keyring(&self) -> Result<()>;
+    /// Re-seal every stored secret (DSNs, provider secrets, TOTP secrets) and the check
+    /// value under `new`, in one transaction; resumable. Afterwards only `new` opens the
+    /// ledger: the operator must switch to it before the next start.
+    async fn rotate_keyring(&self, new: &Keyring) -> Result<RotateReport>;
+}
 
 /// The plaintext of the check value; its AAD binds it to this one use.
 pub(crate) const CHECK_PLAINTEXT: &[u8] = b"reckon master key check v1";
@@ -29,7 +60,8 @@ pub struct RotateReport {
     pub already_rotated: u64,
 }
 
-impl<B: Driver> SqlLedger<B>
+#[async_trait]
+impl<B: Driver> Store for SqlLedger<B>
 where
     for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
     <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
@@ -47,7 +79,41 @@ where
     for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
     usize: ColumnIndex<<B::DB as Database>::Row>,
 {
-    pub(crate) async fn keys_check(&self) -> crate::Result<()> {
+    fn backend(&self) -> Backend {
+        B::KIND
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn migrate(&self) -> Result<()> {
+        B::migrate_schema(self).await?;
+        self.backfill_charge_terms().await?;
+        self.scrub_pending().await
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn ping(&self) -> Result<()> {
+        // One round trip on a pooled connection: no tenant data, so no scope.
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("SELECT 1").execute(&mut *conn).await?;
+        Ok(())
+    }
+
+    fn pool_status(&self) -> PoolStatus {
+        PoolStatus::of(&self.pool)
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn instance_identity(&self) -> Result<String> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(
+            sqlx::query_scalar("SELECT identity FROM reckon_instance WHERE id = 1")
+                .fetch_one(&mut *conn)
+                .await?,
+        )
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn check_keyring(&self) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let sealed: Option<Vec<u8>> =
             sqlx::query_scalar("SELECT sealed FROM keyring_check WHERE id = 1")
@@ -55,8 +121,8 @@ where
                 .await?;
         match sealed {
             Some(s) => {
-                if self.keyring.open(crate::keys::CHECK_AAD, &s).as_deref()
-                    != Some(crate::keys::CHECK_PLAINTEXT)
+                if self.keyring.open(crate::store::CHECK_AAD, &s).as_deref()
+                    != Some(crate::store::CHECK_PLAINTEXT)
                 {
                     return Err(crate::LedgerError::WrongMasterKey);
                 }
@@ -64,7 +130,7 @@ where
             None => {
                 let s = self
                     .keyring
-                    .seal(crate::keys::CHECK_AAD, crate::keys::CHECK_PLAINTEXT);
+                    .seal(crate::store::CHECK_AAD, crate::store::CHECK_PLAINTEXT);
                 sqlx::query(
                     "INSERT INTO keyring_check (id, sealed, created_at) VALUES (1, $1, $2) \
                      ON CONFLICT (id) DO NOTHING",
@@ -79,13 +145,14 @@ where
         Ok(())
     }
 
-    pub(crate) async fn keys_rotate(
+    #[instrument(level = "debug", skip_all)]
+    async fn rotate_keyring(
         &self,
         new: &crate::Keyring,
-    ) -> crate::Result<crate::keys::RotateReport> {
+    ) -> crate::Result<crate::store::RotateReport> {
         use sqlx::Row;
         let old = &self.keyring;
-        let mut report = crate::keys::RotateReport::default();
+        let mut report = crate::store::RotateReport::default();
         // Re-seal one ciphertext: open under the old key (or find it already under
         // the new one), seal under the new. A secret neither key opens stops the
         // rotation: rotating it would lose it.
@@ -143,7 +210,7 @@ where
             for r in rows {
                 let (id, name, sealed): (i64, String, Vec<u8>) =
                     (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-                let aad = crate::reconcile::provider_secret_aad(t, &name);
+                let aad = crate::providers::provider_secret_aad(t, &name);
                 if let Some(s) = reseal(&aad, &sealed, &format!("provider {name:?}'s secret"))? {
                     sqlx::query("UPDATE provider SET secret_ciphertext = $1 WHERE id = $2 AND tenant_id = $3")
                         .bind(s)
@@ -179,7 +246,7 @@ where
         // Last, in the same transaction: the check value, so the new key is the one
         // the next start accepts.
         sqlx::query("UPDATE keyring_check SET sealed = $1 WHERE id = 1")
-            .bind(new.seal(crate::keys::CHECK_AAD, crate::keys::CHECK_PLAINTEXT))
+            .bind(new.seal(crate::store::CHECK_AAD, crate::store::CHECK_PLAINTEXT))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

@@ -1,0 +1,368 @@
+//! Provider accounts (their secrets sealed like a source's DSN) and the routes that say
+//! which provider answers for which operation of a source.
+
+use crate::accounts::Scope;
+use crate::driver::{Driver, SqlLedger};
+use crate::model::TenantId;
+use crate::rows::{check_name, json};
+use crate::{LedgerError, Result};
+use async_trait::async_trait;
+use reckon_domain::time;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
+use tracing::instrument;
+
+/// A provider account. The secret (API key or auth header) is never part of this type.
+#[derive(Debug, Clone, Serialize)]
+pub struct Provider {
+    pub id: i64,
+    pub name: String,
+    pub kind: String,
+    /// Non-secret settings (base_url, account, mode, metadata_field, ...), as JSON.
+    pub settings: serde_json::Value,
+    pub has_secret: bool,
+    pub created_at: f64,
+}
+
+/// A new provider. The secret arrives in clear and leaves only sealed.
+#[derive(Debug)]
+pub struct NewProvider {
+    pub name: String,
+    pub kind: String,
+    pub secret: Option<secrecy::SecretString>,
+    pub settings: serde_json::Value,
+}
+
+/// An edit of a provider: `None` keeps the stored value. The secret is replaced only
+/// when a new one is given; the name and the kind never change.
+#[derive(Debug, Default)]
+pub struct ProviderChange {
+    pub secret: Option<secrecy::SecretString>,
+    pub settings: Option<serde_json::Value>,
+}
+
+/// Operation pattern of one source -> provider (or none).
+#[derive(Debug, Clone, Serialize)]
+pub struct Route {
+    pub id: i64,
+    pub source: String,
+    /// An operation name, or `*` for every operation of the source.
+    pub operation: String,
+    /// `None`: no provider can answer for this operation.
+    pub provider: Option<String>,
+    #[serde(skip)]
+    pub provider_id: Option<i64>,
+    #[serde(skip)]
+    pub source_id: i64,
+}
+
+pub(crate) fn provider_secret_aad(tenant_id: i64, provider_name: &str) -> String {
+    format!("reckon/v1|tenant:{tenant_id}|provider:{provider_name}|secret")
+}
+
+pub(crate) const PROVIDER_COLUMNS: &str =
+    "id, name, kind, settings, secret_ciphertext IS NOT NULL AS has_secret, created_at";
+
+pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider>
+where
+    for<'r> i64: Decode<'r, DB> + Type<DB>,
+    for<'r> f64: Decode<'r, DB> + Type<DB>,
+    for<'r> bool: Decode<'r, DB> + Type<DB>,
+    for<'r> String: Decode<'r, DB> + Type<DB>,
+    for<'r> &'r str: ColumnIndex<DB::Row>,
+{
+    Ok(Provider {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        kind: row.try_get("kind")?,
+        settings: json(&row.try_get::<String, _>("settings")?)?,
+        has_secret: row.try_get("has_secret")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+/// An operation pattern is an operation name or `*`.
+pub(crate) fn check_pattern(p: &str) -> Result<()> {
+    if p == "*" {
+        return Ok(());
+    }
+    crate::rows::check_name("operation pattern", p)
+}
+
+#[async_trait]
+pub trait Providers: Send + Sync {
+    async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider>;
+    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>>;
+    async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider>;
+    /// Change a provider's settings and/or secret (`None` keeps it; the stored secret is
+    /// replaced only by a new one). `NotFound` for a name the tenant has no provider of.
+    async fn update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: ProviderChange,
+    ) -> Result<Provider>;
+    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider>;
+    /// The provider's secret, decrypted (`None` when it has none).
+    async fn provider_secret(
+        &self,
+        tenant: TenantId,
+        provider: &Provider,
+    ) -> Result<Option<SecretString>>;
+    /// Route an operation pattern (a name or `*`) of a source to a provider, or to none.
+    /// Setting a route again replaces it.
+    async fn set_route(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        provider: Option<&str>,
+    ) -> Result<Route>;
+    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>>;
+}
+
+#[async_trait]
+impl<B: Driver> Providers for SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    #[instrument(level = "debug", skip_all)]
+    async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider> {
+        check_name("provider name", &new.name)?;
+        let sealed = new.secret.as_ref().map(|s| {
+            self.keyring.seal(
+                &provider_secret_aad(tenant.0, &new.name),
+                s.expose_secret().as_bytes(),
+            )
+        });
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO provider (tenant_id, name, kind, secret_ciphertext, settings, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {PROVIDER_COLUMNS}"
+        )))
+        .bind(tenant.0)
+        .bind(&new.name)
+        .bind(&new.kind)
+        .bind(sealed)
+        .bind(new.settings.to_string())
+        .bind(time::now())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| match LedgerError::from(e) {
+            LedgerError::Conflict(_) => LedgerError::Conflict(format!("provider {:?}", new.name)),
+            other => other,
+        })?;
+        tx.commit().await?;
+        provider_row::<B::DB>(&row)
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn update_provider(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        change: ProviderChange,
+    ) -> Result<Provider> {
+        let sealed = change.secret.as_ref().map(|s| {
+            self.keyring.seal(
+                &provider_secret_aad(tenant.0, name),
+                s.expose_secret().as_bytes(),
+            )
+        });
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE provider SET secret_ciphertext = COALESCE($3, secret_ciphertext), \
+             settings = COALESCE($4, settings) WHERE tenant_id = $1 AND name = $2 \
+             RETURNING {PROVIDER_COLUMNS}"
+        )))
+        .bind(tenant.0)
+        .bind(name)
+        .bind(sealed)
+        .bind(change.settings.as_ref().map(|v| v.to_string()))
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?;
+        tx.commit().await?;
+        provider_row::<B::DB>(&row)
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 ORDER BY name"
+        )))
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(provider_row::<B::DB>).collect()
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider> {
+        self.provider_where(tenant, Some(name), None).await
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider> {
+        self.provider_where(tenant, None, Some(id)).await
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn provider_secret(
+        &self,
+        tenant: TenantId,
+        provider: &Provider,
+    ) -> Result<Option<SecretString>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let sealed: Option<Vec<u8>> = sqlx::query_scalar(
+            "SELECT secret_ciphertext FROM provider WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(tenant.0)
+        .bind(provider.id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| LedgerError::NotFound(format!("provider {:?}", provider.name)))?;
+        tx.commit().await?;
+        let Some(sealed) = sealed else {
+            return Ok(None);
+        };
+        let clear = self
+            .keyring
+            .open(&provider_secret_aad(tenant.0, &provider.name), &sealed)
+            .ok_or(LedgerError::Decrypt)?;
+        let text = String::from_utf8(clear).map_err(|_| LedgerError::Decrypt)?;
+        Ok(Some(SecretString::from(text)))
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn set_route(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        provider: Option<&str>,
+    ) -> Result<Route> {
+        check_pattern(operation)?;
+        let provider_id = match provider {
+            Some(p) => Some(self.provider_where(tenant, Some(p), None).await?.id),
+            None => None,
+        };
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        let source_id: i64 =
+            sqlx::query_scalar("SELECT id FROM source WHERE tenant_id = $1 AND name = $2")
+                .bind(tenant.0)
+                .bind(source)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| LedgerError::NotFound(format!("source {source:?}")))?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO provider_route (tenant_id, source_id, operation, provider_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, source_id, operation) \
+             DO UPDATE SET provider_id = excluded.provider_id, created_at = excluded.created_at \
+             RETURNING id",
+        )
+        .bind(tenant.0)
+        .bind(source_id)
+        .bind(operation)
+        .bind(provider_id)
+        .bind(time::now())
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Route {
+            id,
+            source: source.to_owned(),
+            operation: operation.to_owned(),
+            provider: provider.map(str::to_owned),
+            provider_id,
+            source_id,
+        })
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(
+            "SELECT r.id, s.name AS source_name, r.operation, p.name AS provider_name, \
+             r.provider_id, r.source_id FROM provider_route r \
+             JOIN source s ON s.id = r.source_id LEFT JOIN provider p ON p.id = r.provider_id \
+             WHERE r.tenant_id = $1 ORDER BY s.name, r.operation",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Route {
+                    id: r.try_get("id")?,
+                    source: r.try_get("source_name")?,
+                    operation: r.try_get("operation")?,
+                    provider: r.try_get("provider_name")?,
+                    provider_id: r.try_get("provider_id")?,
+                    source_id: r.try_get("source_id")?,
+                })
+            })
+            .collect()
+    }
+}
+
+impl<B: Driver> SqlLedger<B>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
+    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> Option<i64>: Encode<'q, B::DB>,
+    for<'q> Option<f64>: Encode<'q, B::DB>,
+    for<'q> Option<String>: Encode<'q, B::DB>,
+    for<'q> Option<&'q str>: Encode<'q, B::DB>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
+    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
+    usize: ColumnIndex<<B::DB as Database>::Row>,
+{
+    async fn provider_where(
+        &self,
+        tenant: TenantId,
+        name: Option<&str>,
+        id: Option<i64>,
+    ) -> Result<Provider> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let row = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 \
+             AND (name = $2 OR id = $3)"
+        )))
+        .bind(tenant.0)
+        .bind(name)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| match name {
+            Some(n) => LedgerError::NotFound(format!("provider {n:?}")),
+            None => LedgerError::NotFound(format!("provider #{}", id.unwrap_or_default())),
+        })?;
+        tx.commit().await?;
+        provider_row::<B::DB>(&row)
+    }
+}
