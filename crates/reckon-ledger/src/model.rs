@@ -169,7 +169,6 @@ pub struct Source {
     pub created_at: f64,
     /// When a person last asked for a scan now ("scan now"; see [`Source::scan_due`]).
     pub scan_requested_at: Option<f64>,
-    // ---- write-back (issue 4 item 7) ----
     /// Off (`None`, the default) or on with this not_applied policy. Not `pub`: only the
     /// ledger's stored setting can turn write-back on, so a `Source` value cannot be made to
     /// claim it (`reckon_sources::SourceWriter` is opened from a `Source` and refuses one

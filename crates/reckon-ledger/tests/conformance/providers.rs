@@ -1,0 +1,157 @@
+//! Provider accounts, routes and requeues.
+
+use super::*;
+
+pub(crate) async fn story_rc_providers(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let p = ledger
+        .add_provider(
+            t.id,
+            reckon_ledger::NewProvider {
+                name: "stripe-live".into(),
+                kind: "stripe".into(),
+                secret: Some(SecretString::from("rk_live_canary123".to_owned())),
+                settings: serde_json::json!({ "mode": "live" }),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(p.has_secret);
+    assert_eq!(p.settings["mode"], "live");
+    let cells = raw.cells("provider").await;
+    assert!(
+        cells
+            .iter()
+            .all(|(_, v)| !String::from_utf8_lossy(v).contains("canary123")),
+        "the secret is stored only sealed"
+    );
+    assert_eq!(
+        ledger
+            .provider_secret(t.id, &p)
+            .await
+            .unwrap()
+            .unwrap()
+            .expose_secret(),
+        "rk_live_canary123"
+    );
+    assert!(matches!(
+        ledger
+            .add_provider(
+                t.id,
+                reckon_ledger::NewProvider {
+                    name: "stripe-live".into(),
+                    kind: "stripe".into(),
+                    secret: None,
+                    settings: serde_json::json!({}),
+                },
+            )
+            .await,
+        Err(LedgerError::Conflict(_))
+    ));
+    let r = ledger
+        .set_route(t.id, "shop", "charge", Some("stripe-live"))
+        .await
+        .unwrap();
+    assert_eq!(r.provider_id, Some(p.id));
+    ledger
+        .set_route(t.id, "shop", "send_receipt", None)
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("stripe-live"))
+        .await
+        .unwrap();
+    let routes = ledger.list_routes(t.id).await.unwrap();
+    assert_eq!(routes.len(), 2, "setting a route again replaces it");
+    assert!(
+        ledger
+            .set_route(t.id, "shop", "Bad Op", None)
+            .await
+            .is_err()
+    );
+    assert!(
+        ledger
+            .set_route(t.id, "nope", "charge", None)
+            .await
+            .is_err()
+    );
+
+    let other = ledger.create_tenant("other").await.unwrap();
+    assert!(ledger.list_providers(other.id).await.unwrap().is_empty());
+    assert!(
+        ledger
+            .provider_by_name(other.id, "stripe-live")
+            .await
+            .is_err()
+    );
+    assert!(ledger.provider_by_id(other.id, p.id).await.is_err());
+    assert!(ledger.list_routes(other.id).await.unwrap().is_empty());
+    assert!(
+        ledger
+            .set_route(other.id, "shop", "charge", None)
+            .await
+            .is_err()
+    );
+
+    // bulk re-lookup: indeterminate effects of the provider in a time range become due now
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![rec("charge:v1:o9", State::Unknown, now - 100.0)]),
+        )
+        .await
+        .unwrap();
+    let c = ledger.claim_due(t.id, "w", now, 30.0, 10).await.unwrap();
+    let id = c[0].effect.id;
+    let mut a = attempt("indeterminate", now, now + 9999.0, false);
+    a.provider_id = Some(p.id);
+    a.needs_attention = true;
+    ledger.record_attempt(t.id, id, "w", a).await.unwrap();
+    assert!(
+        ledger
+            .claim_due(t.id, "w", now + 1.0, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ledger
+            .requeue_indeterminate(other.id, p.id, 0.0, now, now)
+            .await
+            .unwrap(),
+        0,
+        "not another tenant's"
+    );
+    assert_eq!(
+        ledger
+            .requeue_indeterminate(t.id, p.id, now + 10.0, now + 20.0, now)
+            .await
+            .unwrap(),
+        0,
+        "outside the range"
+    );
+    assert_eq!(
+        ledger
+            .requeue_indeterminate(t.id, p.id, 0.0, now, now)
+            .await
+            .unwrap(),
+        1
+    );
+    let st = ledger
+        .reconcile_view(t.id, id)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert!(!st.needs_attention);
+    assert_eq!(
+        ledger
+            .claim_due(t.id, "w", now + 1.0, 30.0, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}

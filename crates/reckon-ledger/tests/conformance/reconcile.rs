@@ -1,0 +1,378 @@
+//! Claims, attempts and resolutions.
+
+use super::*;
+
+/// A ledger whose reconciler concluded `applied` under the rule before verdicts were
+/// decided on money (no certificate: no complete check for a second payment) is upgraded:
+/// those verdicts are retracted into `resolution_retracted`, the effects are due for a
+/// re-check at once and marked provisional; verdicts of the current rule, `not_applied`
+/// and people's resolutions stay.
+pub(crate) async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    let keys = [
+        "charge:v1:old",
+        "charge:v1:new",
+        "charge:v1:none",
+        "charge:v1:hand",
+    ];
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(
+                keys.iter()
+                    .map(|k| rec(k, State::Unknown, now - 100.0))
+                    .collect(),
+            ),
+        )
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
+    let record = |key: &str, outcome: &str, evidence: serde_json::Value| {
+        let mut a = attempt(outcome, now, now + 3600.0, true);
+        a.evidence = evidence;
+        let ledger = ledger.clone();
+        let eid = id(key);
+        async move { ledger.record_attempt(t.id, eid, "w", a).await.unwrap() }
+    };
+    record(
+        keys[0],
+        "applied",
+        serde_json::json!({"classification": {"outcome": "applied", "certificate": null,
+            "objects": [{"id": "pi_1", "status": "requires_payment_method", "money_moved": false}]}}),
+    )
+    .await;
+    record(
+        keys[1],
+        "applied",
+        serde_json::json!({"classification": {"outcome": "applied",
+            "certificate": {"method": "stripe.list.payment_intents"}}}),
+    )
+    .await;
+    record(
+        keys[2],
+        "not_applied",
+        serde_json::json!({"classification": {"outcome": "not_applied", "certificate": null}}),
+    )
+    .await;
+    ledger
+        .resolve_by_hand(
+            t.id,
+            id(keys[3]),
+            reckon_ledger::NewResolution {
+                outcome: "applied".into(),
+                author: "user:finance@acme.test".into(),
+                note: Some("seen in the Stripe dashboard".into()),
+                evidence: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    drop(ledger);
+
+    // The upgrade: the migration runs as it does on a ledger written by the old rule.
+    raw.exec("DELETE FROM _sqlx_migrations WHERE version = 18; DROP TABLE resolution_retracted;")
+        .await;
+    let ledger = raw.reopen().await;
+    let view = |key: &str| {
+        let ledger = ledger.clone();
+        let eid = id(key);
+        async move { ledger.reconcile_view(t.id, eid).await.unwrap() }
+    };
+    let old = view(keys[0]).await;
+    assert!(old.resolution.is_none(), "{old:?}");
+    let st = old.state.expect("a reconcile state");
+    assert!(st.non_final, "shown as provisional until re-checked");
+    assert!(st.next_attempt_at <= time::now(), "due at once: {st:?}");
+    assert_eq!(old.attempts.len(), 1, "the attempt stays in the history");
+    for k in &keys[1..] {
+        assert!(
+            view(k).await.resolution.is_some(),
+            "{k} keeps its resolution"
+        );
+    }
+    let due = ledger
+        .claim_due(t.id, "w2", time::now(), 60.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|c| c.effect.key.as_str())
+            .collect::<Vec<_>>(),
+        vec![keys[0]],
+        "only the retracted verdict is looked up again"
+    );
+    let kept: Vec<String> = raw
+        .cells("resolution_retracted")
+        .await
+        .into_iter()
+        .filter(|(c, _)| c == "outcome" || c == "reason")
+        .map(|(_, v)| String::from_utf8(v).unwrap())
+        .collect();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept.contains(&"applied".to_owned()));
+}
+
+pub(crate) async fn story_rc_claims(ledger: Arc<dyn Ledger>) {
+    let (t, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    let s = ledger.source_by_name(t.id, "shop").await.unwrap();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 100.0),
+                rec("charge:v1:o2", State::Succeeded, now - 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+
+    let a = ledger
+        .claim_due(t.id, "worker-a", now, 30.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(a.len(), 1, "only the unresolved effect is due");
+    assert_eq!(a[0].effect.key, "charge:v1:o1");
+    assert_eq!(a[0].owner, "worker-a");
+    let id = a[0].effect.id;
+    assert!(
+        ledger
+            .claim_due(t.id, "worker-b", now + 1.0, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a leased effect is not claimed by another worker"
+    );
+    assert!(
+        ledger
+            .claim_effect(t.id, id, "worker-b", now + 1.0, 30.0)
+            .await
+            .unwrap()
+            .is_none(),
+        "nor claimed one by one"
+    );
+    // worker-a dies; once its lease expires worker-b takes the effect over
+    let b = ledger
+        .claim_due(t.id, "worker-b", now + 31.0, 30.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(b.len(), 1);
+    // worker-a comes back late (paused past its lease): it writes nothing at all
+    let late = ledger
+        .record_attempt(
+            t.id,
+            id,
+            "worker-a",
+            attempt("applied", now + 32.0, now + 32.0, true),
+        )
+        .await;
+    assert!(
+        matches!(late, Err(LedgerError::LeaseLost(_))),
+        "a late worker's write was not refused: {late:?}"
+    );
+    let view = ledger.reconcile_view(t.id, id).await.unwrap();
+    assert!(view.attempts.is_empty(), "the late worker left an attempt");
+    assert!(
+        view.resolution.is_none(),
+        "the late worker resolved the effect"
+    );
+    let st = view.state.unwrap();
+    assert_eq!(st.attempts, 0, "the stale worker did not count");
+    assert_eq!(st.lease_owner.as_deref(), Some("worker-b"));
+    // worker-b records an indeterminate outcome and schedules the next look in 100 s
+    ledger
+        .record_attempt(
+            t.id,
+            id,
+            "worker-b",
+            attempt("indeterminate", now + 33.0, now + 133.0, false),
+        )
+        .await
+        .unwrap();
+    let st = ledger
+        .reconcile_view(t.id, id)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(st.attempts, 1);
+    assert_eq!(st.lease_owner, None, "recording releases the lease");
+    assert_eq!(st.last_outcome.as_deref(), Some("indeterminate"));
+    assert!(
+        ledger
+            .claim_due(t.id, "worker-c", now + 100.0, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "not due before its next attempt time"
+    );
+    assert!(
+        ledger
+            .claim_effect(t.id, id, "worker-c", now + 100.0, 30.0)
+            .await
+            .unwrap()
+            .is_some(),
+        "but a one-off reconcile may take it early"
+    );
+    ledger
+        .defer(t.id, id, "worker-c", now + 133.0, "no provider")
+        .await
+        .unwrap();
+    let st = ledger
+        .reconcile_view(t.id, id)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(st.last_error.as_deref(), Some("no provider"));
+    assert_eq!(st.attempts, 1, "a deferral is not an attempt");
+    let c = ledger
+        .claim_due(t.id, "worker-c", now + 134.0, 30.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(c.len(), 1, "due again after its next attempt time");
+    // another tenant never sees it
+    let other = ledger.create_tenant("other").await.unwrap();
+    assert!(
+        ledger
+            .claim_due(other.id, "w", now + 1e6, 30.0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        ledger
+            .claim_effect(other.id, id, "w", now + 1e6, 30.0)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+pub(crate) async fn story_rc_resolution_unique(ledger: Arc<dyn Ledger>) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 100.0),
+                rec("charge:v1:o2", State::Unknown, now - 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w1", now, 30.0, 10).await.unwrap();
+    assert_eq!(claims.len(), 2);
+    let id = claims
+        .iter()
+        .find(|c| c.effect.key == "charge:v1:o1")
+        .unwrap()
+        .effect
+        .id;
+    let id2 = claims
+        .iter()
+        .find(|c| c.effect.key == "charge:v1:o2")
+        .unwrap()
+        .effect
+        .id;
+    let first = ledger
+        .record_attempt(t.id, id, "w1", attempt("applied", now, now + 60.0, true))
+        .await
+        .unwrap();
+    assert!(first.resolved_now);
+    let r1 = first.resolution.unwrap();
+    assert_eq!(
+        (r1.outcome.as_str(), r1.author.as_str()),
+        ("applied", "reconciler")
+    );
+    assert_eq!(r1.attempt_id, Some(first.attempt_id));
+    // a worker without the lease (a stale retry after a crash) writes nothing
+    let again = ledger
+        .record_attempt(
+            t.id,
+            id,
+            "w2",
+            attempt("duplicate", now + 1.0, now + 60.0, true),
+        )
+        .await;
+    assert!(matches!(again, Err(LedgerError::LeaseLost(_))), "{again:?}");
+    let view = ledger.reconcile_view(t.id, id).await.unwrap();
+    assert_eq!(view.attempts.len(), 1, "the refused write left nothing");
+    assert_eq!(view.resolution.unwrap().outcome, "applied");
+    // a resolved effect is never claimed again
+    let later = ledger
+        .claim_due(t.id, "w3", now + 1e4, 30.0, 10)
+        .await
+        .unwrap();
+    assert!(later.iter().all(|c| c.effect.id != id));
+    // by hand: a note is required, and a resolved effect refuses a second one
+    let by_hand = |note: Option<&str>| reckon_ledger::NewResolution {
+        outcome: "not_applied".into(),
+        author: "alice".into(),
+        note: note.map(str::to_owned),
+        evidence: serde_json::json!({ "seen": [] }),
+    };
+    assert!(matches!(
+        ledger.resolve_by_hand(t.id, id2, by_hand(None)).await,
+        Err(LedgerError::Invalid(_))
+    ));
+    assert!(matches!(
+        ledger.resolve_by_hand(t.id, id2, by_hand(Some("  "))).await,
+        Err(LedgerError::Invalid(_))
+    ));
+    assert!(matches!(
+        ledger
+            .resolve_by_hand(t.id, id, by_hand(Some("checked")))
+            .await,
+        Err(LedgerError::Conflict(_))
+    ));
+    let r2 = ledger
+        .resolve_by_hand(t.id, id2, by_hand(Some("refunded in the dashboard")))
+        .await
+        .unwrap();
+    assert_eq!(r2.author, "alice");
+    assert_eq!(r2.note.as_deref(), Some("refunded in the dashboard"));
+    assert_eq!(r2.evidence, serde_json::json!({ "seen": [] }));
+    // w1 had claimed id2, but its lease expired and w3 took id2 over (the claim 1e4 s
+    // later, above); w1 comes back late with a conclusive answer, after the person
+    // resolved it: it writes nothing (no attempt, never a second resolution)
+    let raced = ledger
+        .record_attempt(
+            t.id,
+            id2,
+            "w1",
+            attempt("applied", now + 2.0, now + 60.0, true),
+        )
+        .await;
+    assert!(matches!(raced, Err(LedgerError::LeaseLost(_))), "{raced:?}");
+    let view2 = ledger.reconcile_view(t.id, id2).await.unwrap();
+    assert_eq!(view2.resolution.unwrap().id, r2.id);
+    assert!(view2.attempts.is_empty());
+    // indeterminate never resolves, unknown words are refused
+    assert!(matches!(
+        ledger
+            .record_attempt(t.id, id2, "w1", attempt("indeterminate", now, now, true))
+            .await,
+        Err(LedgerError::Invalid(_))
+    ));
+    assert!(matches!(
+        ledger
+            .record_attempt(t.id, id2, "w1", attempt("maybe", now, now, false))
+            .await,
+        Err(LedgerError::Invalid(_))
+    ));
+    // another tenant cannot resolve it
+    let other = ledger.create_tenant("other").await.unwrap();
+    assert!(matches!(
+        ledger
+            .resolve_by_hand(other.id, id2, by_hand(Some("x")))
+            .await,
+        Err(LedgerError::NotFound(_) | LedgerError::Conflict(_))
+    ));
+}
