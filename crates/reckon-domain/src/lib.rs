@@ -3,12 +3,14 @@
 //! means can be unit-tested on their own.
 
 pub mod key;
+pub mod outcome;
 pub mod record;
 pub mod redact;
 pub mod state;
 pub mod time;
 
 pub use key::OperationKey;
+pub use outcome::Outcome;
 pub use record::{
     Decision, Limits, QuarantineReason, RawNum, RawRow, Rejected, SourceRecord, StoredSnapshot,
     decide, validate_row,

@@ -18,7 +18,7 @@
 use std::collections::{HashMap, HashSet};
 
 use jiff::tz::TimeZone;
-use reckon_domain::{State, UnresolvedKind};
+use reckon_domain::{Outcome, State, UnresolvedKind};
 use reckon_ledger::{
     AuditRun, Effect, Ledger, LedgerError, ReconcileView, Route, StoredCharge, TenantId,
 };
@@ -144,8 +144,7 @@ pub struct Recorded {
 /// A person's or the reconciler's resolution.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ResolutionFact {
-    #[schema(value_type = reckon_providers::Outcome)]
-    pub outcome: String,
+    pub outcome: Outcome,
     /// The person's email, or `reconciler`.
     pub author: String,
     pub by_person: bool,
@@ -159,8 +158,8 @@ pub struct ResolutionFact {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct LookupState {
     pub lookups: i64,
-    #[schema(required = true, value_type = Option<reckon_providers::Outcome>)]
-    pub last_outcome: Option<String>,
+    #[schema(required = true)]
+    pub last_outcome: Option<Outcome>,
     /// The last outcome is not final (a provisional `applied`, a pending payment).
     pub provisional: bool,
     #[schema(required = true)]
@@ -759,7 +758,7 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
         gone: e.gone_at.map(at),
     };
     let resolution = f.view.resolution.as_ref().map(|r| ResolutionFact {
-        outcome: r.outcome.clone(),
+        outcome: r.outcome,
         author: r.author.clone(),
         by_person: r.attempt_id.is_none() && r.author != "reconciler",
         note: r.note.clone(),
@@ -769,7 +768,7 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
     let last_evidence = f.view.attempts.last().map(|a| a.evidence.clone());
     let lookup = f.view.state.as_ref().map(|s| LookupState {
         lookups: s.attempts,
-        last_outcome: s.last_outcome.clone(),
+        last_outcome: s.last_outcome,
         provisional: s.non_final,
         last_error: s.last_error.clone(),
         needs_attention: s.needs_attention && resolution.is_none(),
@@ -798,11 +797,11 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
     };
 
     let (verdict, is_final, by, sentence, needs_person) = if let Some(r) = &resolution {
-        let outcome = match r.outcome.as_str() {
-            "applied" => Verdict::Applied,
-            "duplicate" => Verdict::Duplicate,
-            "not_applied" => Verdict::NotApplied,
-            _ => Verdict::Unknown,
+        let outcome = match r.outcome {
+            Outcome::Applied => Verdict::Applied,
+            Outcome::Duplicate => Verdict::Duplicate,
+            Outcome::NotApplied => Verdict::NotApplied,
+            Outcome::Indeterminate => Verdict::Unknown,
         };
         if r.by_person {
             let note = r
@@ -936,8 +935,8 @@ fn judge_open(
         .as_ref()
         .map(evidence_payments)
         .unwrap_or_default();
-    match (l.last_outcome.as_deref(), l.provisional) {
-        (Some("applied"), true) => (
+    match (l.last_outcome, l.provisional) {
+        (Some(Outcome::Applied), true) => (
             Verdict::Applied,
             false,
             VerdictBy::Reconciler,
@@ -952,7 +951,7 @@ fn judge_open(
             ),
             l.needs_attention,
         ),
-        (Some("indeterminate"), true) => (
+        (Some(Outcome::Indeterminate), true) => (
             Verdict::Pending,
             false,
             VerdictBy::Reconciler,

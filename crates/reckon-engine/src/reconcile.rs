@@ -8,7 +8,7 @@ use futures::StreamExt;
 use reckon_ledger::{
     Claim, Effect, Ledger, LedgerError, NewAttempt, Provider as ProviderRow, Route, Tenant,
 };
-use reckon_metrics::{Metrics, ReconcileOutcome};
+use reckon_metrics::Metrics;
 use reckon_providers::{
     Classification, GetClient, LookupQuery, Outcome, Provider, Redactor, RetryAdvice,
     build_provider, classify, provider_key,
@@ -122,13 +122,7 @@ pub enum ReconcileError {
 /// rows are the durable record, this is the rate on-call alerts on.
 fn observe_outcome(ctx: &ReconcileCtx, tenant: &Tenant, provider: &str, outcome: Outcome) {
     let Some(m) = &ctx.metrics else { return };
-    let o = match outcome {
-        Outcome::Applied => ReconcileOutcome::Applied,
-        Outcome::NotApplied => ReconcileOutcome::NotApplied,
-        Outcome::Duplicate => ReconcileOutcome::Duplicate,
-        Outcome::Indeterminate => ReconcileOutcome::Indeterminate,
-    };
-    m.record_reconcile(&tenant.slug, provider, o);
+    m.record_reconcile(&tenant.slug, provider, outcome);
 }
 
 /// One step: claim, look up, classify, record, release. `Empty` when nothing is due.
@@ -570,7 +564,7 @@ async fn process(
                 provider_id: Some(row.id),
                 started_at: started,
                 finished_at: finished,
-                outcome: out.outcome.clone(),
+                outcome,
                 method,
                 error,
                 evidence,

@@ -24,8 +24,8 @@
 //! writer ([`reckon_sources::SourceWriter::open`] refuses it).
 
 use reckon_ledger::{
-    Lease, Ledger, LedgerError, NewWriteback, Source, TenantId, Writeback, WritebackAction,
-    WritebackCandidate, WritebackPolicy, WritebackStatus,
+    Lease, Ledger, LedgerError, NewWriteback, Outcome, Source, TenantId, Writeback,
+    WritebackAction, WritebackCandidate, WritebackPolicy, WritebackStatus,
 };
 use reckon_sources::{Change, EgressPolicy, RowNow, SourceWriter, WriteError};
 use serde::Serialize;
@@ -177,13 +177,13 @@ fn carries(response: Option<&str>, resolution_id: i64) -> bool {
 }
 
 /// The change for a resolution, or `None` when write-back does not apply to its outcome.
-fn action_for(outcome: &str, policy: WritebackPolicy) -> Option<WritebackAction> {
+fn action_for(outcome: Outcome, policy: WritebackPolicy) -> Option<WritebackAction> {
     match (outcome, policy) {
-        ("applied", _) => Some(WritebackAction::Succeed),
-        ("not_applied", WritebackPolicy::Release) => Some(WritebackAction::Release),
-        ("not_applied", WritebackPolicy::Fail) => Some(WritebackAction::Fail),
+        (Outcome::Applied, _) => Some(WritebackAction::Succeed),
+        (Outcome::NotApplied, WritebackPolicy::Release) => Some(WritebackAction::Release),
+        (Outcome::NotApplied, WritebackPolicy::Fail) => Some(WritebackAction::Fail),
         // duplicate / indeterminate: a person decides; the row stays as it is.
-        _ => None,
+        (Outcome::Duplicate | Outcome::Indeterminate, _) => None,
     }
 }
 
@@ -239,7 +239,7 @@ fn after_view(wb: &Writeback) -> Option<RowView> {
 }
 
 fn plan(c: &WritebackCandidate, policy: WritebackPolicy, at: f64) -> Option<NewWriteback> {
-    let action = action_for(&c.resolution.outcome, policy)?;
+    let action = action_for(c.resolution.outcome, policy)?;
     Some(NewWriteback {
         source_id: c.source_id,
         effect_id: c.effect_id,

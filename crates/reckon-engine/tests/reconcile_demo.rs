@@ -121,7 +121,7 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
             .unwrap();
         let r = view.resolution.expect("resolved");
         assert_eq!(r.author, "reconciler");
-        assert_eq!(r.outcome, by_key[k].outcome);
+        assert_eq!(r.outcome.as_str(), by_key[k].outcome);
         assert!(r.evidence["classification"]["outcome"].is_string());
     }
     let o3 = ledger
@@ -220,7 +220,7 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
     let view = ledger.reconcile_view(t.id, out[0].effect_id).await.unwrap();
     assert!(view.resolution.is_none());
     assert_eq!(view.attempts.len(), 1);
-    assert_eq!(view.attempts[0].outcome, "indeterminate");
+    assert_eq!(view.attempts[0].outcome.as_str(), "indeterminate");
 }
 
 /// The demo provider listens on loopback, which the default egress policy refuses.

@@ -205,7 +205,7 @@ async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() 
     let view = ledger.reconcile_view(t.id, o.effect_id).await.unwrap();
     assert!(view.resolution.is_none());
     let st = view.state.unwrap();
-    assert!(st.non_final && st.last_outcome.as_deref() == Some("applied"));
+    assert!(st.non_final && st.last_outcome == Some(reckon_ledger::Outcome::Applied));
     let evidence = &view.attempts[0].evidence["classification"];
     assert_eq!(evidence["provisional"], true, "{evidence}");
     // Still unresolved: nothing for write-back, still in the queue.

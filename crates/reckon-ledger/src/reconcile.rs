@@ -4,6 +4,7 @@
 //! the meaning of each lives in `reckon-providers::classify`, not here.
 
 use crate::model::Effect;
+pub use reckon_domain::Outcome;
 use serde::Serialize;
 
 /// The author of every resolution the reconciler records on its own.
@@ -15,7 +16,7 @@ pub struct ReconcileState {
     pub attempts: i64,
     pub next_attempt_at: f64,
     pub last_attempt_at: Option<f64>,
-    pub last_outcome: Option<String>,
+    pub last_outcome: Option<Outcome>,
     pub last_error: Option<String>,
     pub provider_id: Option<i64>,
     pub non_final: bool,
@@ -40,7 +41,7 @@ pub struct Attempt {
     pub provider_id: Option<i64>,
     pub started_at: f64,
     pub finished_at: f64,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub method: Option<String>,
     pub error: Option<String>,
     pub evidence: serde_json::Value,
@@ -51,7 +52,7 @@ pub struct NewAttempt {
     pub provider_id: Option<i64>,
     pub started_at: f64,
     pub finished_at: f64,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub method: Option<String>,
     pub error: Option<String>,
     pub evidence: serde_json::Value,
@@ -66,7 +67,7 @@ pub struct NewAttempt {
 #[derive(Debug, Clone, Serialize)]
 pub struct Resolution {
     pub id: i64,
-    pub outcome: String,
+    pub outcome: Outcome,
     pub author: String,
     pub note: Option<String>,
     pub evidence: serde_json::Value,
@@ -76,7 +77,7 @@ pub struct Resolution {
 
 #[derive(Debug, Clone)]
 pub struct NewResolution {
-    pub outcome: String,
+    pub outcome: Outcome,
     pub author: String,
     pub note: Option<String>,
     pub evidence: serde_json::Value,
@@ -101,15 +102,6 @@ pub struct ReconcileView {
     pub resolution: Option<Resolution>,
 }
 
-pub(crate) fn check_outcome(o: &str) -> crate::Result<()> {
-    match o {
-        "applied" | "not_applied" | "duplicate" | "indeterminate" => Ok(()),
-        _ => Err(crate::LedgerError::Invalid(format!(
-            "outcome {o:?}: use applied, not_applied, duplicate or indeterminate"
-        ))),
-    }
-}
-
 use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger};
 use crate::model::TenantId;
@@ -119,6 +111,10 @@ use async_trait::async_trait;
 use reckon_domain::time;
 use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
 use tracing::instrument;
+
+pub(crate) fn outcome(stored: &str) -> Result<Outcome> {
+    Outcome::parse(stored).ok_or_else(|| LedgerError::Invalid(format!("stored outcome {stored:?}")))
+}
 
 pub(crate) const STATE_COLUMNS: &str = "attempts, next_attempt_at, last_attempt_at, \
     last_outcome, last_error, provider_id, non_final, needs_attention, lease_owner, lease_until";
@@ -139,7 +135,10 @@ where
         attempts: row.try_get("attempts")?,
         next_attempt_at: row.try_get("next_attempt_at")?,
         last_attempt_at: row.try_get("last_attempt_at")?,
-        last_outcome: row.try_get("last_outcome")?,
+        last_outcome: row
+            .try_get::<Option<String>, _>("last_outcome")?
+            .map(|o| outcome(&o))
+            .transpose()?,
         last_error: row.try_get("last_error")?,
         provider_id: row.try_get("provider_id")?,
         non_final: row.try_get("non_final")?,
@@ -161,7 +160,7 @@ where
         provider_id: row.try_get("provider_id")?,
         started_at: row.try_get("started_at")?,
         finished_at: row.try_get("finished_at")?,
-        outcome: row.try_get("outcome")?,
+        outcome: outcome(&row.try_get::<String, _>("outcome")?)?,
         method: row.try_get("method")?,
         error: row.try_get("error")?,
         evidence: json(&row.try_get::<String, _>("evidence")?)?,
@@ -177,7 +176,7 @@ where
 {
     Ok(Resolution {
         id: row.try_get("id")?,
-        outcome: row.try_get("outcome")?,
+        outcome: outcome(&row.try_get::<String, _>("outcome")?)?,
         author: row.try_get("author")?,
         note: row.try_get("note")?,
         evidence: json(&row.try_get::<String, _>("evidence")?)?,
@@ -363,8 +362,7 @@ where
         owner: &str,
         a: NewAttempt,
     ) -> Result<AttemptRecorded> {
-        check_outcome(&a.outcome)?;
-        if a.resolve && a.outcome == "indeterminate" {
+        if a.resolve && a.outcome == Outcome::Indeterminate {
             return Err(LedgerError::Invalid(
                 "an indeterminate outcome cannot resolve an effect".into(),
             ));
@@ -380,7 +378,7 @@ where
              WHERE tenant_id = $8 AND effect_id = $9 AND lease_owner = $10",
         )
         .bind(a.finished_at)
-        .bind(&a.outcome)
+        .bind(a.outcome.as_str())
         .bind(&a.error)
         .bind(a.provider_id)
         .bind(a.non_final)
@@ -406,7 +404,7 @@ where
         .bind(a.provider_id)
         .bind(a.started_at)
         .bind(a.finished_at)
-        .bind(&a.outcome)
+        .bind(a.outcome.as_str())
         .bind(&a.method)
         .bind(&a.error)
         .bind(a.evidence.to_string())
@@ -421,7 +419,7 @@ where
             )
             .bind(tenant.0)
             .bind(effect_id)
-            .bind(&a.outcome)
+            .bind(a.outcome.as_str())
             .bind(RECONCILER_AUTHOR)
             .bind(a.evidence.to_string())
             .bind(attempt_id)
@@ -446,7 +444,6 @@ where
         effect_id: i64,
         new: NewResolution,
     ) -> Result<Resolution> {
-        check_outcome(&new.outcome)?;
         if new.note.as_deref().is_none_or(|n| n.trim().is_empty()) {
             return Err(LedgerError::Invalid(
                 "a resolution by hand needs a note".into(),
@@ -460,7 +457,7 @@ where
         )))
         .bind(tenant.0)
         .bind(effect_id)
-        .bind(&new.outcome)
+        .bind(new.outcome.as_str())
         .bind(&new.author)
         .bind(&new.note)
         .bind(new.evidence.to_string())

@@ -216,7 +216,7 @@ where
         updated_at: row.try_get("updated_at")?,
         resolution: Resolution {
             id: row.try_get("r_id")?,
-            outcome: row.try_get("r_outcome")?,
+            outcome: crate::reconcile::outcome(&row.try_get::<String, _>("r_outcome")?)?,
             author: row.try_get("r_author")?,
             note: row.try_get("r_note")?,
             evidence: serde_json::from_str(&evidence)

@@ -13,27 +13,8 @@
 use prometheus::{
     Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, core::Collector,
 };
+pub use reckon_domain::Outcome;
 use std::time::Duration;
-
-/// The conclusion of one provider lookup (PRODUCT.md "Outcome").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReconcileOutcome {
-    Applied,
-    NotApplied,
-    Duplicate,
-    Indeterminate,
-}
-
-impl ReconcileOutcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ReconcileOutcome::Applied => "applied",
-            ReconcileOutcome::NotApplied => "not_applied",
-            ReconcileOutcome::Duplicate => "duplicate",
-            ReconcileOutcome::Indeterminate => "indeterminate",
-        }
-    }
-}
 
 /// How one provider HTTP request ended, reduced to a bounded set for the `status` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -313,7 +294,7 @@ impl Metrics {
     }
 
     /// For the reconciler: one provider lookup ended with `outcome`.
-    pub fn record_reconcile(&self, tenant: &str, provider: &str, outcome: ReconcileOutcome) {
+    pub fn record_reconcile(&self, tenant: &str, provider: &str, outcome: Outcome) {
         self.reconcile_outcomes
             .with_label_values(&[tenant, provider, outcome.as_str()])
             .inc();
@@ -408,7 +389,7 @@ mod tests {
         m.record_scan_success("acme", "shop", 3);
         m.record_scan_success("acme", "shop", 2);
         m.record_scan_error("acme", "shop");
-        m.record_reconcile("acme", "stripe-live", ReconcileOutcome::Indeterminate);
+        m.record_reconcile("acme", "stripe-live", Outcome::Indeterminate);
         m.record_provider_request(
             "stripe",
             "stripe-live",

@@ -17,42 +17,11 @@ pub mod stripe;
 pub use classify::{Certificate, Classification, classify};
 pub use client::{AddressPolicy, GetClient, Pace};
 // The redactor is pure and the ledger scrubs stored answers with it too.
+pub use reckon_domain::Outcome;
 pub use reckon_domain::redact::{self, Redactor};
 pub use settings::{SettingsError, build_provider, provider_key};
 
 use serde::{Deserialize, Serialize};
-
-/// The four outcome words of PRODUCT.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Applied,
-    NotApplied,
-    Duplicate,
-    Indeterminate,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Applied => "applied",
-            Outcome::NotApplied => "not_applied",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Indeterminate => "indeterminate",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Outcome> {
-        [
-            Outcome::Applied,
-            Outcome::NotApplied,
-            Outcome::Duplicate,
-            Outcome::Indeterminate,
-        ]
-        .into_iter()
-        .find(|o| o.as_str() == s)
-    }
-}
 
 /// Where a payment stands with the money. The verdict is decided on this, never on the
 /// mere existence of an object: a declined attempt is an object too.

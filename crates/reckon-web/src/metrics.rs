@@ -31,7 +31,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 use reckon_domain::time;
 use reckon_ledger::{Ledger, MetricsQuery, MetricsSnapshot, TenantId};
-pub use reckon_metrics::{Metrics, ProviderStatus, ReconcileOutcome};
+pub use reckon_metrics::{Metrics, Outcome, ProviderStatus};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

@@ -369,7 +369,7 @@ async fn a_resolution_by_hand_needs_a_note_and_records_who_and_why() {
     );
     let res = resolution(&w, "charge:v1:ORD-1").await.expect("resolved");
     assert_eq!(res.author, "sam@acme.test");
-    assert_eq!(res.outcome, "not_applied");
+    assert_eq!(res.outcome.as_str(), "not_applied");
     assert_eq!(res.note.as_deref(), Some("refunded <b>by hand</b>"));
     let page = get(&w, &cookie, r.location().unwrap()).await;
     assert!(
@@ -434,7 +434,11 @@ async fn a_resolution_by_hand_needs_a_note_and_records_who_and_why() {
     .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
     assert_eq!(
-        resolution(&w, "charge:v1:ORD-2").await.unwrap().outcome,
+        resolution(&w, "charge:v1:ORD-2")
+            .await
+            .unwrap()
+            .outcome
+            .as_str(),
         "applied"
     );
     w.finish().await;
@@ -1399,7 +1403,7 @@ async fn an_empty_queue_says_when_it_was_last_cleared_and_a_person_in_two_tenant
                 w.a.id,
                 e.id,
                 reckon_ledger::NewResolution {
-                    outcome: "applied".into(),
+                    outcome: reckon_ledger::Outcome::Applied,
                     author: "alice@acme.test".into(),
                     note: Some("seen in the provider".into()),
                     evidence: json!({}),

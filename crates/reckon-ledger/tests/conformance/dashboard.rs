@@ -413,7 +413,7 @@ pub(crate) async fn story_dash_queue(ledger: Arc<dyn Ledger>) {
             t.id,
             o2,
             reckon_ledger::NewResolution {
-                outcome: "applied".into(),
+                outcome: reckon_ledger::Outcome::Applied,
                 author: "alice@acme.test".into(),
                 note: Some("seen in the provider's dashboard".into()),
                 evidence: serde_json::json!({}),

@@ -263,7 +263,7 @@ pub(crate) fn attempt(
         provider_id: None,
         started_at: at,
         finished_at: at,
-        outcome: outcome.to_owned(),
+        outcome: reckon_ledger::Outcome::parse(outcome).expect("an outcome word"),
         method: Some("test".to_owned()),
         error: None,
         evidence: serde_json::json!({ "outcome": outcome, "at": at }),

@@ -86,7 +86,7 @@ pub(crate) async fn story_writeback(ledger: Arc<dyn Ledger>) {
     );
     assert_eq!(c[0].state, "unknown");
     assert_eq!(c[0].updated_at, now - 100.0, "the exact value seen");
-    assert_eq!(c[0].resolution.outcome, "applied");
+    assert_eq!(c[0].resolution.outcome.as_str(), "applied");
     assert_eq!(c[0].source, "shop");
     assert!(
         ledger

@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use reckon_domain::time;
 use reckon_engine::reconcile::{EffectOutcome, ReconcileCtx, reconcile_one};
-use reckon_ledger::{Effect, LedgerError, NewResolution, Resolution};
+use reckon_ledger::{Effect, LedgerError, NewResolution, Outcome, Resolution};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -176,15 +176,15 @@ async fn resolve(
     key: &str,
     input: ResolveInput,
 ) -> Result<(StatusCode, Json<Resolution>), ApiError> {
-    if !matches!(
-        input.outcome.as_str(),
-        "applied" | "not_applied" | "duplicate"
-    ) {
-        return Err(ApiError::Unprocessable(format!(
-            "outcome {:?}: a person resolves with applied, not_applied or duplicate",
-            input.outcome
-        )));
-    }
+    let outcome = match Outcome::parse(&input.outcome) {
+        Some(o @ (Outcome::Applied | Outcome::NotApplied | Outcome::Duplicate)) => o,
+        _ => {
+            return Err(ApiError::Unprocessable(format!(
+                "outcome {:?}: a person resolves with applied, not_applied or duplicate",
+                input.outcome
+            )));
+        }
+    };
     let note = input.note.trim();
     if note.is_empty() {
         return Err(ApiError::Unprocessable(
@@ -223,7 +223,7 @@ async fn resolve(
             auth.tenant.id,
             effect.id,
             NewResolution {
-                outcome: input.outcome,
+                outcome,
                 author,
                 note: Some(note.to_owned()),
                 evidence,

@@ -17,7 +17,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use jiff::tz::TimeZone;
 use reckon_domain::{State as EffectState, UnresolvedKind, time};
-use reckon_ledger::{Effect, LedgerError, NewResolution, QueueQuery, ReconcileView, TenantId};
+use reckon_ledger::{
+    Effect, LedgerError, NewResolution, Outcome, QueueQuery, ReconcileView, TenantId,
+};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -935,7 +937,7 @@ fn effect_page(
         },
         timeline: timeline.into_iter().map(|(_, t)| t).collect(),
         resolution: view.resolution.as_ref().map(|r| ResolutionView {
-            outcome: r.outcome.clone(),
+            outcome: r.outcome.to_string(),
             author: r.author.clone(),
             note: r.note.clone().unwrap_or_default(),
             at: when_in(r.created_at, tz),
@@ -947,7 +949,7 @@ fn effect_page(
                 && !x.needs_attention
                 && x.provider_id.is_some())
             .then(|| when_in(x.next_attempt_at, tz)),
-            last_outcome: outcome_words(x.last_outcome.as_deref(), x.non_final),
+            last_outcome: outcome_words(x.last_outcome, x.non_final),
             last_error: x.last_error.clone().unwrap_or_default(),
             needs_attention: x.needs_attention && view.resolution.is_none(),
             provider: name(x.provider_id),
@@ -1063,10 +1065,14 @@ pub async fn resolve(
             StatusCode::UNPROCESSABLE_ENTITY
         }
     };
-    if !matches!(form.outcome.as_str(), "applied" | "not_applied") {
-        let flash = refuse("Choose whether it happened (applied) or not (not applied).");
-        return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
-    }
+    let outcome = match form.outcome.as_str() {
+        "applied" => Outcome::Applied,
+        "not_applied" => Outcome::NotApplied,
+        _ => {
+            let flash = refuse("Choose whether it happened (applied) or not (not applied).");
+            return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
+        }
+    };
     if note.is_empty() {
         let flash = refuse("A note is required: say how you know.");
         return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
@@ -1100,7 +1106,7 @@ pub async fn resolve(
             tenant,
             detail.effect.id,
             NewResolution {
-                outcome: form.outcome.clone(),
+                outcome,
                 author: s.user.email.clone(),
                 note: Some(note),
                 evidence,
@@ -1411,18 +1417,18 @@ pub fn actor_words(
 }
 
 /// A lookup's outcome as the effect page says it: a verdict that is not final says so.
-fn outcome_words(outcome: Option<&str>, non_final: bool) -> String {
+fn outcome_words(outcome: Option<Outcome>, non_final: bool) -> String {
     match (outcome, non_final) {
         (None, _) => "none yet".into(),
-        (Some("applied"), true) => {
+        (Some(Outcome::Applied), true) => {
             "applied, provisional (the check for a second payment is not complete yet; \
              re-checked, never written back)"
                 .into()
         }
-        (Some("indeterminate"), true) => {
+        (Some(Outcome::Indeterminate), true) => {
             "indeterminate: a payment can still move money (re-checked until it settles)".into()
         }
-        (Some(o), _) => o.to_owned(),
+        (Some(o), _) => o.to_string(),
     }
 }
 

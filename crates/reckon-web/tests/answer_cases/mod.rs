@@ -252,7 +252,7 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
             t.id,
             by_hand.effect.id,
             NewResolution {
-                outcome: "applied".into(),
+                outcome: reckon_ledger::Outcome::Applied,
                 author: HAND_AUTHOR.into(),
                 note: Some(HAND_NOTE.into()),
                 evidence: serde_json::json!({}),
