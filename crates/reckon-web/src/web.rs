@@ -150,7 +150,7 @@ struct SignInPage {
 #[derive(Template)]
 #[template(path = "app.html")]
 struct AppPage {
-    c: crate::dash::pages::Chrome,
+    c: crate::dash::chrome::Chrome,
     tenants: Vec<(String, String, &'static str)>,
 }
 
@@ -446,7 +446,7 @@ async fn app_home(
     Ok(page(
         StatusCode::OK,
         &AppPage {
-            c: crate::dash::pages::Chrome::new(&session, "app"),
+            c: crate::dash::chrome::Chrome::new(&session, "app"),
             tenants,
         },
     ))

@@ -8,8 +8,8 @@
 //! its verification (`reckon_engine::audit::verify`: one run a day per provider scope, so
 //! it grows by a few hundred rows a year).
 
+use super::chrome::Chrome;
 use super::fmt::{When, effect_href, money, seg, when_in, zone};
-use super::pages::Chrome;
 use super::{PageError, error_page, html, not_found, wants_fragment};
 use crate::AppState;
 use crate::authz::{Permission, allows};
@@ -467,7 +467,7 @@ pub async fn audit_page(
     let history = if wants_fragment(&headers) {
         vec![]
     } else {
-        c.tenants = super::pages::other_tenants(&st, &s).await?;
+        c.tenants = super::chrome::other_tenants(&st, &s).await?;
         history_runs
             .iter()
             .map(|r| row(r, &base, &tz, &broken, selected))

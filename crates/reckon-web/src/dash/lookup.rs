@@ -1,8 +1,8 @@
 //! Support's lookup page: renders [`reckon_engine::answer`]'s answer (the same one the API
 //! and the CLI give); nothing here judges.
 
+use super::chrome::{Chrome, other_tenants, tenant_zone};
 use super::fmt::{When, effect_href, seg, when_in};
-use super::pages::{Chrome, other_tenants, tenant_zone};
 use super::{PageError, html, wants_fragment};
 use crate::AppState;
 use crate::web::WebSession;

@@ -16,9 +16,13 @@
 pub mod assets;
 pub mod audit;
 pub mod chart;
+pub mod chrome;
+pub mod csrf;
+pub mod effect;
 pub mod fmt;
 pub mod lookup;
-pub mod pages;
+pub mod overview;
+pub mod queue;
 pub mod settings;
 
 use crate::AppState;
@@ -215,11 +219,11 @@ const FORM_LIMIT_BYTES: usize = 32 * 1024;
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/t/{tenant}", get(pages::overview))
-        .route("/t/{tenant}/queue", get(pages::queue))
-        .route("/t/{tenant}/queue/requeue", post(pages::requeue))
+        .route("/t/{tenant}", get(overview::overview))
+        .route("/t/{tenant}/queue", get(queue::queue))
+        .route("/t/{tenant}/queue/requeue", post(queue::requeue))
         .route("/t/{tenant}/lookup", get(lookup::lookup))
-        .route("/t/{tenant}/settings", get(pages::settings))
+        .route("/t/{tenant}/settings", get(settings::settings))
         .route("/t/{tenant}/settings/tokens", post(settings::create_token))
         .route(
             "/t/{tenant}/settings/tokens/{id}/revoke",
@@ -254,11 +258,11 @@ pub fn router() -> Router<AppState> {
         )
         .route("/t/{tenant}/audit", get(audit::audit_page))
         .route("/t/{tenant}/audit/{id}/csv", get(audit::audit_csv))
-        .route("/t/{tenant}/effects/{source}/{*key}", get(pages::effect))
-        .route("/t/{tenant}/resolve/{source}/{*key}", post(pages::resolve))
+        .route("/t/{tenant}/effects/{source}/{*key}", get(effect::effect))
+        .route("/t/{tenant}/resolve/{source}/{*key}", post(effect::resolve))
         .route(
             "/t/{tenant}/reconcile/{source}/{*key}",
-            post(pages::reconcile_now),
+            post(effect::reconcile_now),
         )
         .layer(DefaultBodyLimit::max(FORM_LIMIT_BYTES))
         .layer(CsrfLayer::new())
@@ -311,7 +315,7 @@ pub fn not_found() -> Response {
 }
 
 pub fn error_page(status: StatusCode, message: &str) -> Response {
-    let tpl = pages::ErrorPage {
+    let tpl = chrome::ErrorPage {
         status: status.as_u16(),
         message,
         css: assets::css_href(),

@@ -1,15 +1,13 @@
-//! The settings forms (admins): API tokens (made here, shown once, revoked), providers
-//! (added with a write-only secret, checked by the API's own `new_provider`: settings,
-//! secret and the egress policy), and routing. Every form carries the session's CSRF
-//! token; every change goes to the audit log as the API's do. Secrets are never rendered
-//! back: a provider shows only whether it has one.
+//! The settings page and its forms (admins): API tokens (made here, shown once, revoked),
+//! providers (added with a write-only secret, checked by the API's own `new_provider`:
+//! settings, secret and the egress policy), and routing. Every form carries the session's
+//! CSRF token; every change goes to the audit log as the API's do. Secrets are never
+//! rendered back: a provider shows only whether it has one.
 
-use super::PageError;
-use super::fmt::{When, when_in};
-use super::pages::{
-    Chrome, CsrfOnly, SettingsFlash, accept, csrf_form, other_tenants, settings_response,
-    tenant_zone,
-};
+use super::chrome::{Chrome, other_tenants, tenant_zone};
+use super::csrf::{CsrfOnly, accept, csrf_form};
+use super::fmt::{When, age, seg, when_in, when_opt_in};
+use super::{PageError, html};
 use crate::AppState;
 use crate::api::providers::{ProviderInput, new_provider};
 use crate::web::WebSession;
@@ -22,6 +20,238 @@ use axum::{Extension, Form};
 use reckon_ledger::{LedgerError, Role, TokenCreator, WritebackPolicy};
 use serde::Deserialize;
 use serde_json::json;
+use std::collections::HashMap;
+
+#[derive(Template)]
+#[template(path = "settings.html")]
+pub struct SettingsPage {
+    pub c: Chrome,
+    pub sources: Vec<SettingsSource>,
+    pub providers: Vec<ProviderView>,
+    pub routes: Vec<(String, String, String)>,
+    pub tokens: Vec<TokenView>,
+    pub actions: Vec<ActionView>,
+    /// (email, role, disabled)
+    pub people: Vec<(String, &'static str, bool)>,
+    pub flash: SettingsFlash,
+}
+
+/// What the last settings form did: a message, an error, or a new token (shown in this
+/// one answer and nowhere else, ever).
+#[derive(Default)]
+pub struct SettingsFlash {
+    pub message: Option<String>,
+    pub error: Option<String>,
+    pub new_token: Option<String>,
+    /// The provider form's fields back after an error (never its secret).
+    pub provider_name: String,
+    pub provider_kind: String,
+    pub provider_settings: String,
+}
+
+pub struct SettingsSource {
+    pub name: String,
+    pub kind: &'static str,
+    pub dsn: String,
+    pub table: String,
+    pub interval: String,
+    pub last_success: Option<When>,
+    pub last_error: String,
+    pub failures: i64,
+    /// `off`, `release` or `fail`.
+    pub writeback: &'static str,
+    pub quarantine_href: String,
+    pub writeback_href: String,
+    /// Push sources hold no DSN: nothing to write back to, nothing to scan or test.
+    pub can_writeback: bool,
+    /// `.../settings/sources/{name}`: its `/scan` and `/test` forms post there.
+    pub href: String,
+    /// A "scan now" no scan has answered yet, and when it was asked.
+    pub scan_pending: Option<When>,
+}
+
+pub struct TokenView {
+    pub id: i64,
+    pub label: String,
+    pub role: &'static str,
+    pub created_by: String,
+    pub created: When,
+    pub last_used: Option<When>,
+    pub revoked: Option<When>,
+}
+
+pub struct ActionView {
+    pub at: When,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub detail: String,
+}
+
+pub async fn settings(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+) -> Result<Response, PageError> {
+    settings_response(&st, &s, StatusCode::OK, SettingsFlash::default()).await
+}
+
+/// The settings page with what the last form did.
+async fn settings_response(
+    st: &AppState,
+    s: &WebSession,
+    status: StatusCode,
+    flash: SettingsFlash,
+) -> Result<Response, PageError> {
+    let t = s.tenant.id;
+    let sources = st.ledger.list_sources(t).await?;
+    let providers = st.ledger.list_providers(t).await?;
+    let routes = st.ledger.list_routes(t).await?;
+    let tokens = st.ledger.list_tokens(t).await?;
+    let actions = st.ledger.list_actions(t, None, 50).await?;
+    let members = st.ledger.members(t).await?;
+    let emails: HashMap<i64, String> = members
+        .iter()
+        .map(|(u, _)| (u.id, u.email.clone()))
+        .collect();
+    let labels: HashMap<i64, String> = tokens.iter().map(|k| (k.id, k.label.clone())).collect();
+    let people = members
+        .into_iter()
+        .map(|(u, r)| (u.email, r.as_str(), u.disabled))
+        .collect();
+    let tz = &tenant_zone(st, t).await?;
+    let mut page = SettingsPage {
+        sources: sources
+            .iter()
+            .map(|x| SettingsSource {
+                name: x.name.clone(),
+                kind: x.kind.as_str(),
+                // The stored display form has no password; the DSN itself stays sealed.
+                dsn: x.dsn_display.clone().unwrap_or_default(),
+                table: x.table_name.clone(),
+                interval: age(x.scan_interval_secs as f64),
+                last_success: when_opt_in(x.last_success_at, tz),
+                last_error: x.last_error.clone().unwrap_or_default(),
+                failures: x.consecutive_failures,
+                writeback: x.writeback().map(|w| w.as_str()).unwrap_or("off"),
+                can_writeback: x.kind.as_str() != "push",
+                quarantine_href: format!(
+                    "/t/{}/settings/sources/{}/quarantine",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
+                writeback_href: format!(
+                    "/t/{}/settings/sources/{}/writeback",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
+                href: format!(
+                    "/t/{}/settings/sources/{}",
+                    seg(&s.tenant.slug),
+                    seg(&x.name)
+                ),
+                scan_pending: x
+                    .scan_pending()
+                    .then_some(x.scan_requested_at)
+                    .flatten()
+                    .map(|at| when_in(at, tz)),
+            })
+            .collect(),
+        providers: providers
+            .iter()
+            .map(|p| provider_view(p, &format!("/t/{}", seg(&s.tenant.slug))))
+            .collect(),
+        routes: routes
+            .into_iter()
+            .map(|r| {
+                (
+                    r.source,
+                    r.operation,
+                    r.provider.unwrap_or_else(|| "none".into()),
+                )
+            })
+            .collect(),
+        tokens: tokens
+            .into_iter()
+            .map(|k| TokenView {
+                id: k.id,
+                label: k.label,
+                role: k.role.as_str(),
+                created_by: k.created_by.unwrap_or_else(|| "operator".into()),
+                created: when_in(k.created_at, tz),
+                last_used: when_opt_in(k.last_used_at, tz),
+                revoked: when_opt_in(k.revoked_at, tz),
+            })
+            .collect(),
+        actions: actions
+            .into_iter()
+            .map(|a| ActionView {
+                at: when_in(a.at, tz),
+                actor: actor_words(&a.actor, &emails, &labels),
+                action: a.action,
+                target: a.target.unwrap_or_default(),
+                detail: a.detail.to_string(),
+            })
+            .collect(),
+        people,
+        flash,
+        c: Chrome::new(s, "settings"),
+    };
+    page.c.tenants = other_tenants(st, s).await?;
+    Ok(html(status, &page, false))
+}
+
+/// An audit log's actor as people read it: `user:7 via token:3` becomes
+/// `ann@acme.test via token “deploy-bot” (#3)`. People or tokens no longer in the tenant
+/// keep their number.
+pub fn actor_words(
+    actor: &str,
+    emails: &HashMap<i64, String>,
+    labels: &HashMap<i64, String>,
+) -> String {
+    actor
+        .split(' ')
+        .map(|word| {
+            if let Some(id) = word.strip_prefix("user:") {
+                match id.parse::<i64>() {
+                    Ok(i) => emails
+                        .get(&i)
+                        .cloned()
+                        .unwrap_or_else(|| format!("person #{i}")),
+                    // Recorded by email already.
+                    Err(_) => id.to_owned(),
+                }
+            } else if let Some(id) = word.strip_prefix("token:") {
+                match id.parse::<i64>().ok().and_then(|i| labels.get(&i)) {
+                    Some(label) => format!("token “{label}” (#{id})"),
+                    None => format!("token #{id}"),
+                }
+            } else {
+                word.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+pub struct ProviderView {
+    pub name: String,
+    pub kind: String,
+    pub has_secret: bool,
+    pub settings: String,
+    /// Where its "test" form posts (settings page).
+    pub test_href: String,
+}
+
+fn provider_view(p: &reckon_ledger::Provider, base: &str) -> ProviderView {
+    ProviderView {
+        name: p.name.clone(),
+        kind: p.kind.clone(),
+        has_secret: p.has_secret,
+        // Settings hold no secret (the key is sealed apart and never read back here).
+        settings: p.settings.to_string(),
+        test_href: format!("{base}/settings/providers/{}/test", seg(&p.name)),
+    }
+}
 
 csrf_form!(
     TokenForm,
@@ -686,4 +916,24 @@ pub async fn set_person(
     )
     .await;
     Ok(back(&st, &s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_log_names_people_and_tokens() {
+        let emails = HashMap::from([(7, "ann@acme.test".to_owned())]);
+        let labels = HashMap::from([(3, "deploy-bot".to_owned())]);
+        assert_eq!(
+            actor_words("user:7 via token:3", &emails, &labels),
+            "ann@acme.test via token “deploy-bot” (#3)"
+        );
+        assert_eq!(actor_words("token:9", &emails, &labels), "token #9");
+        assert_eq!(
+            actor_words("user:ann@acme.test", &emails, &labels),
+            "ann@acme.test"
+        );
+    }
 }

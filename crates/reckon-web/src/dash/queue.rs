@@ -1,0 +1,339 @@
+//! The unresolved queue: filtered and keyset-paged ([`QUEUE_PAGE`] rows a page), and its
+//! bulk re-lookup of one provider's indeterminate effects.
+
+use super::chrome::{Chrome, bad_request, given, other_tenants, tenant_zone};
+use super::csrf::{accept, csrf_form};
+use super::effect::replay_left;
+use super::fmt::{When, age, effect_href, seg, when_in, when_opt_in};
+use super::{PageError, html, not_found, wants_fragment};
+use crate::AppState;
+use crate::authz::{Permission, allows};
+use crate::web::WebSession;
+use askama::Template;
+use axum::Extension;
+use axum::Form;
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use reckon_domain::{State as EffectState, time};
+use reckon_ledger::{LedgerError, QueueQuery};
+use serde::Deserialize;
+
+/// Queue rows per page.
+pub const QUEUE_PAGE: i64 = 50;
+
+/// For an empty queue: when effects were last seen unresolved, from the hourly snapshots
+/// ("3 h ago"), or that none were in the period the snapshots cover.
+pub fn last_unresolved(snapshots: &[reckon_ledger::Snapshot], now: f64, days: u32) -> String {
+    match snapshots
+        .iter()
+        .filter(|x| x.unresolved > 0)
+        .map(|x| x.hour)
+        .reduce(f64::max)
+    {
+        // The snapshot of an hour counts what was unresolved during it: cleared after.
+        Some(hour) => format!(
+            "the last unresolved effects were cleared {} ago (hourly snapshots)",
+            age(now - (hour + 3600.0).min(now))
+        ),
+        None => format!("none was unresolved in the last {days} days"),
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct QueueParams {
+    source: Option<String>,
+    operation: Option<String>,
+    kind: Option<String>,
+    provider: Option<String>,
+    outcome: Option<String>,
+    attention: Option<String>,
+    after: Option<String>,
+    requeued: Option<i64>,
+}
+
+pub struct Filters {
+    pub source: String,
+    pub operation: String,
+    pub kind: String,
+    pub provider: String,
+    pub outcome: String,
+    pub attention: bool,
+}
+
+#[derive(Template)]
+#[template(path = "queue.html", blocks = ["rows"])]
+pub struct QueuePage {
+    pub c: Chrome,
+    pub f: Filters,
+    /// (name, selected)
+    pub sources: Vec<(String, bool)>,
+    pub providers: Vec<(String, bool)>,
+    pub outcomes: Vec<(&'static str, bool)>,
+    pub rows: Vec<QueueRowView>,
+    pub next_href: Option<String>,
+    pub filtered: bool,
+    /// Finance and admin may re-look up a provider's indeterminate effects in bulk.
+    pub can_requeue: bool,
+    /// After a bulk re-lookup: how many effects are due again.
+    pub requeued: Option<i64>,
+    /// For the empty state: when the queue last held something.
+    pub cleared: String,
+}
+
+pub struct QueueRowView {
+    /// No provider is routed for it: a person must check.
+    pub unrouted: bool,
+    pub href: String,
+    pub source: String,
+    pub key: String,
+    pub operation: String,
+    pub kind: &'static str,
+    pub age: String,
+    pub since: When,
+    pub attempts: i64,
+    pub lookups: i64,
+    pub last_outcome: Option<String>,
+    pub last_error: Option<String>,
+    pub next_attempt: Option<When>,
+    pub replay_left: String,
+    pub needs_attention: bool,
+    pub provider: Option<String>,
+}
+
+pub const KINDS: [&str; 2] = ["unknown", "abandoned"];
+pub const OUTCOMES: [&str; 4] = ["indeterminate", "applied", "not_applied", "duplicate"];
+
+pub async fn queue(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    headers: HeaderMap,
+    p: Result<Query<QueueParams>, QueryRejection>,
+) -> Result<Response, PageError> {
+    let Ok(Query(p)) = p else {
+        return Ok(bad_request("The filters are malformed."));
+    };
+    let kind = given(&p.kind);
+    if kind.as_deref().is_some_and(|k| !KINDS.contains(&k)) {
+        return Ok(bad_request("kind must be unknown or abandoned."));
+    }
+    let outcome = given(&p.outcome);
+    if outcome.as_deref().is_some_and(|o| !OUTCOMES.contains(&o)) {
+        return Ok(bad_request(
+            "outcome must be indeterminate, applied, not_applied or duplicate.",
+        ));
+    }
+    let after = match given(&p.after) {
+        None => None,
+        Some(a) => match a
+            .split_once(':')
+            .and_then(|(t, id)| Some((t.parse::<f64>().ok()?, id.parse::<i64>().ok()?)))
+        {
+            Some((t, id)) if t.is_finite() => Some((t, id)),
+            _ => {
+                return Ok(bad_request(
+                    "after must be <since>:<id>, as the next-page link has it.",
+                ));
+            }
+        },
+    };
+    let attention = given(&p.attention).is_some();
+    let now = time::now();
+    let q = QueueQuery {
+        source: given(&p.source),
+        operation: given(&p.operation),
+        kind,
+        provider: given(&p.provider),
+        outcome,
+        needs_attention: attention,
+        after,
+        limit: QUEUE_PAGE + 1,
+        now,
+    };
+    let mut found = st.ledger.unresolved_queue(s.tenant.id, &q).await?;
+    let tz = &tenant_zone(&st, s.tenant.id).await?;
+    let more = found.len() as i64 > QUEUE_PAGE;
+    found.truncate(QUEUE_PAGE as usize);
+    let mut c = Chrome::new(&s, "queue");
+    let f = Filters {
+        source: q.source.clone().unwrap_or_default(),
+        operation: q.operation.clone().unwrap_or_default(),
+        kind: q.kind.clone().unwrap_or_default(),
+        provider: q.provider.clone().unwrap_or_default(),
+        outcome: q.outcome.clone().unwrap_or_default(),
+        attention,
+    };
+    let next_href = match (more, found.last()) {
+        (true, Some(last)) => {
+            let mut qs = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in [
+                ("source", &f.source),
+                ("operation", &f.operation),
+                ("kind", &f.kind),
+                ("provider", &f.provider),
+                ("outcome", &f.outcome),
+            ] {
+                if !v.is_empty() {
+                    qs.append_pair(k, v);
+                }
+            }
+            if attention {
+                qs.append_pair("attention", "1");
+            }
+            qs.append_pair("after", &format!("{}:{}", last.since, last.effect.id));
+            Some(format!("{}/queue?{}", c.base, qs.finish()))
+        }
+        _ => None,
+    };
+    let rows: Vec<QueueRowView> = found
+        .iter()
+        .map(|r| QueueRowView {
+            href: effect_href(&s.tenant.slug, &r.effect.source, &r.effect.key),
+            source: r.effect.source.clone(),
+            key: r.effect.key.clone(),
+            operation: r.effect.operation.clone().unwrap_or_default(),
+            kind: match r.effect.state {
+                EffectState::Unknown => "unknown",
+                _ => "abandoned",
+            },
+            age: age(now - r.since),
+            since: when_in(r.since, tz),
+            attempts: r.effect.attempts,
+            lookups: r.lookups,
+            last_outcome: r.last_outcome.as_deref().map(|o| match (o, r.non_final) {
+                ("applied", true) => "applied (provisional)".to_owned(),
+                ("indeterminate", true) => "indeterminate (payment pending)".to_owned(),
+                _ => o.to_owned(),
+            }),
+            last_error: r.last_error.clone(),
+            // An effect no provider answers for is never looked up: no time to show.
+            next_attempt: if r.provider.is_none() || r.needs_attention {
+                None
+            } else {
+                when_opt_in(r.next_attempt_at, tz)
+            },
+            unrouted: r.provider.is_none() && r.lookups == 0 && r.last_error.is_some(),
+            replay_left: replay_left(&st, r.effect.created_at, now),
+            needs_attention: r.needs_attention,
+            provider: r.provider.clone(),
+        })
+        .collect();
+    let filtered = q.source.is_some()
+        || q.operation.is_some()
+        || q.kind.is_some()
+        || q.provider.is_some()
+        || q.outcome.is_some()
+        || attention
+        || after.is_some();
+    let fragment = wants_fragment(&headers);
+    if !fragment {
+        c.tenants = other_tenants(&st, &s).await?;
+    }
+    let (sources, providers) = if fragment {
+        (vec![], vec![])
+    } else {
+        (
+            st.ledger
+                .list_sources(s.tenant.id)
+                .await?
+                .into_iter()
+                .map(|x| {
+                    let on = x.name == f.source;
+                    (x.name, on)
+                })
+                .collect(),
+            st.ledger
+                .list_providers(s.tenant.id)
+                .await?
+                .into_iter()
+                .map(|x| {
+                    let on = x.name == f.provider;
+                    (x.name, on)
+                })
+                .collect(),
+        )
+    };
+    let outcomes = OUTCOMES.iter().map(|o| (*o, *o == f.outcome)).collect();
+    let cleared = if rows.is_empty() && !filtered {
+        let snapshots = st
+            .ledger
+            .snapshots(s.tenant.id, now - 30.0 * 86400.0)
+            .await?;
+        last_unresolved(&snapshots, now, 30)
+    } else {
+        String::new()
+    };
+    let page = QueuePage {
+        c,
+        f,
+        sources,
+        providers,
+        outcomes,
+        rows,
+        next_href,
+        filtered,
+        can_requeue: allows(s.role, Permission::ResolveManually),
+        requeued: p.requeued,
+        cleared,
+    };
+    if fragment {
+        return Ok(html(StatusCode::OK, &page.as_rows(), true));
+    }
+    Ok(html(StatusCode::OK, &page, true))
+}
+
+#[derive(Deserialize)]
+pub struct RequeueForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    provider: String,
+}
+
+csrf_form!(RequeueForm);
+
+/// The queue's bulk re-lookup: every indeterminate effect of the filtered provider is due
+/// again now (and no longer parked as needing attention), through the same ledger step as
+/// `POST /api/v1/reconcile/requeue`, recorded in the audit log the same way. Answered 303
+/// to the queue filtered by that provider, saying how many.
+pub async fn requeue(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    form: Result<Form<RequeueForm>, FormRejection>,
+) -> Result<Response, PageError> {
+    let form = match accept(&s, form) {
+        Ok(f) => f,
+        Err(refusal) => return Ok(refusal),
+    };
+    let name = form.provider.trim();
+    if name.is_empty() {
+        return Ok(bad_request(
+            "Choose a provider first: a bulk re-lookup asks one provider again.",
+        ));
+    }
+    let provider = match st.ledger.provider_by_name(s.tenant.id, name).await {
+        Ok(p) => p,
+        Err(LedgerError::NotFound(_)) => return Ok(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let now = time::now();
+    let n = st
+        .ledger
+        .requeue_indeterminate(s.tenant.id, provider.id, 0.0, now, now)
+        .await?;
+    st.dash.forget(s.tenant.id);
+    crate::actions::record(
+        &st,
+        s.tenant.id,
+        format!("user:{}", s.user.email),
+        "reconcile.requeue",
+        Some(provider.name.clone()),
+        serde_json::json!({ "from": 0.0, "to": now, "requeued": n, "via": "dashboard" }),
+    )
+    .await;
+    let mut qs = url::form_urlencoded::Serializer::new(String::new());
+    qs.append_pair("provider", &provider.name);
+    qs.append_pair("requeued", &n.to_string());
+    Ok(Redirect::to(&format!("/t/{}/queue?{}", seg(&s.tenant.slug), qs.finish())).into_response())
+}
