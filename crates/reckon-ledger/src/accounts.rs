@@ -8,11 +8,11 @@
 //! true)`), SQLite has no RLS and ignores it.
 
 use crate::Result;
-use crate::driver::{Driver, RowsAffected, SqlLedger};
+use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::{Role, Tenant, TenantId};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
 
 /// What a transaction may see under PostgreSQL row-level security.
 #[derive(Debug, Clone, Copy)]
@@ -254,25 +254,9 @@ pub trait Accounts: Send + Sync {
     async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool>;
 }
 
+#[apply(sql!)]
 #[async_trait::async_trait]
-impl<B: Driver> crate::accounts::Accounts for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Accounts for SqlLedger<B> {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn create_user(
         &self,

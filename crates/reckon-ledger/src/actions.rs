@@ -3,12 +3,13 @@
 //! and lists.
 
 use crate::accounts::Scope;
-use crate::driver::{Driver, SqlLedger};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::model::TenantId;
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Row, Type};
+use sqlx::Row;
 use tracing::instrument;
 
 /// One action, as recorded.
@@ -51,17 +52,9 @@ pub trait ActionLog: Send + Sync {
     ) -> Result<Vec<Action>>;
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> ActionLog for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> ActionLog for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn record_action(&self, tenant: TenantId, a: NewAction) -> Result<()> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;

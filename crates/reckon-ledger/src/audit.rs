@@ -12,13 +12,14 @@
 //! run, or removing a run, breaks [`verify_chain`] from that run on.
 
 use crate::Result;
-use crate::driver::{Driver, RowsAffected, SqlLedger};
+use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::{Effect, Lease, TenantId};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
+use sqlx::Database;
 
 /// `triggered_by` of the nightly run; the ledger stores a completed one once per day.
 pub const SCHEDULE_AUTHOR: &str = "schedule";
@@ -432,24 +433,8 @@ pub(crate) fn check_settings(s: &AuditSettings) -> Result<()> {
     Ok(())
 }
 
-impl<B: Driver> SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+#[apply(sql!)]
+impl<B: Driver> SqlLedger<B> {
     pub(crate) fn audit_run_row(
         row: &<B::DB as Database>::Row,
     ) -> crate::Result<crate::audit::AuditRun> {
@@ -618,25 +603,9 @@ where
     }
 }
 
+#[apply(sql!)]
 #[async_trait::async_trait]
-impl<B: Driver> crate::audit::Audits for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Audits for SqlLedger<B> {
     #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_settings(
         &self,

@@ -9,12 +9,13 @@
 
 use crate::Result;
 use crate::accounts::Scope;
-use crate::driver::{Driver, SqlLedger};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{Effect, TenantId};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Type};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Type};
 use tracing::instrument;
 
 /// Filters and page of [`crate::Ledger::unresolved_queue`]. Pages are keyed by
@@ -329,24 +330,9 @@ pub trait Dashboard: Send + Sync {
     async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>>;
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Dashboard for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<bool>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Dashboard for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
         B::metrics_snapshot(self, q).await

@@ -9,17 +9,7 @@
 //!
 //! Generic code never executes on `&self.pool`: always inside a transaction, through
 //! `&mut *tx` (sqlx's pool executor is what makes a generic future "not general enough").
-//! Every generic block names the sqlx bounds it needs in its where-clause: higher-ranked
-//! bounds are not implied by a trait, so they cannot live on [`Driver`]. The full set, as
-//! each aggregate's impl block spells it:
-//!
-//! ```text
-//! for<'c> &'c mut <B::DB as Database>::Connection: Executor<'c, Database = B::DB>,
-//! <B::DB as Database>::Arguments: IntoArguments<B::DB>,
-//! for<'q> T: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>   (i64, f64, bool, String, Vec<u8>)
-//! for<'q> Option<T>: Encode<'q, B::DB>                              (per driver, not blanket)
-//! for<'r> &'r str: ColumnIndex<Row>, usize: ColumnIndex<Row>
-//! ```
+//! The sqlx bounds generic code needs are stated once, by [`sql!`].
 
 use crate::Backend;
 use crate::accounts::Scope;
@@ -156,3 +146,40 @@ pub struct Pg {
     /// connection; the pool's connections drop to `reckon_app`.
     pub(crate) owner_opts: PgConnectOptions,
 }
+
+/// The sqlx bounds of every generic block, written once: `#[apply(sql!)]` on an
+/// `impl<B: Driver> Aggregate for SqlLedger<B>` (before its `#[async_trait]`) or an
+/// `impl<B: Driver> SqlLedger<B>` of helpers. Higher-ranked bounds on other types are not
+/// implied by a trait, so each impl must state them; this macro holds no SQL, only them.
+macro_rules! sql {
+    ($(#[$m:meta])* impl<B: Driver> $tr:ident for SqlLedger<B> { $($body:tt)* }) => {
+        $crate::driver::sql! { @where [$(#[$m])* impl<B: Driver> $tr for SqlLedger<B>] $($body)* }
+    };
+    ($(#[$m:meta])* impl<B: Driver> SqlLedger<B> { $($body:tt)* }) => {
+        $crate::driver::sql! { @where [$(#[$m])* impl<B: Driver> SqlLedger<B>] $($body)* }
+    };
+    (@where [$($head:tt)*] $($body:tt)*) => {
+        $($head)*
+        where
+        for<'c> &'c mut <B::DB as sqlx::Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+        <B::DB as sqlx::Database>::Arguments: sqlx::IntoArguments<B::DB>,
+        for<'q> i64: sqlx::Encode<'q, B::DB> + sqlx::Type<B::DB> + sqlx::Decode<'q, B::DB>,
+        for<'q> f64: sqlx::Encode<'q, B::DB> + sqlx::Type<B::DB> + sqlx::Decode<'q, B::DB>,
+        for<'q> bool: sqlx::Encode<'q, B::DB> + sqlx::Type<B::DB> + sqlx::Decode<'q, B::DB>,
+        for<'q> String: sqlx::Encode<'q, B::DB> + sqlx::Type<B::DB> + sqlx::Decode<'q, B::DB>,
+        for<'q> &'q str: sqlx::Encode<'q, B::DB> + sqlx::Type<B::DB>,
+        for<'q> Vec<u8>: sqlx::Encode<'q, B::DB> + sqlx::Type<B::DB> + sqlx::Decode<'q, B::DB>,
+        for<'q> Option<i64>: sqlx::Encode<'q, B::DB>,
+        for<'q> Option<f64>: sqlx::Encode<'q, B::DB>,
+        for<'q> Option<bool>: sqlx::Encode<'q, B::DB>,
+        for<'q> Option<String>: sqlx::Encode<'q, B::DB>,
+        for<'q> Option<&'q str>: sqlx::Encode<'q, B::DB>,
+        for<'q> Option<Vec<u8>>: sqlx::Encode<'q, B::DB>,
+        for<'r> &'r str: sqlx::ColumnIndex<<B::DB as sqlx::Database>::Row>,
+        usize: sqlx::ColumnIndex<<B::DB as sqlx::Database>::Row>,
+        {
+            $($body)*
+        }
+    };
+}
+pub(crate) use sql;

@@ -2,7 +2,7 @@
 //! quarantined rows and the source's cursor), what leaves the source, and the reads.
 
 use crate::accounts::Scope;
-use crate::driver::{Driver, SqlLedger};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::lease::fence;
 use crate::model::{
     Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, ItemStatus, Lease, Origin,
@@ -12,8 +12,9 @@ use crate::plan::{IngestPlan, ingest_plan};
 use crate::rows::{self, cursor_parts};
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use reckon_domain::{Disappearance, State, time};
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, QueryBuilder, Row, Type};
+use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
 use std::collections::HashMap;
 use tracing::field::Empty;
 use tracing::instrument;
@@ -66,23 +67,9 @@ pub trait Effects: Send + Sync {
     ) -> Result<Vec<QuarantineEntry>>;
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Effects for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Effects for SqlLedger<B> {
     #[instrument(level = "debug", skip_all, fields(
         origin = batch.origin.as_str(),
         items = batch.records.len() + batch.rejected.len(),
@@ -331,22 +318,8 @@ where
     }
 }
 
-impl<B: Driver> SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+#[apply(sql!)]
+impl<B: Driver> SqlLedger<B> {
     /// One attempt at [`Effects::ingest`]. `insert_first`: plan every key as new and insert
     /// without looking any up; `None` (nothing written) if a key was already there.
     async fn ingest_once(

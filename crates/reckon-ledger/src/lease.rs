@@ -6,11 +6,12 @@
 //! committed, and every write after the takeover finds the old term gone); on SQLite the
 //! write transaction itself excludes every other writer.
 
-use crate::driver::{Driver, SqlLedger};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::rows::check_lease_ttl as check_ttl;
 use crate::{Lease, LedgerError, Result};
 use async_trait::async_trait;
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
+use macro_rules_attribute::apply;
+use sqlx::{AssertSqlSafe, Database, Decode, Encode, Row, Type};
 use tracing::instrument;
 
 /// Leases: work that exactly one replica does at a time.
@@ -31,17 +32,9 @@ pub trait Leases: Send + Sync {
     async fn count_leases(&self, prefix: &str) -> Result<i64>;
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Leases for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Leases for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;

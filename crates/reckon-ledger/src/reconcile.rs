@@ -103,13 +103,14 @@ pub struct ReconcileView {
 }
 
 use crate::accounts::Scope;
-use crate::driver::{Driver, RowsAffected, SqlLedger};
+use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::TenantId;
 use crate::rows::{self, json};
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use reckon_domain::time;
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Row, Type};
+use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Row, Type};
 use tracing::instrument;
 
 pub(crate) fn outcome(stored: &str) -> Result<Outcome> {
@@ -250,25 +251,9 @@ pub trait Reconciliation: Send + Sync {
     ) -> Result<u64>;
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Reconciliation for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Reconciliation for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn claim_due(
         &self,
@@ -534,24 +519,8 @@ where
     }
 }
 
-impl<B: Driver> SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+#[apply(sql!)]
+impl<B: Driver> SqlLedger<B> {
     /// Take the lease of `effect_id` if it is free; the claim, or `None`.
     /// Take (or create) the effect's lease. The conditions are checked again on the
     /// state row as it is when locked, not as the caller's earlier read saw it: between

@@ -16,12 +16,12 @@
 //! names the runs that were broken before.
 
 use crate::audit::{AuditRun, NewAuditRun, run_digest};
-use crate::driver::{Driver, RowsAffected, SqlLedger};
+use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::TenantId;
+use macro_rules_attribute::apply;
 use reckon_domain::Redactor;
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
 use std::collections::BTreeMap;
 
 /// The name of the job in `pending_backfill`.
@@ -194,24 +194,8 @@ impl ChainWalk {
 }
 
 /// The scrub uses the audit's row readers and term writer, and the chain's lock.
-impl<B: Driver> SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+#[apply(sql!)]
+impl<B: Driver> SqlLedger<B> {
     /// Run the scrub if it is pending, tenant by tenant; strike it off when every
     /// tenant is done.
     pub(crate) async fn scrub_pending(&self) -> crate::Result<()> {

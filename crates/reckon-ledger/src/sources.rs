@@ -3,15 +3,16 @@
 
 use crate::accounts::Scope;
 use crate::crypto::dsn_aad;
-use crate::driver::{Driver, SqlLedger};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::lease::fence;
 use crate::model::{Lease, NewSource, Source, SourceChange, Tenant, TenantId};
 use crate::rows::{self, check_name};
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use reckon_domain::time;
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Type};
+use sqlx::AssertSqlSafe;
 use tracing::instrument;
 
 #[async_trait]
@@ -64,24 +65,9 @@ pub trait Sources: Send + Sync {
     async fn request_scan(&self, tenant: TenantId, name: &str, at: f64) -> Result<Source>;
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Tenants for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Tenants for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         check_name("tenant slug", slug)?;
@@ -137,24 +123,9 @@ where
     }
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Sources for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Sources for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
         check_name("source name", &new.name)?;

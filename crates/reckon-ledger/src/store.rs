@@ -14,11 +14,11 @@
 //! secret that already opens under the new key is left as it is, so running the same
 //! rotation twice (say, after the operator's new key was not yet saved) is harmless.
 
-use crate::driver::{Driver, SqlLedger};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::{Backend, Keyring, PoolStatus, Result};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::{ColumnIndex, Database, Decode, Encode, Type};
 use tracing::instrument;
 
 #[async_trait]
@@ -60,25 +60,9 @@ pub struct RotateReport {
     pub already_rotated: u64,
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Store for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Store for SqlLedger<B> {
     fn backend(&self) -> Backend {
         B::KIND
     }

@@ -7,13 +7,13 @@
 //! row: the row reckon writes carries the resolution id in its response. `UNIQUE
 //! (resolution_id)` makes one write-back per resolution (and so per effect).
 
-use crate::driver::{Driver, SqlLedger};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::model::{Lease, Source, TenantId};
 use crate::reconcile::Resolution;
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
+use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::Encode;
 use sqlx::{ColumnIndex, Database, Decode, Row, Type};
 use tracing::instrument;
 
@@ -275,25 +275,9 @@ pub trait Writebacks: Send + Sync {
     ) -> Result<Writeback>;
 }
 
+#[apply(sql!)]
 #[async_trait]
-impl<B: Driver> Writebacks for SqlLedger<B>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> f64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> bool: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> &'q str: Encode<'q, B::DB> + Type<B::DB>,
-    for<'q> Vec<u8>: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> Option<i64>: Encode<'q, B::DB>,
-    for<'q> Option<f64>: Encode<'q, B::DB>,
-    for<'q> Option<String>: Encode<'q, B::DB>,
-    for<'q> Option<&'q str>: Encode<'q, B::DB>,
-    for<'q> Option<Vec<u8>>: Encode<'q, B::DB>,
-    for<'r> &'r str: ColumnIndex<<B::DB as Database>::Row>,
-    usize: ColumnIndex<<B::DB as Database>::Row>,
-{
+impl<B: Driver> Writebacks for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn set_source_writeback(
         &self,
