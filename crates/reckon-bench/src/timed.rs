@@ -234,3 +234,45 @@ impl<S: Subscriber> Layer<S> for StatementLayer {
         s.rows_affected += f.rows_affected;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::field::Empty;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn a_ledger_span_becomes_one_call_with_the_fields_recorded_before_it_closed() {
+        let log = CallLog::default();
+        let _guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(log.layer()));
+        let span = tracing::debug_span!(target: "reckon_ledger::effects", "ingest",
+            origin = "scan", items = 7_usize,
+            created = Empty, updated = Empty, unchanged = Empty, quarantined = Empty);
+        span.in_scope(|| {
+            let s = tracing::Span::current();
+            s.record("created", 4_u64);
+            s.record("updated", 1_u64);
+            s.record("unchanged", 2_u64);
+            s.record("quarantined", 0_u64);
+        });
+        drop(span);
+        let other = tracing::debug_span!(target: "reckon_web::api", "not_a_ledger_call");
+        drop(other);
+        let keys =
+            tracing::debug_span!(target: "reckon_ledger::effects", "present_keys", items = Empty);
+        keys.record("items", 3_usize);
+        drop(keys);
+
+        let calls = log.take();
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[0].method, "ingest");
+        assert_eq!(calls[0].origin, Some(Origin::Scan));
+        assert_eq!(calls[0].items, 7);
+        assert_eq!(calls[0].outcome, Some((4, 1, 2, 0)));
+        assert_eq!(
+            (calls[1].method, calls[1].items, calls[1].outcome),
+            ("present_keys", 3, None)
+        );
+    }
+}

@@ -9,13 +9,13 @@
 
 use crate::Result;
 use crate::accounts::Scope;
-use crate::driver::{Driver, SqlLedger, sql};
+use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{Effect, TenantId};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Type};
+use sqlx::AssertSqlSafe;
 use tracing::instrument;
 
 /// Filters and page of [`crate::Ledger::unresolved_queue`]. Pages are keyed by
@@ -229,15 +229,8 @@ pub fn snapshot_of(hour: f64, kinds: &[KindSummary]) -> Snapshot {
 
 use sqlx::Row;
 
-pub(crate) fn queue_row<DB: Database>(row: &DB::Row, now: f64) -> crate::Result<QueueRow>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> bool: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn queue_row<DB: Database>(row: &DB::Row, now: f64) -> crate::Result<QueueRow> {
     Ok(QueueRow {
         effect: crate::rows::effect::<DB>(row, now)?,
         since: row.try_get("since")?,
@@ -252,13 +245,8 @@ where
     })
 }
 
-pub(crate) fn kind_row<DB: Database>(row: &DB::Row) -> crate::Result<KindSummary>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn kind_row<DB: Database>(row: &DB::Row) -> crate::Result<KindSummary> {
     Ok(KindSummary {
         kind: kind_of_state(&row.try_get::<String, _>("state")?).to_owned(),
         count: row.try_get("n")?,
@@ -268,13 +256,8 @@ where
     })
 }
 
-pub(crate) fn provider_health_row<DB: Database>(row: &DB::Row) -> crate::Result<ProviderHealth>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn provider_health_row<DB: Database>(row: &DB::Row) -> crate::Result<ProviderHealth> {
     Ok(ProviderHealth {
         provider: row.try_get("name")?,
         lookups: row.try_get("lookups")?,
@@ -284,12 +267,8 @@ where
     })
 }
 
-pub(crate) fn snapshot_row<DB: Database>(row: &DB::Row) -> crate::Result<Snapshot>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn snapshot_row<DB: Database>(row: &DB::Row) -> crate::Result<Snapshot> {
     Ok(Snapshot {
         hour: row.try_get("hour")?,
         unresolved: row.try_get("unresolved")?,

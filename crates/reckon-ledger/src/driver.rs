@@ -183,3 +183,23 @@ macro_rules! sql {
     };
 }
 pub(crate) use sql;
+
+/// The decode bounds of a row-mapping function, written once: `#[apply(row!)]` on a
+/// `fn name<DB: Database>(row: &DB::Row, ...) -> T`.
+macro_rules! row {
+    ($(#[$m:meta])* $v:vis fn $name:ident<DB: Database>($($args:tt)*) -> $ret:ty { $($body:tt)* }) => {
+        $(#[$m])*
+        $v fn $name<DB: sqlx::Database>($($args)*) -> $ret
+        where
+            for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+            for<'r> f64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+            for<'r> bool: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+            for<'r> String: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+            for<'r> Vec<u8>: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+            for<'r> &'r str: sqlx::ColumnIndex<DB::Row>,
+        {
+            $($body)*
+        }
+    };
+}
+pub(crate) use row;

@@ -2,7 +2,7 @@
 //! which provider answers for which operation of a source.
 
 use crate::accounts::Scope;
-use crate::driver::{Driver, SqlLedger, sql};
+use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::rows::{check_name, json};
 use crate::{LedgerError, Result};
@@ -11,7 +11,7 @@ use macro_rules_attribute::apply;
 use reckon_domain::time;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Row, Type};
+use sqlx::{AssertSqlSafe, Row};
 use tracing::instrument;
 
 /// A provider account. The secret (API key or auth header) is never part of this type.
@@ -65,14 +65,8 @@ pub(crate) fn provider_secret_aad(tenant_id: i64, provider_name: &str) -> String
 pub(crate) const PROVIDER_COLUMNS: &str =
     "id, name, kind, settings, secret_ciphertext IS NOT NULL AS has_secret, created_at";
 
-pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> bool: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider> {
     Ok(Provider {
         id: row.try_get("id")?,
         name: row.try_get("name")?,

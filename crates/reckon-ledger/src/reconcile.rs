@@ -103,14 +103,14 @@ pub struct ReconcileView {
 }
 
 use crate::accounts::Scope;
-use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
+use crate::driver::{Driver, RowsAffected, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::rows::{self, json};
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use reckon_domain::time;
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Row, Type};
+use sqlx::{AssertSqlSafe, Database, Row};
 use tracing::instrument;
 
 pub(crate) fn outcome(stored: &str) -> Result<Outcome> {
@@ -124,14 +124,8 @@ pub(crate) const ATTEMPT_COLUMNS: &str =
 pub(crate) const RESOLUTION_COLUMNS: &str =
     "id, outcome, author, note, evidence, attempt_id, created_at";
 
-pub(crate) fn state_row<DB: Database>(row: &DB::Row) -> Result<ReconcileState>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> bool: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn state_row<DB: Database>(row: &DB::Row) -> Result<ReconcileState> {
     Ok(ReconcileState {
         attempts: row.try_get("attempts")?,
         next_attempt_at: row.try_get("next_attempt_at")?,
@@ -149,13 +143,8 @@ where
     })
 }
 
-pub(crate) fn attempt_row<DB: Database>(row: &DB::Row) -> Result<Attempt>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn attempt_row<DB: Database>(row: &DB::Row) -> Result<Attempt> {
     Ok(Attempt {
         id: row.try_get("id")?,
         provider_id: row.try_get("provider_id")?,
@@ -168,13 +157,8 @@ where
     })
 }
 
-pub(crate) fn resolution_row<DB: Database>(row: &DB::Row) -> Result<Resolution>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn resolution_row<DB: Database>(row: &DB::Row) -> Result<Resolution> {
     Ok(Resolution {
         id: row.try_get("id")?,
         outcome: outcome(&row.try_get::<String, _>("outcome")?)?,

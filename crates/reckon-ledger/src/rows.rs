@@ -1,13 +1,15 @@
 //! Row mapping shared by both backends: the column lists are the same, only the driver
 //! differs, so one generic function per type reads them.
 
+use crate::driver::row;
 use crate::model::{
     Cursor, Effect, EffectEvent, QuarantineEntry, Source, SourceKind, Tenant, TenantId,
     finish_effect,
 };
 use crate::{LedgerError, Result};
+use macro_rules_attribute::apply;
 use reckon_domain::{SourceRecord, State, StoredSnapshot};
-use sqlx::{ColumnIndex, Database, Decode, Row, Type};
+use sqlx::Row;
 
 fn state(s: &str) -> Result<State> {
     State::parse(s).ok_or_else(|| LedgerError::Invalid(format!("stored state {s:?}")))
@@ -18,14 +20,8 @@ pub(crate) const EFFECT_COLUMNS: &str = "e.id, s.name AS source_name, e.key, e.o
     e.updated_at, e.expires_at, e.abandoned_at, e.first_seen_at, e.last_changed_at, e.gone_at, \
     e.gone_reason";
 
-pub(crate) fn effect<DB: Database>(row: &DB::Row, now: f64) -> Result<Effect>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn effect<DB: Database>(row: &DB::Row, now: f64) -> Result<Effect> {
     let mut e = Effect {
         id: row.try_get("id")?,
         source: row.try_get("source_name")?,
@@ -56,14 +52,8 @@ where
 pub(crate) const SNAPSHOT_COLUMNS: &str = "id, key, state, request_hash, response, attempts, \
     created_at, updated_at, expires_at, gone_at";
 
-pub(crate) fn snapshot<DB: Database>(row: &DB::Row) -> Result<(i64, StoredSnapshot)>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn snapshot<DB: Database>(row: &DB::Row) -> Result<(i64, StoredSnapshot)> {
     let gone_at: Option<f64> = row.try_get("gone_at")?;
     Ok((
         row.try_get("id")?,
@@ -106,14 +96,8 @@ pub(crate) fn update_source_sql() -> String {
     )
 }
 
-pub(crate) fn source<DB: Database>(row: &DB::Row) -> Result<Source>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn source<DB: Database>(row: &DB::Row) -> Result<Source> {
     let kind: String = row.try_get("kind")?;
     let cursor_updated_at: Option<f64> = row.try_get("cursor_updated_at")?;
     let cursor_key: Option<Vec<u8>> = row.try_get("cursor_key")?;
@@ -151,14 +135,8 @@ where
     })
 }
 
-pub(crate) fn tenant<DB: Database>(row: &DB::Row) -> Result<Tenant>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn tenant<DB: Database>(row: &DB::Row) -> Result<Tenant> {
     Ok(Tenant {
         id: TenantId(row.try_get("id")?),
         slug: row.try_get("slug")?,
@@ -169,14 +147,8 @@ where
 pub(crate) const EVENT_COLUMNS: &str = "id, observed_at, origin, kind, from_state, to_state, \
     attempts, source_updated_at, detail";
 
-pub(crate) fn event<DB: Database>(row: &DB::Row) -> Result<EffectEvent>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn event<DB: Database>(row: &DB::Row) -> Result<EffectEvent> {
     Ok(EffectEvent {
         id: row.try_get("id")?,
         observed_at: row.try_get("observed_at")?,
@@ -193,14 +165,8 @@ where
 pub(crate) const QUARANTINE_COLUMNS: &str =
     "id, reason, detail, key_excerpt, excerpt, origin, first_seen_at";
 
-pub(crate) fn quarantine<DB: Database>(row: &DB::Row) -> Result<QuarantineEntry>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> Vec<u8>: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn quarantine<DB: Database>(row: &DB::Row) -> Result<QuarantineEntry> {
     Ok(QuarantineEntry {
         id: row.try_get("id")?,
         reason: row.try_get("reason")?,

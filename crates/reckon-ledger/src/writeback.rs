@@ -7,14 +7,14 @@
 //! row: the row reckon writes carries the resolution id in its response. `UNIQUE
 //! (resolution_id)` makes one write-back per resolution (and so per effect).
 
-use crate::driver::{Driver, SqlLedger, sql};
+use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::{Lease, Source, TenantId};
 use crate::reconcile::Resolution;
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::{ColumnIndex, Database, Decode, Row, Type};
+use sqlx::Row;
 use tracing::instrument;
 
 /// What write-back does with a `not_applied` resolution (`applied` always becomes
@@ -158,14 +158,8 @@ pub(crate) const WRITEBACK_COLUMNS: &str = "id, source_id, effect_id, resolution
     action, seen_state, seen_updated_at, new_response, new_updated_at, status, detail, \
     recovered, created_at, settled_at";
 
-pub(crate) fn writeback_row<DB: Database>(row: &DB::Row) -> Result<Writeback>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> bool: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn writeback_row<DB: Database>(row: &DB::Row) -> Result<Writeback> {
     let action: String = row.try_get("action")?;
     let status: String = row.try_get("status")?;
     Ok(Writeback {
@@ -199,13 +193,8 @@ pub(crate) const CANDIDATE_SQL: &str = "SELECT e.id AS effect_id, e.source_id, s
     AND e.state IN ('unknown', 'in_progress') AND e.gone_at IS NULL \
     AND NOT EXISTS (SELECT 1 FROM writeback w WHERE w.resolution_id = r.id)";
 
-pub(crate) fn candidate_row<DB: Database>(row: &DB::Row) -> Result<WritebackCandidate>
-where
-    for<'r> i64: Decode<'r, DB> + Type<DB>,
-    for<'r> f64: Decode<'r, DB> + Type<DB>,
-    for<'r> String: Decode<'r, DB> + Type<DB>,
-    for<'r> &'r str: ColumnIndex<DB::Row>,
-{
+#[apply(row!)]
+pub(crate) fn candidate_row<DB: Database>(row: &DB::Row) -> Result<WritebackCandidate> {
     let evidence: String = row.try_get("r_evidence")?;
     Ok(WritebackCandidate {
         source_id: row.try_get("source_id")?,
