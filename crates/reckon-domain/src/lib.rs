@@ -6,6 +6,7 @@ pub mod key;
 pub mod outcome;
 pub mod record;
 pub mod redact;
+pub mod source;
 pub mod state;
 pub mod time;
 
@@ -16,4 +17,5 @@ pub use record::{
     decide, validate_row,
 };
 pub use redact::Redactor;
+pub use source::{Dialect, SourceKind};
 pub use state::{Disappearance, State, UnresolvedKind};

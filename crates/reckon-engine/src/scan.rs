@@ -20,7 +20,7 @@ use reckon_domain::{Disappearance, Limits, RawNum, RawRow, time, validate_row};
 use reckon_ledger::{
     Cursor, IngestBatch, IngestOutcome, Lease, Ledger, LedgerError, Origin, Source, Tenant,
 };
-use reckon_sources::{Dialect, EgressPolicy, ScanError, SourceConn, SourceDsn};
+use reckon_sources::{EgressPolicy, ScanError, SourceConn, SourceDsn};
 use secrecy::ExposeSecret;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -144,7 +144,9 @@ pub async fn open_source(
     source: &Source,
     egress: &EgressPolicy,
 ) -> Result<SourceConn, ScanFailure> {
-    let dialect = Dialect::parse(source.kind.as_str())
+    let dialect = source
+        .kind
+        .dialect()
         .ok_or_else(|| ScanError::Invalid(format!("source {:?} is a push source", source.name)))?;
     let dsn = ledger.source_dsn(tenant.id, source).await?;
     let dsn = SourceDsn::parse(dialect, dsn.expose_secret())

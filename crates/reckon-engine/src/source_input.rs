@@ -69,7 +69,7 @@ pub fn new_source(input: SourceInput) -> Result<NewSource, String> {
         (SourceKind::Push, Some(_)) => return Err("a push source takes no DSN".into()),
         (_, None) => return Err(format!("a {} source needs a DSN", kind.as_str())),
         (k, Some(d)) => {
-            let dialect = Dialect::parse(k.as_str()).expect("scanned kinds are dialects");
+            let dialect = k.dialect().expect("scanned kinds are dialects");
             let parsed = SourceDsn::parse(dialect, &d).map_err(|e| e.to_string())?;
             (Some(SecretString::from(d)), Some(parsed.redacted()))
         }
@@ -119,7 +119,7 @@ pub async fn check_dsn_at_save(
     tenant_slug: &str,
 ) -> Result<(), String> {
     use secrecy::ExposeSecret;
-    let (Some(dsn), Some(dialect)) = (dsn, Dialect::parse(kind.as_str())) else {
+    let (Some(dsn), Some(dialect)) = (dsn, kind.dialect()) else {
         return Ok(());
     };
     let parsed = SourceDsn::parse(dialect, dsn.expose_secret()).map_err(|e| e.to_string())?;
@@ -226,7 +226,7 @@ pub fn source_change(
     use secrecy::ExposeSecret;
     let mut change = reckon_ledger::SourceChange::default();
     if edit.dsn.is_some() || edit.password.is_some() {
-        let Some(dialect) = Dialect::parse(kind.as_str()) else {
+        let Some(dialect) = kind.dialect() else {
             return Err("a push source takes no DSN".into());
         };
         if let Some(p) = &edit.password

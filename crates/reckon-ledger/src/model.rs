@@ -66,40 +66,7 @@ pub struct TokenGrant {
     pub created_by: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SourceKind {
-    Sqlite,
-    Postgres,
-    Mysql,
-    Push,
-}
-
-impl SourceKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SourceKind::Sqlite => "sqlite",
-            SourceKind::Postgres => "postgres",
-            SourceKind::Mysql => "mysql",
-            SourceKind::Push => "push",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<SourceKind> {
-        [
-            SourceKind::Sqlite,
-            SourceKind::Postgres,
-            SourceKind::Mysql,
-            SourceKind::Push,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-    }
-
-    pub fn is_scanned(self) -> bool {
-        self != SourceKind::Push
-    }
-}
+pub use reckon_domain::SourceKind;
 
 /// A new source. The DSN arrives in clear and leaves only sealed.
 #[derive(Debug)]

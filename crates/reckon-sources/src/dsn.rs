@@ -28,23 +28,7 @@ pub(crate) fn refuse_service_pg_env() -> Result<(), String> {
     Ok(())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    Sqlite,
-    Postgres,
-    Mysql,
-}
-
-impl Dialect {
-    pub fn parse(s: &str) -> Option<Dialect> {
-        match s {
-            "sqlite" => Some(Dialect::Sqlite),
-            "postgres" => Some(Dialect::Postgres),
-            "mysql" => Some(Dialect::Mysql),
-            _ => None,
-        }
-    }
-}
+pub use reckon_domain::Dialect;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid DSN: {0}")]

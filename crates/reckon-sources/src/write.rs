@@ -106,7 +106,7 @@ impl SourceWriter {
         let Some(policy) = source.writeback() else {
             return Err(WriteError::NotOptedIn(source.name.clone()));
         };
-        let dialect = Dialect::parse(source.kind.as_str()).ok_or_else(|| {
+        let dialect = source.kind.dialect().ok_or_else(|| {
             WriteError::Invalid(format!(
                 "source {:?} is a push source: reckon has no database to write to",
                 source.name

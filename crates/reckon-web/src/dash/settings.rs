@@ -133,7 +133,7 @@ async fn settings_response(
                 last_error: x.last_error.clone().unwrap_or_default(),
                 failures: x.consecutive_failures,
                 writeback: x.writeback().map(|w| w.as_str()).unwrap_or("off"),
-                can_writeback: x.kind.as_str() != "push",
+                can_writeback: x.kind.is_scanned(),
                 quarantine_href: format!(
                     "/t/{}/settings/sources/{}/quarantine",
                     seg(&s.tenant.slug),
