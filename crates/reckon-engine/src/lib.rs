@@ -3,6 +3,7 @@
 
 pub mod answer;
 pub mod audit;
+pub mod commands;
 pub mod probe;
 pub mod provider_client;
 pub mod push;

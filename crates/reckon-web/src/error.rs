@@ -113,6 +113,17 @@ impl From<LedgerError> for ApiError {
     }
 }
 
+impl From<reckon_engine::commands::CommandError> for ApiError {
+    fn from(e: reckon_engine::commands::CommandError) -> Self {
+        use reckon_engine::commands::CommandError;
+        match e {
+            CommandError::Invalid(why) => ApiError::Unprocessable(why),
+            CommandError::Exists(_) => ApiError::Conflict(e.to_string()),
+            CommandError::Ledger(l) => l.into(),
+        }
+    }
+}
+
 macro_rules! from_rejection {
     ($($t:ty),*) => {$(
         impl From<$t> for ApiError {

@@ -17,11 +17,14 @@ mod writeback;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use config::{Overrides, Settings};
-use reckon_engine::{ScanOptions, SourceInput, new_source, scan_source};
+use reckon_engine::commands;
+use reckon_engine::{ScanOptions, SourceInput, scan_source};
 use reckon_ledger::{Keyring, Ledger, Role};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// How the audit log names whoever runs the CLI: the operator, who holds the ledger.
+const OPERATOR: &str = "operator";
 #[derive(Parser)]
 #[command(
     name = "reckon",
@@ -507,7 +510,14 @@ async fn source_cmd(
             full_scan_every,
         } => {
             let t = ledger.tenant_by_slug(&tenant).await?;
-            let new = new_source(SourceInput {
+            let ctx = commands::Ctx {
+                ledger,
+                egress: &egress,
+                tenant: &t,
+                actor: OPERATOR.into(),
+                via: commands::Via::Cli,
+            };
+            let input = SourceInput {
                 name,
                 kind,
                 dsn,
@@ -516,12 +526,8 @@ async fn source_cmd(
                 abandoned_after,
                 overlap,
                 full_scan_every,
-            })
-            .map_err(anyhow::Error::msg)?;
-            reckon_engine::check_dsn_at_save(new.kind, new.dsn.as_ref(), &egress, &t.slug)
-                .await
-                .map_err(anyhow::Error::msg)?;
-            let s = ledger.add_source(t.id, new).await?;
+            };
+            let s = commands::add_source(&ctx, input).await?;
             eprintln!("source {} added ({})", s.name, s.kind.as_str());
         }
         SourceCmd::List { tenant, format } => {

@@ -144,3 +144,34 @@ fn setting_up_creates_the_ledger_and_failures_exit_non_zero() {
     let out = reckon(&data, &["source", "scan", "--tenant", "acme"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[tokio::test]
+async fn a_source_added_from_the_cli_is_in_the_tenants_audit_log_as_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = reckon(&data, &["tenant", "create", "acme"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let add = [
+        "source", "add", "--tenant", "acme", "--name", "orders", "--kind", "push",
+    ];
+    let out = reckon(&data, &add);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The same add again changes nothing and logs nothing.
+    failure("adding the same source twice", &reckon(&data, &add));
+
+    let keyring = reckon_ledger::Keyring::load_file(&data.join("master.key"))
+        .unwrap()
+        .expect("the key file the CLI made");
+    let ledger = reckon_ledger::connect(None, &data, keyring).await.unwrap();
+    let acme = ledger.tenant_by_slug("acme").await.unwrap();
+    let log = ledger.list_actions(acme.id, None, 10).await.unwrap();
+    let lines: Vec<_> = log
+        .iter()
+        .map(|a| (a.actor.as_str(), a.action.as_str(), a.target.as_deref()))
+        .collect();
+    assert_eq!(lines, [("operator", "source.add", Some("orders"))]);
+    assert_eq!(
+        log[0].detail,
+        serde_json::json!({"kind": "push", "via": "cli"})
+    );
+}

@@ -6,10 +6,10 @@ use crate::extract::ApiPath;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use reckon_engine::{SourceEdit, SourceInput, check_dsn_at_save, new_source, source_change};
-use reckon_ledger::{LedgerError, Source};
+use reckon_engine::commands;
+use reckon_engine::{SourceEdit, SourceInput};
+use reckon_ledger::Source;
 use serde::Serialize;
-use serde_json::json;
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct SourceList {
@@ -50,32 +50,10 @@ pub async fn create(
     Admin(auth): Admin,
     ApiJson(input): ApiJson<SourceInput>,
 ) -> Result<(StatusCode, Json<Source>), ApiError> {
-    let name = input.name.clone();
-    // The refusals below never quote a DSN beyond its host (fixed sentences, see
+    // The refusals never quote a DSN beyond its host (fixed sentences, see
     // `reckon_sources::dsn`), so they are answered as they are: cutting a secret out of
     // them would tell the caller where it matched (see `scrub`).
-    let new = new_source(input).map_err(ApiError::Unprocessable)?;
-    check_dsn_at_save(new.kind, new.dsn.as_ref(), &state.egress, &auth.tenant.slug)
-        .await
-        .map_err(ApiError::Unprocessable)?;
-    let source = state
-        .ledger
-        .add_source(auth.tenant.id, new)
-        .await
-        .map_err(|e| match e {
-            LedgerError::Conflict(_) => {
-                ApiError::Conflict(format!("a source named {name:?} already exists"))
-            }
-            other => other.into(),
-        })?;
-    crate::actions::by_token(
-        &state,
-        &auth,
-        "source.add",
-        &source.name,
-        json!({ "kind": source.kind.as_str() }),
-    )
-    .await;
+    let source = commands::add_source(&by_token(&state, &auth), input).await?;
     Ok((StatusCode::CREATED, Json(source)))
 }
 
@@ -103,44 +81,7 @@ pub async fn edit(
     ApiPath(name): ApiPath<String>,
     ApiJson(edit): ApiJson<SourceEdit>,
 ) -> Result<Json<Source>, ApiError> {
-    let tenant = auth.tenant.id;
-    // 404 for a name the tenant has no source of, before the body is looked at.
-    let source = state.ledger.source_by_name(tenant, &name).await?;
-    let fields = edit.fields();
-    if fields.is_empty() {
-        return Err(ApiError::Unprocessable(
-            "nothing to change: give at least one of dsn, password, table, scan_interval, \
-             abandoned_after, overlap, full_scan_every"
-                .into(),
-        ));
-    }
-    let stored = if source.kind.is_scanned() && (edit.dsn.is_some() || edit.password.is_some()) {
-        Some(state.ledger.source_dsn(tenant, &source).await?)
-    } else {
-        None
-    };
-    // As in `create`: the refusals quote no DSN, and are never matched against the stored
-    // password (an answer that changed when a guess equalled it would reveal it).
-    let change =
-        source_change(source.kind, stored.as_ref(), edit).map_err(ApiError::Unprocessable)?;
-    check_dsn_at_save(
-        source.kind,
-        change.dsn.as_ref(),
-        &state.egress,
-        &auth.tenant.slug,
-    )
-    .await
-    .map_err(ApiError::Unprocessable)?;
-    let dsn_changed = change.dsn.is_some();
-    let source = state.ledger.update_source(tenant, &name, change).await?;
-    crate::actions::by_token(
-        &state,
-        &auth,
-        "source.edit",
-        &source.name,
-        json!({ "fields": fields, "dsn_changed": dsn_changed }),
-    )
-    .await;
+    let source = commands::edit_source(&by_token(&state, &auth), &name, edit).await?;
     Ok(Json(source))
 }
 
@@ -173,6 +114,17 @@ pub(crate) fn scrub(mut message: String, secrets: &[String]) -> String {
         message = message.replace(secret.as_str(), "<redacted>");
     }
     message
+}
+
+/// A command made through the API with this token.
+fn by_token<'a>(state: &'a AppState, auth: &'a Auth) -> commands::Ctx<'a> {
+    commands::Ctx {
+        ledger: state.ledger.as_ref(),
+        egress: &state.egress,
+        tenant: &auth.tenant,
+        actor: crate::actions::actor(auth),
+        via: commands::Via::Api,
+    }
 }
 
 #[cfg(test)]

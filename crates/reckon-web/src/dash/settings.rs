@@ -17,6 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
+use reckon_engine::commands::CommandError;
 use reckon_ledger::{LedgerError, Role, TokenCreator, WritebackPolicy};
 use serde::Deserialize;
 use serde_json::json;
@@ -787,9 +788,8 @@ pub struct SourceForm {
     abandoned_after: String,
 }
 
-/// Add a source through the engine's `new_source` (the one place CLI and API input becomes
-/// a source); its refusals quote no DSN beyond its host, as the API's. The DSN is
-/// write-only.
+/// Add a source through the engine's command, as the CLI and the API do; its refusals quote
+/// no DSN beyond its host. The DSN is write-only.
 pub async fn add_source(
     State(st): State<AppState>,
     Extension(s): Extension<WebSession>,
@@ -811,43 +811,27 @@ pub async fn add_source(
         overlap: None,
         full_scan_every: None,
     };
-    let name = input.name.clone();
     let error = |m: String| SettingsFlash {
         error: Some(m),
         ..SettingsFlash::default()
     };
-    let new = match reckon_engine::new_source(input) {
-        Ok(n) => n,
-        Err(why) => return refuse(&st, &s, error(why)).await,
+    let ctx = reckon_engine::commands::Ctx {
+        ledger: st.ledger.as_ref(),
+        egress: &st.egress,
+        tenant: &s.tenant,
+        actor: actor(&s),
+        via: reckon_engine::commands::Via::Dashboard,
     };
-    // The egress policy at save (T08, T12), as the API's add: the reason, never the DSN.
-    if let Err(why) =
-        reckon_engine::check_dsn_at_save(new.kind, new.dsn.as_ref(), &st.egress, &s.tenant.slug)
-            .await
-    {
-        return refuse(&st, &s, error(why)).await;
-    }
-    let source = match st.ledger.add_source(s.tenant.id, new).await {
-        Ok(x) => x,
-        Err(LedgerError::Conflict(_)) => {
-            return refuse(
-                &st,
-                &s,
-                error(format!("A source named “{name}” already exists.")),
-            )
-            .await;
+    match reckon_engine::commands::add_source(&ctx, input).await {
+        Ok(_) => {}
+        Err(CommandError::Exists(name)) => {
+            let why = format!("A source named “{name}” already exists.");
+            return refuse(&st, &s, error(why)).await;
         }
-        Err(e) => return Err(e.into()),
-    };
-    crate::actions::record(
-        &st,
-        s.tenant.id,
-        actor(&s),
-        "source.add",
-        Some(source.name.clone()),
-        json!({ "kind": source.kind.as_str(), "via": "dashboard" }),
-    )
-    .await;
+        // The egress policy at save (T08, T12), as the API's add: the reason, never the DSN.
+        Err(CommandError::Invalid(why)) => return refuse(&st, &s, error(why)).await,
+        Err(CommandError::Ledger(e)) => return Err(e.into()),
+    }
     Ok(back(&st, &s))
 }
 
