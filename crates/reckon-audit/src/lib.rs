@@ -17,9 +17,10 @@
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use reckon_domain::{State, UnresolvedKind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+pub mod chain;
 mod split;
 
 pub use split::intent_subject;
@@ -198,7 +199,7 @@ pub struct Match {
 
 /// A match on customer, amount, currency and time alone: shown to a person as a lead,
 /// never used to decide a finding.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Suggestion {
     pub charge: String,
     pub source: String,
@@ -206,7 +207,7 @@ pub struct Suggestion {
     pub why: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FindingKind {
     Duplicate,
@@ -215,6 +216,9 @@ pub enum FindingKind {
     Unresolved,
     RiskyReclaim,
     SplitIntent,
+    /// A kind a newer version stored, read by this one (never produced here).
+    #[serde(other)]
+    Other,
 }
 
 impl FindingKind {
@@ -235,11 +239,12 @@ impl FindingKind {
             FindingKind::Unresolved => "unresolved",
             FindingKind::RiskyReclaim => "risky_reclaim",
             FindingKind::SplitIntent => "split_intent",
+            FindingKind::Other => "other",
         }
     }
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EffectRef {
     pub source: String,
     pub key: String,
@@ -250,23 +255,25 @@ pub struct EffectRef {
     pub created_at: f64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ChargeRef {
     pub id: String,
     pub amount: i64,
     pub currency: String,
     pub status: String,
     pub amount_refunded: i64,
+    #[serde(default)]
     pub refunded_as_duplicate: bool,
     pub customer: Option<String>,
     pub created: f64,
     /// The idempotency key it was made with and its metadata: for an orphan, what the
     /// provider knows of the order behind it.
     pub idempotency_key: Option<String>,
+    #[serde(default)]
     pub metadata: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Finding {
     pub kind: FindingKind,
     /// Plain words for the person reading the report.
@@ -280,11 +287,14 @@ pub struct Finding {
     pub amount: Option<i64>,
     pub currency: Option<String>,
     /// For duplicates: every extra charge was refunded as `duplicate`.
+    #[serde(default)]
     pub refunded: bool,
+    #[serde(default)]
     pub suggestions: Vec<Suggestion>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(default)]
 pub struct CurrencyTotals {
     pub currency: String,
     /// Successful charges of the day.

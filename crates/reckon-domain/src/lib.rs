@@ -2,6 +2,7 @@
 //! (an invariant written down in ARCHITECTURE.md), so the rules that decide what a row
 //! means can be unit-tested on their own.
 
+pub mod ingest;
 pub mod key;
 pub mod outcome;
 pub mod record;

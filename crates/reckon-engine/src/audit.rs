@@ -397,20 +397,18 @@ pub async fn audit_day(
 }
 
 fn counts(report: Option<&reckon_audit::AuditReport>, imported: u64) -> Value {
-    let mut findings = serde_json::Map::new();
-    for k in reckon_audit::FindingKind::ALL {
-        findings.insert(
-            k.as_str().to_owned(),
-            json!(report.map(|r| r.count(k)).unwrap_or(0)),
-        );
-    }
-    json!({
-        "findings": findings,
-        "effects_in_day": report.map(|r| r.effects_in_day).unwrap_or(0),
-        "charges_in_day": report.map(|r| r.charges_in_day).unwrap_or(0),
-        "matches": report.map(|r| r.matches.len()).unwrap_or(0),
-        "charges_imported": imported,
-    })
+    let n = |f: fn(&reckon_audit::AuditReport) -> usize| report.map(f).unwrap_or(0) as i64;
+    let counts = reckon_audit::chain::RunCounts {
+        findings: reckon_audit::FindingKind::ALL
+            .into_iter()
+            .map(|k| (k, report.map(|r| r.count(k) as i64).unwrap_or(0)))
+            .collect(),
+        effects_in_day: n(|r| r.effects_in_day),
+        charges_in_day: n(|r| r.charges_in_day),
+        matches: n(|r| r.matches.len()),
+        charges_imported: imported as i64,
+    };
+    serde_json::to_value(counts).unwrap_or_default()
 }
 
 /// Import, audit and store one run. Returns the stored run, `complete` or `failed`.
@@ -720,7 +718,7 @@ pub async fn verify(
         after = last.seq;
         all.extend(page);
     }
-    let breaks = reckon_ledger::verify_chain(tenant, &all);
+    let breaks = reckon_ledger::verify_chain(tenant.get(), &all);
     Ok((all.len(), breaks))
 }
 
@@ -768,68 +766,32 @@ pub const CSV_HEADER: [&str; 26] = [
 /// field joined with `; `. Times in the tenant's zone; amounts as decimals and in minor units.
 pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
     let tz = run.run.time_zone.as_str();
+    let unreadable = |e: serde_json::Error| csv::Error::from(std::io::Error::other(e));
+    let findings = run.findings().map_err(unreadable)?;
+    let totals = run.totals().map_err(unreadable)?;
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(CSV_HEADER)?;
-    let empty = Vec::new();
-    let findings = run.run.findings.as_array().unwrap_or(&empty);
+    // "12.34 USD" -> "12.34": the currency has its own column.
+    let decimal = |minor: i64, cur: &str| {
+        reckon_audit::money(minor, cur)
+            .split(' ')
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let time = |t: f64| reckon_audit::local_timestamp(t, tz);
     for (i, f) in findings.iter().enumerate() {
-        let effects = f["effects"].as_array().unwrap_or(&empty);
-        let charges = f["charges"].as_array().unwrap_or(&empty);
-        let join = |items: &Vec<Value>, field: &str| -> String {
-            items
-                .iter()
-                .map(|x| match &x[field] {
-                    Value::String(s) => s.clone(),
-                    Value::Null => String::new(),
-                    other => other.to_string(),
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
+        let effects = |field: fn(&reckon_audit::EffectRef) -> String| {
+            f.effects.iter().map(field).collect::<Vec<_>>().join("; ")
         };
-        let times = |items: &Vec<Value>, field: &str| -> String {
-            items
-                .iter()
-                .filter_map(|x| x[field].as_f64())
-                .map(|t| reckon_audit::local_timestamp(t, tz))
-                .collect::<Vec<_>>()
-                .join("; ")
+        let charges = |field: &dyn Fn(&reckon_audit::ChargeRef) -> String| {
+            f.charges.iter().map(field).collect::<Vec<_>>().join("; ")
         };
-        let currency = f["currency"].as_str().unwrap_or("");
-        let amount = f["amount"].as_i64();
-        let money = |minor: i64, cur: &str| {
-            // "12.34 USD" -> "12.34": the currency has its own column.
-            reckon_audit::money(minor, cur)
-                .split(' ')
-                .next()
-                .unwrap_or("")
-                .to_owned()
-        };
-        // Decimal amounts, like the finding's own `amount` column.
-        let charge_money = |field: &str| {
-            charges
-                .iter()
-                .map(|c| {
-                    money(
-                        c[field].as_i64().unwrap_or(0),
-                        c["currency"].as_str().unwrap_or(""),
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("; ")
-        };
-        let suggestions = f["suggestions"]
-            .as_array()
-            .unwrap_or(&empty)
+        let currency = f.currency.as_deref().unwrap_or("");
+        let suggestions = f
+            .suggestions
             .iter()
-            .map(|s| {
-                format!(
-                    "{} -> {}/{} ({})",
-                    s["charge"].as_str().unwrap_or(""),
-                    s["source"].as_str().unwrap_or(""),
-                    s["key"].as_str().unwrap_or(""),
-                    s["why"].as_str().unwrap_or("")
-                )
-            })
+            .map(|s| format!("{} -> {}/{} ({})", s.charge, s.source, s.key, s.why))
             .collect::<Vec<_>>()
             .join("; ");
         let row = [
@@ -837,44 +799,45 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
             run.run.day.clone(),
             tz.to_owned(),
             (i + 1).to_string(),
-            f["kind"].as_str().unwrap_or("").to_owned(),
-            f["summary"].as_str().unwrap_or("").to_owned(),
-            amount.map(|a| money(a, currency)).unwrap_or_default(),
+            f.kind.as_str().to_owned(),
+            f.summary.clone(),
+            f.amount.map(|a| decimal(a, currency)).unwrap_or_default(),
             currency.to_ascii_uppercase(),
-            amount.map(|a| a.to_string()).unwrap_or_default(),
-            f["refunded"].as_bool().unwrap_or(false).to_string(),
-            join(effects, "key"),
-            join(effects, "source"),
-            join(effects, "operation"),
-            join(effects, "subject"),
-            join(effects, "state"),
-            join(effects, "attempts"),
-            times(effects, "created_at"),
-            join(charges, "id"),
-            charge_money("amount"),
-            join(charges, "status"),
-            charge_money("amount_refunded"),
-            join(charges, "customer"),
-            times(charges, "created"),
-            suggestions,
-            join(charges, "idempotency_key"),
-            charges
+            f.amount.map(|a| a.to_string()).unwrap_or_default(),
+            f.refunded.to_string(),
+            effects(|e| e.key.clone()),
+            effects(|e| e.source.clone()),
+            effects(|e| e.operation.clone()),
+            effects(|e| e.subject.clone().unwrap_or_default()),
+            effects(|e| e.state.as_str().to_owned()),
+            effects(|e| e.attempts.to_string()),
+            f.effects
                 .iter()
-                .map(|c| match &c["metadata"] {
-                    Value::Object(m) if !m.is_empty() => Value::Object(m.clone()).to_string(),
-                    _ => String::new(),
-                })
+                .map(|e| time(e.created_at))
                 .collect::<Vec<_>>()
                 .join("; "),
+            charges(&|c| c.id.clone()),
+            charges(&|c| decimal(c.amount, &c.currency)),
+            charges(&|c| c.status.clone()),
+            charges(&|c| decimal(c.amount_refunded, &c.currency)),
+            charges(&|c| c.customer.clone().unwrap_or_default()),
+            charges(&|c| time(c.created)),
+            suggestions,
+            charges(&|c| c.idempotency_key.clone().unwrap_or_default()),
+            charges(&|c| {
+                if c.metadata.is_empty() {
+                    String::new()
+                } else {
+                    serde_json::to_string(&c.metadata).unwrap_or_default()
+                }
+            }),
         ];
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }
     // The day's totals per currency, after the findings: kind `total`, the net as the
     // amount, and every figure in the summary.
-    for t in run.run.totals.as_array().unwrap_or(&empty) {
-        let currency = t["currency"].as_str().unwrap_or("");
-        let figure = |field: &str| reckon_audit::money(t[field].as_i64().unwrap_or(0), currency);
-        let net = t["net"].as_i64().unwrap_or(0);
+    for t in &totals {
+        let figure = |minor: i64| reckon_audit::money(minor, &t.currency);
         let mut row: Vec<String> = vec![String::new(); CSV_HEADER.len()];
         row[0] = run.id.to_string();
         row[1] = run.run.day.clone();
@@ -882,19 +845,15 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
         row[4] = "total".into();
         row[5] = format!(
             "charged {}, refunded {}, net {}; matched to effects {}, unmatched {}",
-            figure("charged"),
-            figure("refunded"),
-            figure("net"),
-            figure("matched"),
-            figure("unmatched")
+            figure(t.charged),
+            figure(t.refunded),
+            figure(t.net),
+            figure(t.matched),
+            figure(t.unmatched)
         );
-        row[6] = reckon_audit::money(net, currency)
-            .split(' ')
-            .next()
-            .unwrap_or("")
-            .to_owned();
-        row[7] = currency.to_ascii_uppercase();
-        row[8] = net.to_string();
+        row[6] = decimal(t.net, &t.currency);
+        row[7] = t.currency.to_ascii_uppercase();
+        row[8] = t.net.to_string();
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }
     let bytes = w.into_inner().map_err(|e| e.into_error())?;

@@ -8,7 +8,7 @@
 //! true)`), SQLite has no RLS and ignores it.
 
 use crate::Result;
-use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
+use crate::driver::{Driver, SqlLedger, sql};
 use crate::model::{Role, Tenant, TenantId};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
@@ -340,25 +340,24 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         user_id: i64,
         role: crate::Role,
     ) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
-        sqlx::query(
-            "INSERT INTO membership (user_id, tenant_id, role, created_at) \
+        self.exec(
+            crate::accounts::Scope::Tenant(tenant),
+            sqlx::query(
+                "INSERT INTO membership (user_id, tenant_id, role, created_at) \
              VALUES ($1, $2, $3, $4) \
              ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
+            )
+            .bind(user_id)
+            .bind(tenant.0)
+            .bind(role.as_str())
+            .bind(reckon_domain::time::now()),
         )
-        .bind(user_id)
-        .bind(tenant.0)
-        .bind(role.as_str())
-        .bind(reckon_domain::time::now())
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn memberships(&self, user_id: i64) -> crate::Result<Vec<(crate::Tenant, crate::Role)>> {
-        use sqlx::Row;
         let mut tx = B::begin(self, crate::accounts::Scope::User(user_id), false).await?;
         let rows = sqlx::query(
             "SELECT t.id, t.slug, t.created_at, m.role FROM membership m \
@@ -370,12 +369,9 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         rows.iter()
             .map(|r| {
-                let role: String = r.try_get("role")?;
                 Ok((
                     crate::rows::tenant::<B::DB>(r)?,
-                    crate::Role::parse(&role).ok_or_else(|| {
-                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                    })?,
+                    crate::rows::role::<B::DB>(r)?,
                 ))
             })
             .collect()
@@ -398,7 +394,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         rows.iter()
             .map(|r| {
-                let role: String = r.try_get("role")?;
                 Ok((
                     crate::accounts::User {
                         id: r.try_get("id")?,
@@ -406,9 +401,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
                         disabled: r.try_get::<Option<f64>, _>("disabled_at")?.is_some(),
                         created_at: r.try_get("created_at")?,
                     },
-                    crate::Role::parse(&role).ok_or_else(|| {
-                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                    })?,
+                    crate::rows::role::<B::DB>(r)?,
                 ))
             })
             .collect()
@@ -416,17 +409,17 @@ impl<B: Driver> Accounts for SqlLedger<B> {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn set_password(&self, user_id: i64, password_hash: &str) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
-        let n = sqlx::query(
-            "UPDATE app_user SET password_hash = $1, \
+        let n = self
+            .exec(
+                crate::accounts::Scope::Global,
+                sqlx::query(
+                    "UPDATE app_user SET password_hash = $1, \
              auth_generation = auth_generation + 1 WHERE id = $2",
-        )
-        .bind(password_hash)
-        .bind(user_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        tx.commit().await?;
+                )
+                .bind(password_hash)
+                .bind(user_id),
+            )
+            .await?;
         if n == 0 {
             return Err(crate::LedgerError::NotFound(format!("user {user_id}")));
         }
@@ -435,18 +428,18 @@ impl<B: Driver> Accounts for SqlLedger<B> {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let at = disabled.then(reckon_domain::time::now);
-        let n = sqlx::query(
-            "UPDATE app_user SET disabled_at = $1, \
+        let n = self
+            .exec(
+                crate::accounts::Scope::Global,
+                sqlx::query(
+                    "UPDATE app_user SET disabled_at = $1, \
              auth_generation = auth_generation + 1 WHERE id = $2",
-        )
-        .bind(at)
-        .bind(user_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        tx.commit().await?;
+                )
+                .bind(at)
+                .bind(user_id),
+            )
+            .await?;
         if n == 0 {
             return Err(crate::LedgerError::NotFound(format!("user {user_id}")));
         }
@@ -468,17 +461,17 @@ impl<B: Driver> Accounts for SqlLedger<B> {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn use_totp_step(&self, user_id: i64, step: i64) -> crate::Result<bool> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
-        let n = sqlx::query(
-            "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
+        let n = self
+            .exec(
+                crate::accounts::Scope::Global,
+                sqlx::query(
+                    "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
              AND (totp_last_step IS NULL OR totp_last_step < $2)",
-        )
-        .bind(user_id)
-        .bind(step)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        tx.commit().await?;
+                )
+                .bind(user_id)
+                .bind(step),
+            )
+            .await?;
         Ok(n == 1)
     }
 
@@ -488,22 +481,22 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tenant: crate::TenantId,
         new: crate::accounts::NewSession,
     ) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
-        sqlx::query(
-            "INSERT INTO web_session (id_hash, tenant_id, user_id, auth_generation, \
+        self.exec(
+            crate::accounts::Scope::Tenant(tenant),
+            sqlx::query(
+                "INSERT INTO web_session (id_hash, tenant_id, user_id, auth_generation, \
              csrf_token, created_at, last_seen_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $6, $7)",
+            )
+            .bind(&new.id_hash)
+            .bind(tenant.0)
+            .bind(new.user_id)
+            .bind(new.generation)
+            .bind(&new.csrf_token)
+            .bind(new.now)
+            .bind(new.expires_at),
         )
-        .bind(&new.id_hash)
-        .bind(tenant.0)
-        .bind(new.user_id)
-        .bind(new.generation)
-        .bind(&new.csrf_token)
-        .bind(new.now)
-        .bind(new.expires_at)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -551,7 +544,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
                     && r.try_get::<Option<f64>, _>("disabled_at")?.is_none()
                     && r.try_get::<i64, _>("auth_generation")? == generation =>
             {
-                let role: String = r.try_get("role")?;
                 Some(crate::accounts::SessionGrant {
                     tenant: crate::rows::tenant::<B::DB>(&r)?,
                     user: crate::accounts::User {
@@ -560,9 +552,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
                         disabled: false,
                         created_at: r.try_get("user_created_at")?,
                     },
-                    role: crate::Role::parse(&role).ok_or_else(|| {
-                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                    })?,
+                    role: crate::rows::role::<B::DB>(&r)?,
                     csrf_token,
                 })
             }
@@ -844,12 +834,9 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         rows.iter()
             .map(|r| {
-                let role: String = r.try_get("role")?;
                 Ok(crate::accounts::TokenInfo {
                     id: r.try_get("id")?,
-                    role: crate::Role::parse(&role).ok_or_else(|| {
-                        crate::LedgerError::Invalid(format!("stored role {role:?}"))
-                    })?,
+                    role: crate::rows::role::<B::DB>(r)?,
                     label: r.try_get("label")?,
                     created_by: r.try_get("email")?,
                     created_at: r.try_get("created_at")?,
@@ -862,18 +849,18 @@ impl<B: Driver> Accounts for SqlLedger<B> {
 
     #[tracing::instrument(level = "debug", skip_all)]
     async fn revoke_token(&self, tenant: crate::TenantId, token_id: i64) -> crate::Result<bool> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
-        let n = sqlx::query(
-            "UPDATE api_token SET revoked_at = $1 \
+        let n = self
+            .exec(
+                crate::accounts::Scope::Tenant(tenant),
+                sqlx::query(
+                    "UPDATE api_token SET revoked_at = $1 \
              WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
-        )
-        .bind(reckon_domain::time::now())
-        .bind(tenant.0)
-        .bind(token_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        tx.commit().await?;
+                )
+                .bind(reckon_domain::time::now())
+                .bind(tenant.0)
+                .bind(token_id),
+            )
+            .await?;
         Ok(n == 1)
     }
 
@@ -922,9 +909,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         };
         let tenant = crate::rows::tenant::<B::DB>(&row)?;
         let token_id: i64 = row.try_get("token_id")?;
-        let role: String = row.try_get("role")?;
-        let mut role = crate::Role::parse(&role)
-            .ok_or_else(|| crate::LedgerError::Invalid(format!("stored role {role:?}")))?;
+        let mut role = crate::rows::role::<B::DB>(&row)?;
         let created_by: Option<i64> = row.try_get("created_by")?;
         let creator_generation: Option<i64> = row.try_get("creator_generation")?;
         let last_used: Option<f64> = row.try_get("last_used_at")?;

@@ -3,13 +3,13 @@
 //! and lists.
 
 use crate::accounts::Scope;
-use crate::driver::{Driver, SqlLedger, sql};
+use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
-use sqlx::Row;
+use sqlx::{AssertSqlSafe, Row};
 use tracing::instrument;
 
 /// One action, as recorded.
@@ -50,6 +50,32 @@ pub trait ActionLog: Send + Sync {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Action>>;
+    /// The tenant's actions on one target (`source/key`, a provider's name, `token:N`),
+    /// newest first, before `before_id`: who did what to it.
+    async fn actions_on(
+        &self,
+        tenant: TenantId,
+        target: &str,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Action>>;
+}
+
+const ACTION_COLUMNS: &str = "id, at, actor, action, target, detail, address";
+
+#[apply(row!)]
+fn action<DB: Database>(r: &DB::Row) -> Result<Action> {
+    let detail: String = r.try_get("detail")?;
+    Ok(Action {
+        id: r.try_get("id")?,
+        at: r.try_get("at")?,
+        actor: r.try_get("actor")?,
+        action: r.try_get("action")?,
+        target: r.try_get("target")?,
+        detail: serde_json::from_str(&detail)
+            .map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))?,
+        address: r.try_get("address")?,
+    })
 }
 
 #[apply(sql!)]
@@ -57,21 +83,21 @@ pub trait ActionLog: Send + Sync {
 impl<B: Driver> ActionLog for SqlLedger<B> {
     #[instrument(level = "debug", skip_all)]
     async fn record_action(&self, tenant: TenantId, a: NewAction) -> Result<()> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        sqlx::query(
-            "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
+        self.exec(
+            Scope::Tenant(tenant),
+            sqlx::query(
+                "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(tenant.0)
+            .bind(reckon_domain::time::now())
+            .bind(a.actor)
+            .bind(a.action)
+            .bind(a.target)
+            .bind(a.detail.to_string())
+            .bind(a.address),
         )
-        .bind(tenant.0)
-        .bind(reckon_domain::time::now())
-        .bind(a.actor)
-        .bind(a.action)
-        .bind(a.target)
-        .bind(a.detail.to_string())
-        .bind(a.address)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -83,30 +109,39 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
         limit: i64,
     ) -> Result<Vec<Action>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(
-            "SELECT id, at, actor, action, target, detail, address FROM audit_log \
-             WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3",
-        )
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {ACTION_COLUMNS} FROM audit_log \
+             WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
+        )))
         .bind(tenant.0)
         .bind(before_id.unwrap_or(i64::MAX))
         .bind(limit.clamp(1, 1000))
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        rows.iter()
-            .map(|r| {
-                let detail: String = r.try_get("detail")?;
-                Ok(Action {
-                    id: r.try_get("id")?,
-                    at: r.try_get("at")?,
-                    actor: r.try_get("actor")?,
-                    action: r.try_get("action")?,
-                    target: r.try_get("target")?,
-                    detail: serde_json::from_str(&detail)
-                        .map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))?,
-                    address: r.try_get("address")?,
-                })
-            })
-            .collect()
+        rows.iter().map(action::<B::DB>).collect()
+    }
+
+    #[instrument(level = "debug", skip_all)]
+    async fn actions_on(
+        &self,
+        tenant: TenantId,
+        target: &str,
+        before_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<Action>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {ACTION_COLUMNS} FROM audit_log \
+             WHERE tenant_id = $1 AND target = $2 AND id < $3 ORDER BY id DESC LIMIT $4"
+        )))
+        .bind(tenant.0)
+        .bind(target)
+        .bind(before_id.unwrap_or(i64::MAX))
+        .bind(limit.clamp(1, 1000))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(action::<B::DB>).collect()
     }
 }

@@ -4,276 +4,22 @@
 //! by digest. [`Audits`] is a supertrait of [`crate::Ledger`].
 //!
 //! Both backends run the same SQL, written once for [`SqlLedger`]; PostgreSQL runs every
-//! query inside the tenant's row-level-security scope.
-//!
-//! The chain: every run of a tenant has `seq` (1, 2, ...) and `digest` = SHA-256 over a
-//! fixed prefix, the previous run's digest, and the canonical encoding (JSON with keys
-//! sorted at every level, no whitespace) of the run's content. Editing any stored field of a
-//! run, or removing a run, breaks [`verify_chain`] from that run on.
+//! query inside the tenant's row-level-security scope. The run and its chain are the audit's
+//! own ([`reckon_audit::chain`]); the ledger appends to the chain under the tenant's chain
+//! lock, so two writers never give one seq twice.
 
 use crate::Result;
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::{Effect, Lease, TenantId};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
-use serde::Serialize;
+pub use reckon_audit::chain::{
+    ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, ChainBreak, ChainLink,
+    NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, charge_terms, finding_counts_of,
+    run_digest, verify_chain, verify_content, verify_links,
+};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use sqlx::Database;
-
-/// `triggered_by` of the nightly run; the ledger stores a completed one once per day.
-pub const SCHEDULE_AUTHOR: &str = "schedule";
-/// `provider` of a run over all of the tenant's providers.
-pub const ALL_PROVIDERS: &str = "*";
-
-/// Where the tenant's days begin and when its nightly audit runs.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditSettings {
-    /// IANA time zone name; days are cut at its midnights.
-    pub time_zone: String,
-    /// `HH:MM`, local to `time_zone`: when the audit of yesterday runs.
-    pub audit_time: String,
-}
-
-impl Default for AuditSettings {
-    fn default() -> Self {
-        AuditSettings {
-            time_zone: "UTC".into(),
-            audit_time: "06:00".into(),
-        }
-    }
-}
-
-/// A provider charge as stored (one row per provider object, replaced on re-import).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct StoredCharge {
-    pub provider_id: i64,
-    pub charge_id: String,
-    pub payment_intent: Option<String>,
-    pub amount: i64,
-    pub currency: String,
-    pub status: String,
-    pub amount_captured: i64,
-    pub amount_refunded: i64,
-    /// `[{"id", "amount", "reason"}]`
-    pub refunds: Value,
-    /// `{"field": "value"}`
-    pub metadata: Value,
-    pub idempotency_key: Option<String>,
-    pub customer: Option<String>,
-    pub created: f64,
-    /// The provider's object as read: the evidence.
-    pub raw: Value,
-    pub imported_at: f64,
-}
-
-/// A run to store. The ledger adds `seq`, `prev_digest` and `digest`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NewAuditRun {
-    pub day: String,
-    pub time_zone: String,
-    pub window_start: f64,
-    pub window_end: f64,
-    /// A provider name, or [`ALL_PROVIDERS`].
-    pub provider: String,
-    /// A person, `operator`, or [`SCHEDULE_AUTHOR`].
-    pub triggered_by: String,
-    /// `complete` or `failed`.
-    pub status: String,
-    /// Why a run failed.
-    pub reason: Option<String>,
-    pub started_at: f64,
-    pub finished_at: f64,
-    pub counts: Value,
-    /// Empty for a failed run: a partial day is never reported.
-    pub findings: Value,
-    pub totals: Value,
-    /// The provider pages read (method, cursor, request id, objects per page).
-    pub evidence: Value,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditRun {
-    pub id: i64,
-    pub seq: i64,
-    #[serde(flatten)]
-    pub run: NewAuditRun,
-    pub prev_digest: String,
-    pub digest: String,
-}
-
-/// A run of the chain that does not check out.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChainBreak {
-    pub id: i64,
-    pub seq: i64,
-    pub reason: String,
-}
-
-/// Recursively key-sorted, whitespace-free JSON: the same value always encodes to the same
-/// bytes, whatever map order the JSON library keeps.
-pub fn canonical_json(v: &Value) -> String {
-    fn write(v: &Value, out: &mut String) {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                out.push('{');
-                for (i, k) in keys.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::String(k.clone()).to_string());
-                    out.push(':');
-                    write(&m[k], out);
-                }
-                out.push('}');
-            }
-            Value::Array(a) => {
-                out.push('[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(x, out);
-                }
-                out.push(']');
-            }
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    let mut out = String::new();
-    write(v, &mut out);
-    out
-}
-
-/// The digest of a run: SHA-256 (hex) over a version prefix, the tenant, the run's place in
-/// the chain, the previous digest and the canonical encoding of its content.
-pub fn run_digest(tenant: i64, seq: i64, prev_digest: &str, run: &NewAuditRun) -> String {
-    let body = serde_json::to_value(run).unwrap_or(Value::Null);
-    let mut h = Sha256::new();
-    h.update(format!("reckon-audit-run/v1\n{tenant}\n{seq}\n{prev_digest}\n").as_bytes());
-    h.update(canonical_json(&body).as_bytes());
-    hex::encode(h.finalize())
-}
-
-/// Check a tenant's runs, in `seq` order from the first: every seq follows the previous,
-/// every `prev_digest` is the previous run's digest, and every digest is recomputed from
-/// the stored content. Returns every break (empty: the chain is intact).
-/// One run's place in its tenant's chain.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChainLink {
-    pub id: i64,
-    pub seq: i64,
-    pub prev_digest: String,
-    pub digest: String,
-}
-
-/// The links of a whole chain: no run missing (seq 1, 2, ...) and each run naming the
-/// digest of the one before. Together with [`verify_content`] of a run, this is what
-/// [`verify_chain`] checks, without reading every run's findings and evidence.
-pub fn verify_links(links: &[ChainLink]) -> Vec<ChainBreak> {
-    let mut out = Vec::new();
-    let mut prev = "";
-    for (i, l) in links.iter().enumerate() {
-        let brk = |reason: String| ChainBreak {
-            id: l.id,
-            seq: l.seq,
-            reason,
-        };
-        if l.seq != i as i64 + 1 {
-            out.push(brk(format!(
-                "seq {} where {} was expected (a run was removed)",
-                l.seq,
-                i + 1
-            )));
-        }
-        if l.prev_digest != prev {
-            out.push(brk("its previous digest is not the previous run's".into()));
-        }
-        prev = &l.digest;
-    }
-    out
-}
-
-/// Whether a run's content still has the digest it was stored with.
-pub fn verify_content(tenant: TenantId, r: &AuditRun) -> Option<ChainBreak> {
-    (run_digest(tenant.0, r.seq, &r.prev_digest, &r.run) != r.digest).then(|| ChainBreak {
-        id: r.id,
-        seq: r.seq,
-        reason: "its content does not match its digest (the run was edited)".into(),
-    })
-}
-
-pub fn verify_chain(tenant: TenantId, runs: &[AuditRun]) -> Vec<ChainBreak> {
-    let mut out = Vec::new();
-    let mut prev = String::new();
-    for (i, r) in runs.iter().enumerate() {
-        let brk = |reason: String| ChainBreak {
-            id: r.id,
-            seq: r.seq,
-            reason,
-        };
-        if r.seq != i as i64 + 1 {
-            out.push(brk(format!(
-                "seq {} where {} was expected (a run was removed)",
-                r.seq,
-                i + 1
-            )));
-        }
-        if r.prev_digest != prev {
-            out.push(brk("its previous digest is not the previous run's".into()));
-        }
-        if run_digest(tenant.0, r.seq, &r.prev_digest, &r.run) != r.digest {
-            out.push(brk(
-                "its content does not match its digest (the run was edited)".into(),
-            ));
-        }
-        prev = r.digest.clone();
-    }
-    out
-}
-
-/// Per-tenant audit figures for metrics: the newest complete run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditMetric {
-    pub finished_at: f64,
-    /// Finding kind -> count, from the run's `counts`.
-    pub findings: Vec<(String, i64)>,
-}
-
-/// The newest run of one day at a glance (the overview): no findings, no evidence.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct AuditGlance {
-    pub id: i64,
-    pub day: String,
-    pub provider: String,
-    /// `complete`, `partial` (some providers failed; the others' findings stand) or
-    /// `failed`.
-    pub status: String,
-    pub reason: Option<String>,
-    pub finished_at: f64,
-    /// Finding kind -> count, from the run's `counts`.
-    pub findings: Vec<(String, i64)>,
-    /// The day's newest run, when it did not complete: its reason and when it ended (shown
-    /// beside the newest run with findings, which may be older).
-    pub failure: Option<(String, f64)>,
-}
-
-/// Finding kind -> count from a run's `counts` (used by the backends' shared
-/// implementation, the macro below).
-#[doc(hidden)]
-pub fn finding_counts_of(counts: &Value) -> Vec<(String, i64)> {
-    counts
-        .get("findings")
-        .and_then(|f| f.as_object())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_i64().unwrap_or(0)))
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[async_trait]
 pub trait Audits: Send + Sync {
@@ -360,48 +106,6 @@ pub(crate) const CHARGE_COLUMNS: &str = "provider_id, charge_id, payment_intent,
     currency, status, amount_captured, amount_refunded, refunds, metadata, idempotency_key, \
     customer, created, raw, imported_at";
 
-/// Everything besides its own id that names a charge for a person searching: the whole
-/// idempotency key, its subject and each part of it (the order id in `charge:v1:ORD-7`), its
-/// PaymentIntent, its refunds' ids, and the short string values of its metadata.
-pub fn charge_terms(c: &StoredCharge) -> Vec<String> {
-    let mut terms: Vec<String> = Vec::new();
-    let mut add = |t: &str| {
-        let t = t.trim();
-        if !t.is_empty() && t.len() <= 200 && !t.contains('\0') && !terms.iter().any(|x| x == t) {
-            terms.push(t.to_owned());
-        }
-    };
-    if let Some(k) = &c.idempotency_key {
-        add(k);
-        if let Some(parsed) = reckon_domain::key::OperationKey::parse(k) {
-            add(&parsed.subject);
-            for p in &parsed.parts {
-                add(p);
-            }
-        }
-    }
-    if let Some(pi) = &c.payment_intent {
-        add(pi);
-    }
-    for r in c.refunds.as_array().into_iter().flatten() {
-        if let Some(id) = r.get("id").and_then(Value::as_str) {
-            add(id);
-        }
-    }
-    for v in c
-        .metadata
-        .as_object()
-        .into_iter()
-        .flat_map(|m| m.values())
-        .take(50)
-    {
-        if let Some(text) = v.as_str() {
-            add(text);
-        }
-    }
-    terms
-}
-
 /// The charge columns, qualified by the alias `c` (for joins).
 pub(crate) fn charge_columns_of_c() -> String {
     CHARGE_COLUMNS
@@ -414,23 +118,6 @@ pub(crate) fn charge_columns_of_c() -> String {
 pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value> {
     serde_json::from_str(text)
         .map_err(|e| crate::LedgerError::Invalid(format!("stored {what} is not JSON: {e}")))
-}
-
-pub(crate) fn check_settings(s: &AuditSettings) -> Result<()> {
-    let ok = s.audit_time.len() == 5
-        && s.audit_time.as_bytes()[2] == b':'
-        && s.audit_time[..2].parse::<u8>().is_ok_and(|h| h < 24)
-        && s.audit_time[3..].parse::<u8>().is_ok_and(|m| m < 60);
-    if !ok {
-        return Err(crate::LedgerError::Invalid(format!(
-            "audit time {:?} (use HH:MM, 24-hour, local to the tenant's zone)",
-            s.audit_time
-        )));
-    }
-    if s.time_zone.is_empty() || s.time_zone.len() > 64 {
-        return Err(crate::LedgerError::Invalid("time zone".into()));
-    }
-    Ok(())
 }
 
 #[apply(sql!)]
@@ -535,7 +222,6 @@ impl<B: Driver> SqlLedger<B> {
     /// The terms of charges imported before terms were kept: once, at migrate,
     /// tenant by tenant (inside each tenant's scope), then the job is struck off.
     pub(crate) async fn backfill_charge_terms(&self) -> crate::Result<()> {
-        use sqlx::Row;
         let pending: Option<String> =
             sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = 'charge_terms'")
                 .fetch_optional(&self.pool)
@@ -548,26 +234,12 @@ impl<B: Driver> SqlLedger<B> {
             loop {
                 let mut tx =
                     B::begin(self, crate::accounts::Scope::Tenant(tenant.id), true).await?;
-                let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
-                     AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
-                     ORDER BY provider_id, charge_id LIMIT 500",
-                    crate::audit::CHARGE_COLUMNS
-                )))
-                .bind(tenant.id.0)
-                .bind(after.0)
-                .bind(&after.1)
-                .fetch_all(&mut *tx)
-                .await?;
-                let Some(last) = rows.last() else {
+                let charges = Self::charge_page(&mut tx, tenant.id, &after).await?;
+                let Some(last) = charges.last() else {
                     tx.commit().await?;
                     break;
                 };
-                after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
-                let charges = rows
-                    .iter()
-                    .map(Self::charge_row)
-                    .collect::<crate::Result<Vec<_>>>()?;
+                after = (last.provider_id, last.charge_id.clone());
                 Self::write_charge_terms(&mut tx, tenant.id, &charges).await?;
                 tx.commit().await?;
             }
@@ -576,6 +248,26 @@ impl<B: Driver> SqlLedger<B> {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// The tenant's stored charges after `after` (provider id, charge id), a page in that
+    /// order: how the passes over every charge walk them.
+    pub(crate) async fn charge_page(
+        tx: &mut sqlx::Transaction<'static, B::DB>,
+        tenant: TenantId,
+        after: &(i64, String),
+    ) -> crate::Result<Vec<StoredCharge>> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {CHARGE_COLUMNS} FROM provider_charge WHERE tenant_id = $1 \
+             AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
+             ORDER BY provider_id, charge_id LIMIT 500"
+        )))
+        .bind(tenant.0)
+        .bind(after.0)
+        .bind(&after.1)
+        .fetch_all(&mut **tx)
+        .await?;
+        rows.iter().map(Self::charge_row).collect()
     }
 
     pub(crate) fn charge_row(
@@ -631,7 +323,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tenant: crate::model::TenantId,
         s: &crate::audit::AuditSettings,
     ) -> crate::Result<()> {
-        crate::audit::check_settings(s)?;
+        s.check().map_err(crate::LedgerError::Invalid)?;
         let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
         sqlx::query("UPDATE tenant SET time_zone = $1, audit_time = $2 WHERE id = $3")
             .bind(&s.time_zone)
@@ -841,7 +533,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
                 Some(r) => (r.try_get::<i64, _>(0)? + 1, r.try_get::<String, _>(1)?),
                 None => (1, String::new()),
             };
-            let digest = crate::audit::run_digest(tenant.0, seq, &prev_digest, &run);
+            let digest = crate::audit::run_digest(tenant.get(), seq, &prev_digest, &run);
             let canon = crate::audit::canonical_json;
             let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO audit_run (tenant_id, seq, day, time_zone, window_start, \
@@ -1079,38 +771,5 @@ impl<B: Driver> Audits for SqlLedger<B> {
             findings: crate::audit::finding_counts_of(&counts),
             failure,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn link(id: i64, seq: i64, prev: &str, digest: &str) -> ChainLink {
-        ChainLink {
-            id,
-            seq,
-            prev_digest: prev.into(),
-            digest: digest.into(),
-        }
-    }
-
-    #[test]
-    fn links_break_where_a_run_was_removed_or_relinked() {
-        let chain = [
-            link(1, 1, "", "a"),
-            link(2, 2, "a", "b"),
-            link(3, 3, "b", "c"),
-        ];
-        assert!(verify_links(&chain).is_empty());
-        // The middle run removed: the third is out of place and names a digest not before it.
-        let removed = [chain[0].clone(), chain[2].clone()];
-        let breaks = verify_links(&removed);
-        assert_eq!(breaks.len(), 2, "{breaks:?}");
-        assert!(breaks.iter().all(|b| b.id == 3));
-        // A run relinked to another predecessor.
-        let relinked = [chain[0].clone(), link(2, 2, "x", "b"), chain[2].clone()];
-        let breaks = verify_links(&relinked);
-        assert_eq!(breaks.iter().map(|b| b.id).collect::<Vec<_>>(), [2]);
     }
 }

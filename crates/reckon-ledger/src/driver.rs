@@ -15,9 +15,9 @@ use crate::Backend;
 use crate::accounts::Scope;
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{IngestBatch, TenantId};
-use crate::plan::IngestPlan;
 use crate::{Keyring, Result};
 use reckon_domain::StoredSnapshot;
+use reckon_domain::ingest::IngestPlan;
 use sqlx::Database;
 use sqlx::postgres::PgConnectOptions;
 use std::collections::HashMap;
@@ -111,6 +111,22 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
         l: &SqlLedger<Self>,
         q: MetricsQuery,
     ) -> impl Future<Output = Result<MetricsSnapshot>> + Send;
+}
+
+/// Helpers every aggregate uses.
+#[macro_rules_attribute::apply(sql!)]
+impl<B: Driver> SqlLedger<B> {
+    /// One statement in a write transaction of its own, in `scope`: the rows it changed.
+    pub(crate) async fn exec(
+        &self,
+        scope: Scope<'_>,
+        q: sqlx::query::Query<'_, B::DB, <B::DB as Database>::Arguments>,
+    ) -> Result<u64> {
+        let mut tx = B::begin(self, scope, true).await?;
+        let n = q.execute(&mut *tx).await?.rows_affected();
+        tx.commit().await?;
+        Ok(n)
+    }
 }
 
 /// How many rows a statement changed.

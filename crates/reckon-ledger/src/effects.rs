@@ -8,11 +8,11 @@ use crate::model::{
     Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, ItemStatus, Lease, Origin,
     QuarantineCount, QuarantineEntry, TenantId,
 };
-use crate::plan::{IngestPlan, ingest_plan};
 use crate::rows::{self, cursor_parts};
 use crate::{LedgerError, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
+use reckon_domain::ingest::{IngestPlan, ingest_plan};
 use reckon_domain::{Disappearance, State, time};
 use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
 use std::collections::HashMap;
@@ -350,7 +350,7 @@ impl<B: Driver> SqlLedger<B> {
         } else {
             B::existing(&mut tx, tenant, source_id, &keys).await?
         };
-        let plan = ingest_plan(batch, &existing);
+        let plan = ingest_plan(&batch.records, batch.abandoned_after_secs, &existing);
         if !B::write_plan(&mut tx, tenant, source_id, batch, &plan, insert_first).await? {
             // Dropping the transaction rolls back what it wrote.
             return Ok(None);

@@ -98,17 +98,17 @@ impl<B: Driver> Leases for SqlLedger<B> {
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         // Expire rather than delete: the term must keep growing across owners.
         let now = B::NOW;
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
-        sqlx::query(AssertSqlSafe(format!(
-            "UPDATE work_lease SET expires_at = {now} \
+        self.exec(
+            crate::accounts::Scope::Global,
+            sqlx::query(AssertSqlSafe(format!(
+                "UPDATE work_lease SET expires_at = {now} \
              WHERE name = $1 AND owner = $2 AND term = $3 AND expires_at > {now}"
-        )))
-        .bind(&lease.name)
-        .bind(&lease.owner)
-        .bind(lease.term)
-        .execute(&mut *tx)
+            )))
+            .bind(&lease.name)
+            .bind(&lease.owner)
+            .bind(lease.term),
+        )
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 

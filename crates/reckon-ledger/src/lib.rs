@@ -6,15 +6,12 @@
 mod accounts;
 mod actions;
 mod audit;
-mod crypto;
 mod dashboard;
 mod driver;
 mod effects;
-mod files;
 mod lease;
 mod metrics;
 mod model;
-mod plan;
 mod postgres;
 mod providers;
 mod reconcile;
@@ -35,7 +32,6 @@ pub use audit::{
     ChainLink, NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, run_digest,
     verify_chain, verify_content, verify_links,
 };
-pub use crypto::{Keyring, KeyringError};
 pub use dashboard::{
     Dashboard, KindSummary, ProviderHealth, QueueQuery, QueueRow, ReplayClosing, Snapshot, hour_of,
     snapshot_of,
@@ -47,8 +43,9 @@ pub use metrics::{
     UnresolvedGroup,
 };
 pub use model::*;
-pub use plan::ingest_plan;
 pub use providers::{NewProvider, Provider, ProviderChange, Providers, Route};
+pub use reckon_domain::ingest::ingest_plan;
+pub use reckon_keyring::{Keyring, KeyringError};
 pub use reconcile::*;
 pub use scrub::{SCRUB_ACTION, ScrubReport};
 pub use sources::{Sources, Tenants};
@@ -131,46 +128,33 @@ impl PoolStatus {
     }
 }
 
-/// reckon's store: one trait per aggregate, each implemented once for both databases in
-/// the module of its name. See ARCHITECTURE.md for the invariants every implementation
-/// keeps. Callers hold `Arc<dyn Ledger>`; every aggregate's methods are callable on it.
-pub trait Ledger:
-    Store
-    + Tenants
-    + Accounts
-    + Sources
-    + Effects
-    + Providers
-    + Reconciliation
-    + Writebacks
-    + Leases
-    + ActionLog
-    + Audits
-    + Dashboard
-    + Send
-    + Sync
-    + 'static
-{
+/// The aggregates, listed once for the supertrait and its blanket impl.
+macro_rules! ledger {
+    ($($aggregate:ident),*) => {
+        /// reckon's store: one trait per aggregate, each implemented once for both databases
+        /// in the module of its name. See ARCHITECTURE.md for the invariants every
+        /// implementation keeps. Callers hold `Arc<dyn Ledger>`; every aggregate's methods
+        /// are callable on it.
+        pub trait Ledger: $($aggregate +)* Send + Sync + 'static {}
+
+        impl<T> Ledger for T where T: $($aggregate +)* Send + Sync + 'static {}
+    };
 }
 
-impl<T> Ledger for T where
-    T: Store
-        + Tenants
-        + Accounts
-        + Sources
-        + Effects
-        + Providers
-        + Reconciliation
-        + Writebacks
-        + Leases
-        + ActionLog
-        + Audits
-        + Dashboard
-        + Send
-        + Sync
-        + 'static
-{
-}
+ledger!(
+    Store,
+    Tenants,
+    Accounts,
+    Sources,
+    Effects,
+    Providers,
+    Reconciliation,
+    Writebacks,
+    Leases,
+    ActionLog,
+    Audits,
+    Dashboard
+);
 
 /// Open the ledger named by `url`, or the embedded SQLite file in `data_dir` when `url` is
 /// `None`. An unknown scheme is an error, never a fallback.

@@ -1,5 +1,6 @@
 //! The ledger's types: what callers pass in and get back.
 
+pub use reckon_domain::ingest::ItemStatus;
 use reckon_domain::{Rejected, SourceRecord, State, UnresolvedKind};
 use serde::Serialize;
 
@@ -204,16 +205,6 @@ pub struct IngestBatch {
     /// source's first scan). A backend may then insert first and look keys up only if one
     /// conflicts; what is stored is the same either way.
     pub expect_new: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ItemStatus {
-    Created,
-    Updated,
-    Unchanged,
-    /// Older than what the ledger holds: ignored.
-    Stale,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]

@@ -4,12 +4,12 @@
 mod metrics;
 
 use crate::accounts::Scope;
-use crate::crypto::Keyring;
 use crate::driver::{Driver, Existing, Pg, SqlLedger};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{IngestBatch, TenantId};
-use crate::plan::IngestPlan;
 use crate::{Backend, LedgerError, Result, rows};
+use reckon_domain::ingest::IngestPlan;
+use reckon_keyring::Keyring;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgConnection, Postgres, Row};
 use std::collections::HashMap;

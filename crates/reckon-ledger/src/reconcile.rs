@@ -306,20 +306,20 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         next_attempt_at: f64,
         note: &str,
     ) -> Result<()> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        sqlx::query(
-            "UPDATE reconcile_state SET next_attempt_at = $1, last_error = $2, \
+        self.exec(
+            Scope::Tenant(tenant),
+            sqlx::query(
+                "UPDATE reconcile_state SET next_attempt_at = $1, last_error = $2, \
              lease_owner = NULL, lease_until = NULL \
              WHERE tenant_id = $3 AND effect_id = $4 AND lease_owner = $5",
+            )
+            .bind(next_attempt_at)
+            .bind(note)
+            .bind(tenant.0)
+            .bind(effect_id)
+            .bind(owner),
         )
-        .bind(next_attempt_at)
-        .bind(note)
-        .bind(tenant.0)
-        .bind(effect_id)
-        .bind(owner)
-        .execute(&mut *tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 

@@ -217,3 +217,11 @@ pub(crate) fn check_lease_ttl(ttl_secs: f64) -> Result<()> {
 pub(crate) fn json(text: &str) -> Result<serde_json::Value> {
     serde_json::from_str(text).map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))
 }
+
+/// A stored role: a word reckon never writes is an error, never a default.
+#[apply(row!)]
+pub(crate) fn role<DB: Database>(row: &DB::Row) -> Result<crate::Role> {
+    let role: String = row.try_get("role")?;
+    crate::Role::parse(&role)
+        .ok_or_else(|| crate::LedgerError::Invalid(format!("stored role {role:?}")))
+}

@@ -15,10 +15,9 @@
 //! its runs are scrubbed in place, they then fail the content check too, and the log line
 //! names the runs that were broken before.
 
-use crate::audit::{AuditRun, NewAuditRun, run_digest};
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
-use crate::model::TenantId;
 use macro_rules_attribute::apply;
+use reckon_audit::chain::{ChainWalk, run_content};
 use reckon_domain::Redactor;
 use serde::Serialize;
 use serde_json::Value;
@@ -100,97 +99,6 @@ pub(crate) fn column(r: &Redactor, kind: Kind, stored: &str) -> Option<String> {
     }
     let t = r.text(stored);
     (t != stored).then_some(t)
-}
-
-/// A run's content scrubbed, or `None` when it held nothing to remove.
-pub(crate) fn run_content(r: &Redactor, run: &NewAuditRun) -> Option<NewAuditRun> {
-    let mut out = run.clone();
-    out.reason = run.reason.as_deref().map(|s| r.text(s));
-    for v in [
-        &mut out.counts,
-        &mut out.findings,
-        &mut out.totals,
-        &mut out.evidence,
-    ] {
-        r.json(v);
-    }
-    (out != *run).then_some(out)
-}
-
-/// Walks a chain in seq order, run by run, so that no more than a page of runs is held.
-/// `verify` is the first pass (nothing written); `relink` the second.
-#[derive(Debug, Default)]
-pub(crate) struct ChainWalk {
-    expected_seq: i64,
-    prev_stored: String,
-    prev_new: String,
-    pub(crate) broken: Vec<i64>,
-}
-
-/// What the second pass does to one run.
-#[derive(Debug, PartialEq)]
-pub(crate) struct RunEdit {
-    pub id: i64,
-    pub run: NewAuditRun,
-    pub prev_digest: String,
-    pub digest: String,
-}
-
-impl ChainWalk {
-    pub(crate) fn new() -> ChainWalk {
-        ChainWalk {
-            expected_seq: 1,
-            ..ChainWalk::default()
-        }
-    }
-
-    /// First pass: note every run that does not check out (as `verify_chain` would).
-    pub(crate) fn verify(&mut self, tenant: TenantId, r: &AuditRun) {
-        let ok = r.seq == self.expected_seq
-            && r.prev_digest == self.prev_stored
-            && run_digest(tenant.0, r.seq, &r.prev_digest, &r.run) == r.digest;
-        if !ok {
-            self.broken.push(r.seq);
-        }
-        self.expected_seq = r.seq + 1;
-        self.prev_stored = r.digest.clone();
-    }
-
-    /// Second pass: the run as it is to be stored, or `None` when it stays as it is. A
-    /// broken chain only has its content scrubbed; an intact one is re-linked from the
-    /// first run whose content changed.
-    pub(crate) fn relink(
-        &mut self,
-        tenant: TenantId,
-        r: &AuditRun,
-        redactor: &Redactor,
-        intact: bool,
-    ) -> Option<RunEdit> {
-        let scrubbed = run_content(redactor, &r.run);
-        if !intact {
-            return scrubbed.map(|run| RunEdit {
-                id: r.id,
-                run,
-                prev_digest: r.prev_digest.clone(),
-                digest: r.digest.clone(),
-            });
-        }
-        let content_changed = scrubbed.is_some();
-        let run = scrubbed.unwrap_or_else(|| r.run.clone());
-        let prev = std::mem::take(&mut self.prev_new);
-        if !content_changed && prev == r.prev_digest {
-            self.prev_new = r.digest.clone();
-            return None;
-        }
-        let digest = run_digest(tenant.0, r.seq, &prev, &run);
-        self.prev_new = digest.clone();
-        Some(RunEdit {
-            id: r.id,
-            run,
-            prev_digest: prev,
-            digest,
-        })
-    }
 }
 
 /// The scrub uses the audit's row readers and term writer, and the chain's lock.
@@ -330,25 +238,14 @@ impl<B: Driver> SqlLedger<B> {
         let mut after: (i64, String) = (i64::MIN, String::new());
         loop {
             let mut tx = B::begin(self, scope(), true).await?;
-            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {} FROM provider_charge WHERE tenant_id = $1 \
-                 AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
-                 ORDER BY provider_id, charge_id LIMIT 500",
-                crate::audit::CHARGE_COLUMNS
-            )))
-            .bind(tenant.0)
-            .bind(after.0)
-            .bind(&after.1)
-            .fetch_all(&mut *tx)
-            .await?;
-            let Some(last) = rows.last() else {
+            let charges = Self::charge_page(&mut tx, tenant, &after).await?;
+            let Some(last) = charges.last() else {
                 tx.commit().await?;
                 break;
             };
-            after = (last.try_get("provider_id")?, last.try_get("charge_id")?);
+            after = (last.provider_id, last.charge_id.clone());
             let mut changed = Vec::new();
-            for row in &rows {
-                let mut c = Self::charge_row(row)?;
+            for mut c in charges {
                 let before = (c.raw.clone(), c.metadata.clone(), c.refunds.clone());
                 redactor.json(&mut c.raw);
                 redactor.json(&mut c.metadata);
@@ -414,7 +311,7 @@ impl<B: Driver> SqlLedger<B> {
             .bind(tenant.0)
             .bind(after_seq)
         };
-        let mut walk = crate::scrub::ChainWalk::new();
+        let mut walk = ChainWalk::new();
         let mut needs_scrub = false;
         let mut head: Option<String> = None;
         let mut after_seq = i64::MIN;
@@ -424,8 +321,8 @@ impl<B: Driver> SqlLedger<B> {
             after_seq = last.try_get("seq")?;
             for row in &rows {
                 let run = Self::audit_run_row(row)?;
-                walk.verify(tenant, &run);
-                needs_scrub |= crate::scrub::run_content(redactor, &run.run).is_some();
+                walk.verify(tenant.get(), &run);
+                needs_scrub |= run_content(redactor, &run.run).is_some();
                 head = Some(run.digest);
             }
         }
@@ -439,7 +336,7 @@ impl<B: Driver> SqlLedger<B> {
                 after_seq = last.try_get("seq")?;
                 for row in &rows {
                     let run = Self::audit_run_row(row)?;
-                    let Some(edit) = walk.relink(tenant, &run, redactor, intact) else {
+                    let Some(edit) = walk.relink(tenant.get(), &run, redactor, intact) else {
                         continue;
                     };
                     if intact && report.rechained_from_seq.is_none() {
@@ -493,136 +390,11 @@ impl<B: Driver> SqlLedger<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::audit::verify_chain;
-    use serde_json::json;
 
     const KEY: &str = "rk_live_51HxYzAbCdEf";
 
-    pub(crate) fn run(reason: Option<&str>, evidence: Value) -> NewAuditRun {
-        NewAuditRun {
-            day: "2026-11-30".into(),
-            time_zone: "UTC".into(),
-            window_start: 0.0,
-            window_end: 86400.0,
-            provider: "*".into(),
-            triggered_by: "schedule".into(),
-            status: "failed".into(),
-            reason: reason.map(str::to_owned),
-            started_at: 1.0,
-            finished_at: 2.0,
-            counts: json!({}),
-            findings: json!([]),
-            totals: json!({}),
-            evidence,
-        }
-    }
-
-    pub(crate) fn chain(tenant: TenantId, runs: Vec<NewAuditRun>) -> Vec<AuditRun> {
-        let mut prev = String::new();
-        runs.into_iter()
-            .enumerate()
-            .map(|(i, run)| {
-                let seq = i as i64 + 1;
-                let digest = run_digest(tenant.0, seq, &prev, &run);
-                let prev_digest = std::mem::replace(&mut prev, digest.clone());
-                AuditRun {
-                    id: 100 + seq,
-                    seq,
-                    run,
-                    prev_digest,
-                    digest,
-                }
-            })
-            .collect()
-    }
-
-    /// Both passes over `runs`, the edits applied: what the ledger would hold after.
-    pub(crate) fn scrub(
-        tenant: TenantId,
-        runs: &[AuditRun],
-        r: &Redactor,
-    ) -> (Vec<AuditRun>, Vec<i64>) {
-        let mut walk = ChainWalk::new();
-        for x in runs {
-            walk.verify(tenant, x);
-        }
-        let intact = walk.broken.is_empty();
-        let broken = walk.broken.clone();
-        let out = runs
-            .iter()
-            .map(|x| match walk.relink(tenant, x, r, intact) {
-                Some(e) => AuditRun {
-                    id: e.id,
-                    seq: x.seq,
-                    run: e.run,
-                    prev_digest: e.prev_digest,
-                    digest: e.digest,
-                },
-                None => x.clone(),
-            })
-            .collect();
-        (out, broken)
-    }
-
     #[test]
-    pub(crate) fn a_scrubbed_chain_verifies_and_keeps_the_runs_before_the_first_change() {
-        let t = TenantId(7);
-        let runs = chain(
-            t,
-            vec![
-                run(None, json!({"pages": 1})),
-                run(
-                    Some(&format!("provider p: 401 Invalid API Key provided: {KEY}")),
-                    json!({}),
-                ),
-                run(
-                    None,
-                    json!({"providers": [{"reason": format!("echo {KEY}")}]}),
-                ),
-                run(None, json!({"pages": 4})),
-            ],
-        );
-        assert!(verify_chain(t, &runs).is_empty());
-        let (after, broken) = scrub(t, &runs, &Redactor::new([KEY]));
-        assert!(broken.is_empty());
-        assert!(
-            verify_chain(t, &after).is_empty(),
-            "the re-linked chain verifies"
-        );
-        assert_eq!(
-            after[0], runs[0],
-            "a run before the first change is untouched"
-        );
-        assert_ne!(after[3].digest, runs[3].digest, "a later run is re-linked");
-        assert_eq!(after[3].run, runs[3].run, "with its content as it was");
-        let text = serde_json::to_string(&after).unwrap();
-        assert!(!text.contains(KEY), "{text}");
-        assert!(text.contains("[redacted]"));
-    }
-
-    #[test]
-    pub(crate) fn a_chain_broken_before_is_scrubbed_but_not_relinked() {
-        let t = TenantId(7);
-        let mut runs = chain(
-            t,
-            vec![
-                run(None, json!({"pages": 1})),
-                run(Some(&format!("echo {KEY}")), json!({})),
-            ],
-        );
-        runs[0].run.evidence = json!({"pages": 2}); // edited after it was stored
-        let (after, broken) = scrub(t, &runs, &Redactor::new([KEY]));
-        assert_eq!(broken, vec![1]);
-        assert_eq!(after[1].digest, runs[1].digest, "not re-linked");
-        assert_eq!(after[1].run.reason.as_deref(), Some("echo [redacted]"));
-        assert!(
-            !verify_chain(t, &after).is_empty(),
-            "the break stays visible"
-        );
-    }
-
-    #[test]
-    pub(crate) fn a_clean_column_is_left_as_stored() {
+    fn a_clean_column_is_left_as_stored() {
         let r = Redactor::new([KEY]);
         assert_eq!(column(&r, Kind::Json, r#"{"b":1,"a":"x"}"#), None);
         assert_eq!(column(&r, Kind::Text, "timeout"), None);

@@ -2,7 +2,6 @@
 //! source's DSN is sealed before it is stored and opened only by [`Sources::source_dsn`].
 
 use crate::accounts::Scope;
-use crate::crypto::dsn_aad;
 use crate::driver::{Driver, SqlLedger, sql};
 use crate::lease::fence;
 use crate::model::{Lease, NewSource, Source, SourceChange, Tenant, TenantId};
@@ -11,6 +10,7 @@ use crate::{LedgerError, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use reckon_domain::time;
+use reckon_keyring::dsn_aad;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::AssertSqlSafe;
 use tracing::instrument;

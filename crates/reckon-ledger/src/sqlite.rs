@@ -4,15 +4,15 @@
 //! business.
 
 use crate::accounts::Scope;
-use crate::crypto::Keyring;
 use crate::driver::{Driver, Existing, Lite, SqlLedger};
 use crate::metrics::{
     MetricsQuery, MetricsSnapshot, NEEDS_ATTENTION_SQL, QUARANTINE_SQL, SOURCES_SQL,
     UNRESOLVED_SQL, map_rows, tenant_param,
 };
 use crate::model::{IngestBatch, TenantId};
-use crate::plan::IngestPlan;
 use crate::{Backend, LedgerError, Result, Store, rows};
+use reckon_domain::ingest::IngestPlan;
+use reckon_keyring::Keyring;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, Sqlite, SqliteConnection};
 use std::collections::HashMap;
@@ -220,7 +220,7 @@ impl Driver for Lite {
 impl SqliteLedger {
     pub async fn open_file(path: &Path, keyring: Keyring) -> Result<SqliteLedger> {
         if let Some(dir) = path.parent() {
-            crate::files::create_private_dir(dir).map_err(|e| {
+            reckon_keyring::files::create_private_dir(dir).map_err(|e| {
                 LedgerError::Invalid(format!("cannot create data directory {dir:?}: {e}"))
             })?;
         }
@@ -237,7 +237,7 @@ impl SqliteLedger {
         let file = opts.get_filename();
         let name = file.to_string_lossy();
         if !name.is_empty() && !name.contains(":memory:") && !name.starts_with("file:") {
-            crate::files::create_private_file(file).map_err(|e| {
+            reckon_keyring::files::create_private_file(file).map_err(|e| {
                 LedgerError::Invalid(format!("cannot create the ledger file {file:?}: {e}"))
             })?;
         }

@@ -169,7 +169,7 @@ impl<B: Driver> Store for SqlLedger<B> {
             for r in rows {
                 let (id, name, sealed): (i64, String, Vec<u8>) =
                     (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-                let aad = crate::crypto::dsn_aad(t, &name);
+                let aad = reckon_keyring::dsn_aad(t, &name);
                 if let Some(s) = reseal(&aad, &sealed, &format!("source {name:?}'s DSN"))? {
                     sqlx::query(
                         "UPDATE source SET dsn_ciphertext = $1 WHERE id = $2 AND tenant_id = $3",

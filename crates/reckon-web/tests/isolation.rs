@@ -285,7 +285,7 @@ async fn sweep(backend: Backend) {
     let runs = w.ledger.list_audit_runs(w.a.id, None, 10).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].id, fx.a_audit_id);
-    assert!(reckon_ledger::verify_chain(w.a.id, &runs).is_empty());
+    assert!(reckon_ledger::verify_chain(w.a.id.get(), &runs).is_empty());
     let b_sources = w.ledger.list_sources(w.b.id).await.unwrap();
     assert!(b_sources.iter().all(|s| s.name != A_SOURCE));
     w.finish().await;

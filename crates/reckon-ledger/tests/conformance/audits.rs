@@ -181,7 +181,7 @@ pub(crate) async fn story_audit_runs(ledger: Arc<dyn Ledger>) {
         ledger.audit_chain(a.id, 2, 10).await.unwrap(),
         vec![r3.clone()]
     );
-    assert!(reckon_ledger::verify_chain(a.id, &chain).is_empty());
+    assert!(reckon_ledger::verify_chain(a.id.get(), &chain).is_empty());
     // The scheduled day is complete once: a second completed scheduled run is refused; a
     // person's run of the same day is not.
     assert!(
@@ -614,7 +614,7 @@ pub(crate) async fn story_scrub_stored_answers(ledger: Arc<dyn Ledger>, raw: Raw
     // The chain: intact, the first run untouched, re-linked from the first scrubbed one.
     let after = ledger.audit_chain(t.id, 0, 100).await.unwrap();
     assert!(
-        reckon_ledger::verify_chain(t.id, &after).is_empty(),
+        reckon_ledger::verify_chain(t.id.get(), &after).is_empty(),
         "{after:?}"
     );
     assert_eq!(after[0].digest, before[0].digest);

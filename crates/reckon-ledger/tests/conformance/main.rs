@@ -6,6 +6,7 @@
 //! server fails the PostgreSQL half, it is never skipped).
 
 mod accounts;
+mod actions;
 mod audits;
 mod dashboard;
 mod effects;
@@ -20,6 +21,7 @@ mod support;
 mod tenants;
 mod writeback;
 use accounts::*;
+use actions::*;
 use audits::*;
 use dashboard::*;
 use effects::*;
@@ -110,6 +112,7 @@ conformance! {
     snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
     a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
     charges_stored_before_search_terms_get_them_at_the_next_migrate => story_charge_terms_backfill with raw;
+    the_audit_log_is_read_about_one_target_newest_first_in_its_tenant_only => story_actions_on;
     credentials_stored_from_providers_before_the_redactor_are_scrubbed_and_the_audit_chain_relinked => story_scrub_stored_answers with raw;
     a_tenants_members_are_listed_with_their_role_there_and_no_one_else => story_dash_members;
     provider_health_counts_the_window_and_keeps_the_newest_error_per_tenant => story_dash_provider_health;

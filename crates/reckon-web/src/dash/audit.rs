@@ -21,10 +21,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use jiff::tz::TimeZone;
-use reckon_audit::{DayWindow, FindingKind};
+use reckon_audit::chain::RunCounts;
+use reckon_audit::{DayWindow, Finding, FindingKind};
 use reckon_ledger::AuditRun;
 use serde::Deserialize;
-use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 
 /// Runs listed in the history.
@@ -126,33 +126,33 @@ pub struct AuditQuery {
     run: Option<String>,
 }
 
-fn title_of(kind: &str) -> (String, &'static str) {
+fn title_of(kind: FindingKind) -> (&'static str, &'static str) {
     match kind {
-        "duplicate" => (
-            "Duplicate charges".into(),
+        FindingKind::Duplicate => (
+            "Duplicate charges",
             "One effect, charged more than once: money moved twice.",
         ),
-        "orphan" => (
-            "Orphan charges".into(),
+        FindingKind::Orphan => (
+            "Orphan charges",
             "Charged at the provider, with no effect record behind it.",
         ),
-        "missing" => (
-            "Missing charges".into(),
+        FindingKind::Missing => (
+            "Missing charges",
             "Recorded as succeeded, but the provider has no charge for it.",
         ),
-        "unresolved" => (
-            "Unresolved effects".into(),
+        FindingKind::Unresolved => (
+            "Unresolved effects",
             "Nobody knows yet whether these happened.",
         ),
-        "risky_reclaim" => (
-            "Risky reclaims".into(),
+        FindingKind::RiskyReclaim => (
+            "Risky reclaims",
             "Claimed more than once (attempts > 1): a retry may have charged again.",
         ),
-        "split_intent" => (
-            "Split intents".into(),
-            "One payment intent with several charges.",
+        FindingKind::SplitIntent => ("Split intents", "One payment intent with several charges."),
+        FindingKind::Other => (
+            "Other findings",
+            "Of a kind a newer version of reckon reports.",
         ),
-        other => (other.replace('_', " "), ""),
     }
 }
 
@@ -165,19 +165,48 @@ fn per_currency(amounts: &BTreeMap<String, i64>) -> String {
         .join(" + ")
 }
 
-fn str_of(v: &Value, field: &str) -> String {
-    match &v[field] {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
+fn findings_total(run: &AuditRun) -> i64 {
+    run.counts().map(|c| c.findings.values().sum()).unwrap_or(0)
 }
 
-fn findings_total(run: &AuditRun) -> i64 {
-    run.run.counts["findings"]
-        .as_object()
-        .map(|m| m.values().filter_map(Value::as_i64).sum())
-        .unwrap_or(0)
+fn finding_view(f: &Finding, tenant_slug: &str, tz: &TimeZone) -> FindingView {
+    let currency = f.currency.clone().unwrap_or_default();
+    FindingView {
+        summary: f.summary.clone(),
+        amount: f.amount.map(|a| money(a, &currency)).unwrap_or_default(),
+        refunded: f.refunded,
+        effects: f
+            .effects
+            .iter()
+            .map(|e| {
+                (
+                    effect_href(tenant_slug, &e.source, &e.key),
+                    format!("{}/{}", e.source, e.key),
+                    e.state.as_str().to_owned(),
+                )
+            })
+            .collect(),
+        charges: f
+            .charges
+            .iter()
+            .map(|c| ChargeView {
+                id: c.id.clone(),
+                amount: money(c.amount, &c.currency),
+                status: c.status.clone(),
+                refunded: if c.amount_refunded > 0 {
+                    money(c.amount_refunded, &c.currency)
+                } else {
+                    String::new()
+                },
+                created: Some(when_in(c.created, tz)),
+            })
+            .collect(),
+        suggestions: f
+            .suggestions
+            .iter()
+            .map(|s| format!("{} may be {}/{} ({})", s.charge, s.source, s.key, s.why))
+            .collect(),
+    }
 }
 
 pub fn run_view(
@@ -187,121 +216,56 @@ pub fn run_view(
     tz: &TimeZone,
     breaks: &HashMap<i64, String>,
 ) -> RunView {
-    let empty = Vec::new();
-    let findings = run.run.findings.as_array().unwrap_or(&empty);
-    // Known kinds in their usual order, then anything newer the engine reports.
-    let mut order: Vec<String> = FindingKind::ALL
-        .iter()
-        .map(|k| k.as_str().to_owned())
-        .collect();
-    for f in findings {
-        let k = str_of(f, "kind");
-        if !order.contains(&k) {
-            order.push(k);
-        }
-    }
-    let groups = order
+    let mut problem = breaks.get(&run.id).cloned();
+    let mut unreadable = |what: &str, e: serde_json::Error| {
+        problem.get_or_insert_with(|| format!("its stored {what} could not be read ({e})"));
+    };
+    let findings = run.findings().unwrap_or_else(|e| {
+        unreadable("findings", e);
+        Vec::new()
+    });
+    let totals = run.totals().unwrap_or_else(|e| {
+        unreadable("totals", e);
+        Vec::new()
+    });
+    let counts = run.counts().unwrap_or_else(|e| {
+        unreadable("counts", e);
+        RunCounts::default()
+    });
+    let mut kinds: Vec<FindingKind> = findings.iter().map(|f| f.kind).collect();
+    kinds.sort();
+    kinds.dedup();
+    let groups = kinds
         .into_iter()
-        .filter_map(|kind| {
-            let of_kind: Vec<&Value> = findings
-                .iter()
-                .filter(|f| f["kind"].as_str() == Some(kind.as_str()))
-                .collect();
-            if of_kind.is_empty() {
-                return None;
-            }
+        .map(|kind| {
+            let of_kind = findings.iter().filter(|f| f.kind == kind);
             let mut stake: BTreeMap<String, i64> = BTreeMap::new();
-            let views = of_kind
-                .iter()
-                .map(|f| {
-                    let currency = str_of(f, "currency");
-                    let amount = f["amount"].as_i64();
-                    if let Some(a) = amount {
-                        *stake.entry(currency.to_ascii_lowercase()).or_default() += a;
-                    }
-                    FindingView {
-                        summary: str_of(f, "summary"),
-                        amount: amount.map(|a| money(a, &currency)).unwrap_or_default(),
-                        refunded: f["refunded"].as_bool().unwrap_or(false),
-                        effects: f["effects"]
-                            .as_array()
-                            .unwrap_or(&empty)
-                            .iter()
-                            .map(|e| {
-                                let (src, key) = (str_of(e, "source"), str_of(e, "key"));
-                                (
-                                    effect_href(tenant_slug, &src, &key),
-                                    format!("{src}/{key}"),
-                                    str_of(e, "state"),
-                                )
-                            })
-                            .collect(),
-                        charges: f["charges"]
-                            .as_array()
-                            .unwrap_or(&empty)
-                            .iter()
-                            .map(|c| {
-                                let cur = str_of(c, "currency");
-                                let refunded = c["amount_refunded"].as_i64().unwrap_or(0);
-                                ChargeView {
-                                    id: str_of(c, "id"),
-                                    amount: c["amount"]
-                                        .as_i64()
-                                        .map(|a| money(a, &cur))
-                                        .unwrap_or_default(),
-                                    status: str_of(c, "status"),
-                                    refunded: if refunded > 0 {
-                                        money(refunded, &cur)
-                                    } else {
-                                        String::new()
-                                    },
-                                    created: c["created"].as_f64().map(|t| when_in(t, tz)),
-                                }
-                            })
-                            .collect(),
-                        suggestions: f["suggestions"]
-                            .as_array()
-                            .unwrap_or(&empty)
-                            .iter()
-                            .map(|s| {
-                                format!(
-                                    "{} may be {}/{} ({})",
-                                    str_of(s, "charge"),
-                                    str_of(s, "source"),
-                                    str_of(s, "key"),
-                                    str_of(s, "why")
-                                )
-                            })
-                            .collect(),
-                    }
-                })
-                .collect();
-            let (title, explain) = title_of(&kind);
-            Some(FindingGroup {
-                kind,
-                title,
+            for f in of_kind.clone() {
+                if let (Some(a), Some(cur)) = (f.amount, &f.currency) {
+                    *stake.entry(cur.to_ascii_lowercase()).or_default() += a;
+                }
+            }
+            let (title, explain) = title_of(kind);
+            FindingGroup {
+                kind: kind.as_str().to_owned(),
+                title: title.to_owned(),
                 explain,
                 at_stake: per_currency(&stake),
-                findings: views,
-            })
+                findings: of_kind.map(|f| finding_view(f, tenant_slug, tz)).collect(),
+            }
         })
         .collect();
-    let totals = run
-        .run
-        .totals
-        .as_array()
-        .unwrap_or(&empty)
+    let totals = totals
         .iter()
         .map(|t| {
-            let cur = str_of(t, "currency");
-            let m = |field: &str| money(t[field].as_i64().unwrap_or(0), &cur);
+            let m = |minor: i64| money(minor, &t.currency);
             TotalView {
-                currency: cur.to_ascii_uppercase(),
-                charged: m("charged"),
-                refunded: m("refunded"),
-                net: m("net"),
-                matched: m("matched"),
-                unmatched: m("unmatched"),
+                currency: t.currency.to_ascii_uppercase(),
+                charged: m(t.charged),
+                refunded: m(t.refunded),
+                net: m(t.net),
+                matched: m(t.matched),
+                unmatched: m(t.unmatched),
             }
         })
         .collect();
@@ -309,22 +273,16 @@ pub fn run_view(
         id: run.id,
         seq: run.seq,
         complete: run.run.status == "complete" || run.run.status == "partial",
-        failed_parts: run.run.evidence["providers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|p| p["status"].as_str() == Some("failed"))
-            .map(|p| (str_of(p, "name"), str_of(p, "reason")))
-            .collect(),
+        failed_parts: run.failed_parts(),
         reason: run.run.reason.clone().unwrap_or_default(),
         provider: provider_words(&run.run.provider),
         triggered_by: run.run.triggered_by.clone(),
         finished: when_in(run.run.finished_at, tz),
-        verified: !breaks.contains_key(&run.id),
-        problem: breaks.get(&run.id).cloned().unwrap_or_default(),
+        verified: problem.is_none(),
+        problem: problem.unwrap_or_default(),
         csv_href: format!("{base}/audit/{}/csv", run.id),
-        effects_in_day: run.run.counts["effects_in_day"].as_i64().unwrap_or(0),
-        charges_in_day: run.run.counts["charges_in_day"].as_i64().unwrap_or(0),
+        effects_in_day: counts.effects_in_day,
+        charges_in_day: counts.charges_in_day,
         groups,
         totals,
     }
@@ -427,7 +385,7 @@ pub async fn audit_page(
     let mut seen = std::collections::HashSet::new();
     for r in day_runs.iter().chain(&history_runs) {
         if seen.insert(r.id)
-            && let Some(b) = reckon_ledger::verify_content(tenant, r)
+            && let Some(b) = reckon_ledger::verify_content(tenant.get(), r)
         {
             breaks.push(b);
         }

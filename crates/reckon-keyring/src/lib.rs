@@ -1,7 +1,9 @@
-//! Secrets at rest (tenants' DSNs, later providers' keys) are sealed with
+//! Secrets at rest (tenants' DSNs, providers' keys) are sealed with
 //! XChaCha20-Poly1305 under the master key. The associated data binds each ciphertext to
 //! its tenant and its row, so a ciphertext copied to another tenant or field fails to
 //! open instead of leaking. XChaCha's 192-bit nonce makes random nonces safe.
+
+pub mod files;
 
 use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
@@ -160,7 +162,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// The associated data for a source's DSN.
-pub(crate) fn dsn_aad(tenant_id: i64, source_name: &str) -> String {
+pub fn dsn_aad(tenant_id: i64, source_name: &str) -> String {
     format!("reckon/v1|tenant:{tenant_id}|source:{source_name}|dsn")
 }
 

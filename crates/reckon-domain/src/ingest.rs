@@ -1,9 +1,22 @@
-//! The backend-independent half of ingest: given what the ledger holds for a batch's keys,
-//! decide every write. Backends only execute the plan, inside one transaction.
+//! The store-independent half of ingest: given what the ledger holds for a batch's keys,
+//! decide every write (the effect rows, their history events, each record's status). A
+//! ledger only executes the plan, inside one transaction.
 
-use crate::model::{IngestBatch, ItemStatus};
-use reckon_domain::{Decision, OperationKey, SourceRecord, StoredSnapshot, decide};
+use crate::record::{Decision, SourceRecord, StoredSnapshot, decide};
+use crate::{OperationKey, State};
+use serde::Serialize;
 use std::collections::HashMap;
+
+/// What ingest did with one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    Created,
+    Updated,
+    Unchanged,
+    /// Older than what the ledger holds: ignored.
+    Stale,
+}
 
 /// An effect row to insert or update.
 #[derive(Debug, Clone)]
@@ -21,7 +34,7 @@ impl EffectWrite {
     fn new(record: SourceRecord, abandoned_after_secs: f64) -> EffectWrite {
         let parsed = OperationKey::parse(&record.key);
         let abandoned_at = match record.state {
-            reckon_domain::State::InProgress => record.expires_at.map(|e| e + abandoned_after_secs),
+            State::InProgress => record.expires_at.map(|e| e + abandoned_after_secs),
             _ => None,
         };
         let (operation, key_version, subject, extra_parts) = match parsed {
@@ -72,8 +85,11 @@ pub struct IngestPlan {
 /// A key may appear several times in one batch (a push that repeats itself): each
 /// occurrence is compared with the result of the previous ones, so the outcome is the
 /// same as ingesting the items one by one.
+/// `abandoned_after_secs` is the source's grace after a lease ends before a claim counts as
+/// abandoned.
 pub fn ingest_plan(
-    batch: &IngestBatch,
+    records: &[SourceRecord],
+    abandoned_after_secs: f64,
     existing: &HashMap<String, (i64, StoredSnapshot)>,
 ) -> IngestPlan {
     let mut plan = IngestPlan::default();
@@ -85,7 +101,7 @@ pub fn ingest_plan(
     }
     let mut current: HashMap<&str, (Slot, StoredSnapshot)> = HashMap::new();
 
-    for rec in &batch.records {
+    for rec in records {
         let key = rec.key.as_str();
         let snapshot = current
             .get(key)
@@ -112,7 +128,7 @@ pub fn ingest_plan(
                     detail: None,
                 });
                 plan.creates
-                    .push(EffectWrite::new(rec.clone(), batch.abandoned_after_secs));
+                    .push(EffectWrite::new(rec.clone(), abandoned_after_secs));
                 let snap = StoredSnapshot {
                     record: rec.clone(),
                     gone: false,
@@ -130,7 +146,7 @@ pub fn ingest_plan(
                     source_updated_at: Some(rec.updated_at),
                     detail: change_detail(&prev.record, rec),
                 });
-                let write = EffectWrite::new(rec.clone(), batch.abandoned_after_secs);
+                let write = EffectWrite::new(rec.clone(), abandoned_after_secs);
                 let snap = StoredSnapshot {
                     record: rec.clone(),
                     gone: false,
@@ -187,88 +203,5 @@ fn change_detail(old: &SourceRecord, new: &SourceRecord) -> Option<String> {
         None
     } else {
         Some(serde_json::Value::Object(changed).to_string())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::Origin;
-    use reckon_domain::State;
-
-    fn rec(key: &str, state: State, updated_at: f64) -> SourceRecord {
-        SourceRecord {
-            key: key.into(),
-            state,
-            request_hash: "1:x".into(),
-            response: None,
-            attempts: 1,
-            created_at: 1.0,
-            updated_at,
-            expires_at: Some(updated_at + 30.0),
-        }
-    }
-
-    fn batch(records: Vec<SourceRecord>) -> IngestBatch {
-        IngestBatch {
-            origin: Origin::Push,
-            observed_at: 100.0,
-            records,
-            rejected: vec![],
-            abandoned_after_secs: 300.0,
-            cursor: None,
-            lease: None,
-            expect_new: false,
-        }
-    }
-
-    #[test]
-    fn a_key_repeated_in_one_batch_is_created_once_with_one_event_per_change() {
-        let b = batch(vec![
-            rec("charge:v1:a", State::InProgress, 10.0),
-            rec("charge:v1:a", State::InProgress, 10.0),
-            rec("charge:v1:a", State::Succeeded, 11.0),
-            rec("charge:v1:a", State::InProgress, 9.0),
-        ]);
-        let plan = ingest_plan(&b, &HashMap::new());
-        assert_eq!(plan.creates.len(), 1);
-        assert_eq!(plan.creates[0].record.state, State::Succeeded);
-        assert_eq!(plan.events.len(), 2);
-        assert_eq!(
-            plan.statuses,
-            vec![
-                ItemStatus::Created,
-                ItemStatus::Unchanged,
-                ItemStatus::Updated,
-                ItemStatus::Stale
-            ]
-        );
-    }
-
-    #[test]
-    fn abandoned_at_is_lease_end_plus_grace_for_claims_only() {
-        let plan = ingest_plan(
-            &batch(vec![
-                rec("charge:v1:a", State::InProgress, 10.0),
-                rec("charge:v1:b", State::Succeeded, 10.0),
-            ]),
-            &HashMap::new(),
-        );
-        assert_eq!(plan.creates[0].abandoned_at, Some(10.0 + 30.0 + 300.0));
-        assert_eq!(plan.creates[1].abandoned_at, None);
-    }
-
-    #[test]
-    fn multi_part_subjects_get_lookup_parts() {
-        let plan = ingest_plan(
-            &batch(vec![
-                rec("refund:v1:cus_9:ORD-17", State::Succeeded, 1.0),
-                rec("charge:v1:ORD-17", State::Succeeded, 1.0),
-            ]),
-            &HashMap::new(),
-        );
-        assert_eq!(plan.creates[0].extra_parts, vec!["cus_9", "ORD-17"]);
-        assert!(plan.creates[1].extra_parts.is_empty());
-        assert_eq!(plan.creates[1].subject.as_deref(), Some("ORD-17"));
     }
 }
