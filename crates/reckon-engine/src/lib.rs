@@ -9,6 +9,7 @@ pub mod provider_client;
 pub mod push;
 pub mod reconcile;
 pub mod scan;
+pub mod schedule;
 pub mod schema;
 // Hourly unresolved snapshots for the dashboard's chart.
 pub mod snapshot;

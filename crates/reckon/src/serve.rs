@@ -5,9 +5,9 @@ use crate::config::Settings;
 use anyhow::Context;
 use reckon_domain::time;
 use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, reconcile_until};
+use reckon_engine::schedule::ScanScheduler;
 use reckon_engine::writeback::{WritebackCtx, WritebackStep, writeback_next};
-use reckon_engine::{ScanOptions, scan_source};
-use reckon_ledger::{Ledger, Source, Tenant};
+use reckon_ledger::Ledger;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -207,10 +207,9 @@ where
     })
 }
 
-/// One repeated job looks for due sources; each due scan runs in its own task, so a slow
-/// or panicking source never holds up the others. A source is never scanned twice at once:
-/// by this process (the `running` set) nor by another replica on the same ledger (the
-/// scan's lease, see [`scan_claimed`]).
+/// The repeated jobs: the nightly audit, the dashboard's snapshots, and the scan scheduler's
+/// step ([`ScanScheduler::step`]: each due source scanned in its own task, never twice at
+/// once).
 async fn start_scheduler(
     ledger: Arc<dyn Ledger>,
     stop: CancellationToken,
@@ -221,7 +220,6 @@ async fn start_scheduler(
     audit_every: Duration,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut loops = Vec::new();
-    let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
     tracing::info!(instance = %owner, "scheduler started");
 
     // The nightly audit of yesterday, at each tenant's local audit_time, exactly once across
@@ -264,40 +262,15 @@ async fn start_scheduler(
             }
         }));
     }
+    let scans = ScanScheduler::new(ledger, owner.to_string(), metrics, egress);
     loops.push(every(TICK, stop.clone(), move || {
-        let ledger = ledger.clone();
-        let running = running.clone();
-        let owner = owner.clone();
-        let stop = stop.clone();
-        let tasks = tasks.clone();
-        let metrics = metrics.clone();
-        let egress = egress.clone();
+        let (scans, stop, tasks) = (scans.clone(), stop.clone(), tasks.clone());
         async move {
             if stop.is_cancelled() {
                 return;
             }
-            let sources = match ledger.all_scanned_sources().await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!(error = %e, "cannot list sources");
-                    return;
-                }
-            };
-            let now = time::now();
-            for (tenant, source) in sources {
-                // Its interval passed, or a person asked ("scan now").
-                let due = source.scan_due(now);
-                if !due || !running.lock().expect("lock").insert(source.id) {
-                    continue;
-                }
-                let (ledger, running, owner) = (ledger.clone(), running.clone(), owner.clone());
-                let metrics = metrics.clone();
-                let egress = egress.clone();
-                tasks.spawn(async move {
-                    let id = source.id;
-                    scan_claimed(ledger, tenant, source, &owner, &metrics, egress).await;
-                    running.lock().expect("lock").remove(&id);
-                });
+            if let Err(e) = scans.step(time::now(), &tasks).await {
+                tracing::error!(error = %e, "cannot list sources");
             }
         }
     }));
@@ -404,10 +377,6 @@ async fn start_reconciler(
 /// Write-back runs after new resolutions, and at least this often per tenant.
 const WRITEBACK_EVERY: Duration = Duration::from_secs(60);
 
-/// How long a scan's lease lasts without renewal: a replica that dies (or is paused) gives
-/// its scans up to another this long after its last renewal.
-const SCAN_LEASE_SECS: f64 = 30.0;
-
 /// This process's name in leases: unique per start, so a restarted replica never mistakes
 /// its predecessor's leases for its own.
 fn instance_id() -> String {
@@ -417,110 +386,6 @@ fn instance_id() -> String {
         std::process::id(),
         rand::random::<u32>()
     )
-}
-
-/// Scan `source` if this replica can take its lease; renew the lease while the scan runs.
-/// Every write of the scan is fenced by the lease, so if this process stalls past it (a GC
-/// pause, SIGSTOP, a network partition) and another replica takes over, the stalled scan's
-/// late writes are refused instead of interleaving with the new owner's.
-async fn scan_claimed(
-    ledger: Arc<dyn Ledger>,
-    tenant: Tenant,
-    source: Source,
-    owner: &str,
-    metrics: &reckon_web::metrics::Metrics,
-    egress: Arc<reckon_sources::EgressPolicy>,
-) {
-    let name = format!("scan:{}", source.id);
-    let lease = match ledger.try_lease(&name, owner, SCAN_LEASE_SECS).await {
-        Ok(Some(l)) => l,
-        Ok(None) => return, // another replica is scanning it
-        Err(e) => {
-            tracing::error!(error = %e, source = %source.name, "cannot claim scan lease");
-            return;
-        }
-    };
-    // Our list of due sources may predate another replica's scan that just finished.
-    let fresh = match ledger.source_by_name(tenant.id, &source.name).await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::error!(error = %e, source = %source.name, "cannot re-read source");
-            let _ = ledger.release_lease(&lease).await;
-            return;
-        }
-    };
-    let still_due = fresh.scan_due(time::now());
-    if !still_due {
-        let _ = ledger.release_lease(&lease).await;
-        return;
-    }
-
-    let renewing = CancellationToken::new();
-    let renewer = {
-        let (ledger, lease, renewing) = (ledger.clone(), lease.clone(), renewing.clone());
-        tokio::spawn(async move {
-            let every = Duration::from_secs_f64(SCAN_LEASE_SECS / 3.0);
-            loop {
-                tokio::select! {
-                    _ = renewing.cancelled() => return,
-                    _ = tokio::time::sleep(every) => {}
-                }
-                match ledger.renew_lease(&lease, SCAN_LEASE_SECS).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        // The scan's next write will be refused; nothing to do but say so.
-                        tracing::warn!(lease = %lease.name, "scan lease lost");
-                        return;
-                    }
-                    Err(e) => tracing::warn!(error = %e, lease = %lease.name, "cannot renew lease"),
-                }
-            }
-        })
-    };
-
-    let opts = ScanOptions {
-        lease: Some(lease.clone()),
-        egress,
-        ..ScanOptions::default()
-    };
-    let (l2, t2, s2) = (ledger.clone(), tenant.clone(), fresh.clone());
-    let task = tokio::spawn(async move { scan_source(&*l2, &t2, &s2, &opts).await });
-    let outcome = task.await;
-    match &outcome {
-        Ok(Ok(r)) => metrics.record_scan_success(&tenant.slug, &source.name, r.created + r.updated),
-        // Another replica took the scan over: not an error of the source.
-        Ok(Err(reckon_engine::ScanFailure::Ledger(reckon_ledger::LedgerError::LeaseLost(_)))) => {}
-        _ => metrics.record_scan_error(&tenant.slug, &source.name),
-    }
-    match outcome {
-        // A scan that changed something is news; the routine one every few seconds is not.
-        Ok(Ok(r)) if r.created + r.updated + r.quarantined > 0 => tracing::info!(
-            tenant = %tenant.slug, source = %source.name,
-            rows = r.rows_read, created = r.created, updated = r.updated,
-            quarantined = r.quarantined, "scan done"
-        ),
-        Ok(Ok(r)) => tracing::debug!(
-            tenant = %tenant.slug, source = %source.name, rows = r.rows_read,
-            "scan done, nothing changed"
-        ),
-        Ok(Err(_)) => {} // recorded in the source's health by scan_source
-        Err(join) => {
-            let why = if join.is_panic() {
-                "the scanner panicked"
-            } else {
-                "the scan was cancelled"
-            };
-            tracing::error!(tenant = %tenant.slug, source = %source.name, "{why}");
-            let _ = ledger
-                .record_scan_failure(tenant.id, source.id, time::now(), why, Some(&lease))
-                .await;
-        }
-    }
-    renewing.cancel();
-    let _ = renewer.await;
-    if let Err(e) = ledger.release_lease(&lease).await {
-        tracing::warn!(error = %e, lease = %lease.name, "cannot release lease");
-    }
 }
 
 /// On SQLite, one `reckon serve` per ledger file: two would each run the scheduler with
