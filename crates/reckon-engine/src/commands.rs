@@ -3,9 +3,15 @@
 //! only in who acts, through which surface, and how they show a refusal; what is checked,
 //! stored and logged is decided here once.
 
+use crate::provider_input::{ProviderEdit, ProviderInput, base_url, check_provider, new_provider};
 use crate::source_input::{SourceEdit, SourceInput, check_dsn_at_save, new_source, source_change};
-use reckon_ledger::{Ledger, LedgerError, NewAction, Source, Tenant};
+use reckon_domain::{Outcome, time};
+use reckon_ledger::{
+    Ledger, LedgerError, NewAction, NewResolution, Provider, ProviderChange, Resolution, Role,
+    Route, Source, Tenant, TokenCreator,
+};
 use reckon_sources::EgressPolicy;
+use secrecy::SecretString;
 use serde_json::{Value, json};
 
 /// The surface a person acted through; the audit log names it (`detail.via`).
@@ -43,7 +49,11 @@ pub struct Ctx<'a> {
 pub enum CommandError {
     #[error("{0}")]
     Invalid(String),
-    #[error("a source named {0:?} already exists")]
+    /// What the person asked for is above what they may do (a token of a higher role).
+    #[error("{0}")]
+    Forbidden(String),
+    /// A name the tenant already uses, or a decision already taken.
+    #[error("{0}")]
     Exists(String),
     #[error(transparent)]
     Ledger(#[from] LedgerError),
@@ -79,7 +89,9 @@ pub async fn add_source(c: &Ctx<'_>, input: SourceInput) -> Result<Source, Comma
         .add_source(c.tenant.id, new)
         .await
         .map_err(|e| match e {
-            LedgerError::Conflict(_) => CommandError::Exists(name),
+            LedgerError::Conflict(_) => {
+                CommandError::Exists(format!("a source named {name:?} already exists"))
+            }
             other => other.into(),
         })?;
     c.log(
@@ -129,4 +141,291 @@ pub async fn edit_source(
     )
     .await;
     Ok(source)
+}
+
+/// Add a provider (`provider.add`).
+pub async fn add_provider(c: &Ctx<'_>, input: ProviderInput) -> Result<Provider, CommandError> {
+    let name = input.name.clone();
+    let new = new_provider(input, c.egress)
+        .await
+        .map_err(CommandError::Invalid)?;
+    let provider = c
+        .ledger
+        .add_provider(c.tenant.id, new)
+        .await
+        .map_err(|e| match e {
+            LedgerError::Conflict(_) => {
+                CommandError::Exists(format!("a provider named {name:?} already exists"))
+            }
+            other => other.into(),
+        })?;
+    c.log(
+        "provider.add",
+        &provider.name,
+        json!({ "kind": provider.kind, "has_secret": provider.has_secret }),
+    )
+    .await;
+    Ok(provider)
+}
+
+/// Change a provider's secret or settings (`provider.edit`). The stored secret is only sent
+/// where it was sent before: a new base_url needs the secret given again.
+pub async fn edit_provider(
+    c: &Ctx<'_>,
+    name: &str,
+    edit: ProviderEdit,
+) -> Result<Provider, CommandError> {
+    let provider = c.ledger.provider_by_name(c.tenant.id, name).await?;
+    if edit.secret.is_none() && edit.settings.is_none() {
+        return Err(CommandError::Invalid(
+            "nothing to change: give secret and/or settings".into(),
+        ));
+    }
+    let settings = edit.settings.as_ref().unwrap_or(&provider.settings);
+    // Whoever may edit the provider could otherwise have the stored secret sent to a server
+    // of theirs.
+    if edit.secret.is_none()
+        && provider.has_secret
+        && base_url(settings) != base_url(&provider.settings)
+    {
+        return Err(CommandError::Invalid(
+            "the base_url changed: give the secret again (secret), the stored one is only \
+             sent where it was sent before"
+                .into(),
+        ));
+    }
+    let has_secret = edit.secret.is_some() || provider.has_secret;
+    check_provider(
+        &provider.kind,
+        settings,
+        edit.secret.as_deref(),
+        has_secret,
+        c.egress,
+    )
+    .await
+    .map_err(|why| match &edit.secret {
+        Some(s) if !s.is_empty() => CommandError::Invalid(why.replace(s.as_str(), "<redacted>")),
+        _ => CommandError::Invalid(why),
+    })?;
+    let fields: Vec<&str> = [
+        edit.secret.is_some().then_some("secret"),
+        edit.settings.is_some().then_some("settings"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let change = ProviderChange {
+        secret: edit.secret.map(SecretString::from),
+        settings: edit.settings,
+    };
+    let provider = c.ledger.update_provider(c.tenant.id, name, change).await?;
+    c.log(
+        "provider.edit",
+        &provider.name,
+        json!({ "fields": fields, "has_secret": provider.has_secret }),
+    )
+    .await;
+    Ok(provider)
+}
+
+/// Set (or replace) the route of one operation pattern of a source (`route.set`); `None`:
+/// no provider answers for it.
+pub async fn set_route(
+    c: &Ctx<'_>,
+    source: &str,
+    operation: &str,
+    provider: Option<&str>,
+) -> Result<Route, CommandError> {
+    let (source, operation) = (source.trim(), operation.trim());
+    if source.is_empty() || operation.is_empty() {
+        return Err(CommandError::Invalid(
+            "a route needs a source and an operation (or * for all)".into(),
+        ));
+    }
+    let route = c
+        .ledger
+        .set_route(c.tenant.id, source, operation, provider)
+        .await?;
+    c.log(
+        "route.set",
+        &format!("{}/{}", route.source, route.operation),
+        json!({ "provider": route.provider }),
+    )
+    .await;
+    Ok(route)
+}
+
+/// A token to make: its role, its label, who makes it, and the highest role they may give.
+pub struct TokenRequest<'a> {
+    pub role: &'a str,
+    pub label: &'a str,
+    pub creator: TokenCreator,
+    /// `None`: the operator, who may give any role.
+    pub ceiling: Option<Role>,
+    /// The stored hash of the minted token (the token itself never reaches the ledger).
+    pub hash: &'a str,
+}
+
+/// Make an API token (`token.create`). Returns its id and role.
+pub async fn create_token(c: &Ctx<'_>, t: TokenRequest<'_>) -> Result<(i64, Role), CommandError> {
+    let role = Role::parse(t.role).ok_or_else(|| {
+        CommandError::Invalid(format!(
+            "role {:?} is not one of viewer, support, finance, admin",
+            t.role
+        ))
+    })?;
+    if let Some(max) = t.ceiling
+        && role > max
+    {
+        return Err(CommandError::Forbidden(format!(
+            "a token cannot have a higher role ({}) than its maker's ({})",
+            role.as_str(),
+            max.as_str()
+        )));
+    }
+    let label = t.label.trim();
+    // Characters, not bytes: the limit the API document states (JSON Schema's maxLength).
+    if label.is_empty() || label.chars().count() > 100 || label.chars().any(char::is_control) {
+        return Err(CommandError::Invalid(
+            "the label must be 1-100 printable characters".into(),
+        ));
+    }
+    let id = c
+        .ledger
+        .create_token_by(c.tenant.id, role, t.hash, label, t.creator)
+        .await?;
+    c.log(
+        "token.create",
+        &format!("token:{id}"),
+        json!({ "role": role, "label": label }),
+    )
+    .await;
+    Ok((id, role))
+}
+
+/// Revoke a token (`token.revoke`). Another tenant's token and one already revoked are the
+/// same `NotFound`.
+pub async fn revoke_token(c: &Ctx<'_>, id: i64) -> Result<(), CommandError> {
+    if !c.ledger.revoke_token(c.tenant.id, id).await? {
+        return Err(LedgerError::NotFound(format!("no live token {id} in this tenant")).into());
+    }
+    c.log("token.revoke", &format!("token:{id}"), json!({}))
+        .await;
+    Ok(())
+}
+
+/// The longest note a resolution by hand keeps.
+pub const MAX_NOTE: usize = 4000;
+
+/// A person's conclusion about one unresolved effect.
+pub struct Decision<'a> {
+    pub source: &'a str,
+    pub key: &'a str,
+    pub outcome: &'a str,
+    pub note: &'a str,
+    /// The resolution's author, as its timeline shows them.
+    pub author: String,
+}
+
+/// Resolve an unresolved effect by hand (`effect.resolve`): an outcome a person can know
+/// (applied, not applied, a duplicate), a note saying how, and the evidence they decided on
+/// (the effect and its last lookup, frozen with the decision).
+pub async fn resolve(c: &Ctx<'_>, d: Decision<'_>) -> Result<Resolution, CommandError> {
+    let outcome = match Outcome::parse(d.outcome) {
+        Some(o @ (Outcome::Applied | Outcome::NotApplied | Outcome::Duplicate)) => o,
+        _ => {
+            return Err(CommandError::Invalid(format!(
+                "outcome {:?}: a person resolves with applied, not_applied or duplicate",
+                d.outcome
+            )));
+        }
+    };
+    let note = d.note.trim();
+    if note.is_empty() {
+        return Err(CommandError::Invalid(
+            "a note is required: say how you know (ticket, provider dashboard, conversation)"
+                .into(),
+        ));
+    }
+    if note.chars().count() > MAX_NOTE {
+        return Err(CommandError::Invalid(format!(
+            "the note is longer than {MAX_NOTE} characters"
+        )));
+    }
+    let effect = c
+        .ledger
+        .get_effect(c.tenant.id, d.source, d.key)
+        .await?
+        .map(|f| f.effect)
+        .ok_or_else(|| {
+            LedgerError::NotFound(format!("no effect with that key in source {:?}", d.source))
+        })?;
+    if effect.unresolved_kind.is_none() {
+        return Err(CommandError::Exists(
+            "the effect is not unresolved: there is nothing to decide".into(),
+        ));
+    }
+    let view = c.ledger.reconcile_view(c.tenant.id, effect.id).await?;
+    let evidence = json!({
+        "seen_by": c.via.as_str(),
+        "frozen_at": time::now(),
+        "effect": {
+            "state": effect.state,
+            "updated_at": effect.updated_at,
+            "attempts": effect.attempts,
+            "response": effect.response_json,
+        },
+        "reconcile_state": view.state,
+        "last_attempt": view.attempts.last(),
+    });
+    let new = NewResolution {
+        outcome,
+        author: d.author,
+        note: Some(note.to_owned()),
+        evidence,
+    };
+    let resolution = c
+        .ledger
+        .resolve_by_hand(c.tenant.id, effect.id, new)
+        .await
+        .map_err(|e| match e {
+            LedgerError::Conflict(_) => {
+                CommandError::Exists("the effect is already resolved".into())
+            }
+            other => other.into(),
+        })?;
+    c.log(
+        "effect.resolve",
+        &format!("{}/{}", d.source, d.key),
+        json!({ "outcome": resolution.outcome, "note": resolution.note }),
+    )
+    .await;
+    Ok(resolution)
+}
+
+/// Every indeterminate effect of one provider created in `[from, to]` is due again now
+/// (`reconcile.requeue`). Returns how many.
+pub async fn requeue(
+    c: &Ctx<'_>,
+    provider: &str,
+    from: f64,
+    to: f64,
+) -> Result<(Provider, u64), CommandError> {
+    if !(from.is_finite() && to.is_finite() && from <= to) {
+        return Err(CommandError::Invalid(
+            "from and to must be epoch seconds with from <= to".into(),
+        ));
+    }
+    let provider = c.ledger.provider_by_name(c.tenant.id, provider).await?;
+    let n = c
+        .ledger
+        .requeue_indeterminate(c.tenant.id, provider.id, from, to, time::now())
+        .await?;
+    c.log(
+        "reconcile.requeue",
+        &provider.name,
+        json!({ "from": from, "to": to, "requeued": n }),
+    )
+    .await;
+    Ok((provider, n))
 }

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod commands;
 pub mod probe;
 pub mod provider_client;
+pub mod provider_input;
 pub mod push;
 pub mod reconcile;
 pub mod scan;

@@ -43,6 +43,31 @@ pub async fn record(
     }
 }
 
+/// A command made through the API with this token.
+pub fn api_ctx<'a>(state: &'a AppState, auth: &'a Auth) -> reckon_engine::commands::Ctx<'a> {
+    reckon_engine::commands::Ctx {
+        ledger: state.ledger.as_ref(),
+        egress: &state.egress,
+        tenant: &auth.tenant,
+        actor: actor(auth),
+        via: reckon_engine::commands::Via::Api,
+    }
+}
+
+/// A command made on the dashboard by the person signed in.
+pub fn dash_ctx<'a>(
+    state: &'a AppState,
+    s: &'a crate::web::WebSession,
+) -> reckon_engine::commands::Ctx<'a> {
+    reckon_engine::commands::Ctx {
+        ledger: state.ledger.as_ref(),
+        egress: &state.egress,
+        tenant: &s.tenant,
+        actor: format!("user:{}", s.user.email),
+        via: reckon_engine::commands::Via::Dashboard,
+    }
+}
+
 /// An API caller's action.
 pub async fn by_token(state: &AppState, auth: &Auth, action: &str, target: &str, detail: Value) {
     record(
@@ -65,6 +90,10 @@ pub struct ListParams {
     /// Page size; default 100.
     #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// Only actions on this target: `source/key` of an effect, a provider's or source's
+    /// name, `token:N`, a person's email.
+    #[param(max_length = 1000)]
+    target: Option<String>,
 }
 
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -99,10 +128,27 @@ pub async fn list(
             )));
         }
     };
-    let actions = state
-        .ledger
-        .list_actions(auth.tenant.id, p.before, limit)
-        .await?;
+    if let Some(t) = &p.target
+        && t.chars().count() > 1000
+    {
+        return Err(ApiError::BadRequest(
+            "target is longer than 1000 characters".into(),
+        ));
+    }
+    let actions = match &p.target {
+        Some(t) => {
+            state
+                .ledger
+                .actions_on(auth.tenant.id, t, p.before, limit)
+                .await?
+        }
+        None => {
+            state
+                .ledger
+                .list_actions(auth.tenant.id, p.before, limit)
+                .await?
+        }
+    };
     let next = (actions.len() as i64 == limit)
         .then(|| actions.last().map(|a| a.id))
         .flatten();

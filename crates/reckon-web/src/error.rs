@@ -118,7 +118,8 @@ impl From<reckon_engine::commands::CommandError> for ApiError {
         use reckon_engine::commands::CommandError;
         match e {
             CommandError::Invalid(why) => ApiError::Unprocessable(why),
-            CommandError::Exists(_) => ApiError::Conflict(e.to_string()),
+            CommandError::Forbidden(why) => ApiError::Forbidden(why),
+            CommandError::Exists(why) => ApiError::Conflict(why),
             CommandError::Ledger(l) => l.into(),
         }
     }

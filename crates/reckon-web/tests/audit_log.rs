@@ -154,6 +154,24 @@ async fn story(backend: Backend) {
     )
     .await;
     assert_eq!(r.json["actions"].as_array().unwrap().len(), 5, "{}", r.text);
+    // What happened to one target: a token's two lines, newest first.
+    let r = call(
+        &w,
+        Method::GET,
+        &format!("/api/v1/audit-log?target=token:{made}"),
+        &t,
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let on: Vec<&str> = r.json["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(on, ["token.revoke", "token.create"], "{}", r.text);
+    assert!(r.json["actions"][0]["detail"]["via"] == "api", "{}", r.text);
 
     // Admins only; another tenant sees its own (empty) log.
     let finance = token(w.ledger.as_ref(), &w.a, Role::Finance).await;

@@ -19,12 +19,27 @@ use clap::{Parser, Subcommand, ValueEnum};
 use config::{Overrides, Settings};
 use reckon_engine::commands;
 use reckon_engine::{ScanOptions, SourceInput, scan_source};
-use reckon_ledger::{Keyring, Ledger, Role};
+use reckon_ledger::{Keyring, Ledger};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// How the audit log names whoever runs the CLI: the operator, who holds the ledger.
 const OPERATOR: &str = "operator";
+
+/// A command made from the CLI: by the operator, who holds the ledger's keys.
+pub(crate) fn operator<'a>(
+    ledger: &'a dyn Ledger,
+    egress: &'a reckon_sources::EgressPolicy,
+    tenant: &'a reckon_ledger::Tenant,
+) -> commands::Ctx<'a> {
+    commands::Ctx {
+        ledger,
+        egress,
+        tenant,
+        actor: OPERATOR.into(),
+        via: commands::Via::Cli,
+    }
+}
 #[derive(Parser)]
 #[command(
     name = "reckon",
@@ -434,19 +449,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 role,
                 label,
             } => {
-                let role = Role::parse(&role).with_context(|| {
-                    format!("role {role:?} is not one of viewer, support, finance, admin")
-                })?;
                 let t = ledger.tenant_by_slug(&tenant).await?;
+                let egress = settings.egress_policy(&*ledger).await?;
                 let (token, hash) = reckon_web::mint_token();
-                ledger.create_token(t.id, role, &hash, &label).await?;
+                let request = commands::TokenRequest {
+                    role: &role,
+                    label: &label,
+                    creator: reckon_ledger::TokenCreator::Operator,
+                    ceiling: None,
+                    hash: &hash,
+                };
+                commands::create_token(&operator(&*ledger, &egress, &t), request).await?;
                 // Alone on stdout so a script can capture it; it is shown only this once.
                 println!("{token}");
             }
             TokenCmd::List { tenant, format } => {
                 users::list_tokens(&*ledger, &tenant, format).await?
             }
-            TokenCmd::Revoke { tenant, id } => users::revoke_token(&*ledger, &tenant, id).await?,
+            TokenCmd::Revoke { tenant, id } => {
+                let t = ledger.tenant_by_slug(&tenant).await?;
+                let egress = settings.egress_policy(&*ledger).await?;
+                commands::revoke_token(&operator(&*ledger, &egress, &t), id).await?;
+                eprintln!("token {id} revoked");
+            }
         },
         Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
         Cmd::Audit(args) => {
@@ -460,7 +485,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Provider { cmd } => {
             reconcile_cmd::provider(&*ledger, cmd, &settings.egress_policy(&*ledger).await?).await?
         }
-        Cmd::Route { cmd } => reconcile_cmd::route(&*ledger, cmd).await?,
+        Cmd::Route { cmd } => {
+            reconcile_cmd::route(&*ledger, cmd, &settings.egress_policy(&*ledger).await?).await?
+        }
         Cmd::Reconcile {
             tenant,
             source,
@@ -510,13 +537,7 @@ async fn source_cmd(
             full_scan_every,
         } => {
             let t = ledger.tenant_by_slug(&tenant).await?;
-            let ctx = commands::Ctx {
-                ledger,
-                egress: &egress,
-                tenant: &t,
-                actor: OPERATOR.into(),
-                via: commands::Via::Cli,
-            };
+            let ctx = operator(ledger, &egress, &t);
             let input = SourceInput {
                 name,
                 kind,

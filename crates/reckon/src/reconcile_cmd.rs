@@ -5,9 +5,10 @@ use crate::Format;
 use crate::output;
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use reckon_engine::commands;
+use reckon_engine::provider_input::ProviderInput;
 use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, reconcile_all, reconcile_one};
 use reckon_ledger::Ledger;
-use reckon_web::api::providers::{ProviderInput, new_provider};
 use std::io::Read;
 use std::sync::Arc;
 
@@ -113,18 +114,13 @@ pub async fn provider(
                 }
                 None => None,
             };
-            let new = new_provider(
-                ProviderInput {
-                    name,
-                    kind,
-                    secret,
-                    settings,
-                },
-                egress,
-            )
-            .await
-            .map_err(anyhow::Error::msg)?;
-            let p = ledger.add_provider(t.id, new).await?;
+            let input = ProviderInput {
+                name,
+                kind,
+                secret,
+                settings,
+            };
+            let p = commands::add_provider(&crate::operator(ledger, egress, &t), input).await?;
             eprintln!("provider {} added ({})", p.name, p.kind);
         }
         ProviderCmd::List { tenant, format } => {
@@ -148,7 +144,11 @@ pub async fn provider(
     Ok(())
 }
 
-pub async fn route(ledger: &dyn Ledger, cmd: RouteCmd) -> anyhow::Result<()> {
+pub async fn route(
+    ledger: &dyn Ledger,
+    cmd: RouteCmd,
+    egress: &reckon_sources::EgressPolicy,
+) -> anyhow::Result<()> {
     match cmd {
         RouteCmd::Set {
             tenant,
@@ -159,9 +159,8 @@ pub async fn route(ledger: &dyn Ledger, cmd: RouteCmd) -> anyhow::Result<()> {
         } => {
             let t = ledger.tenant_by_slug(&tenant).await?;
             let provider = if none { None } else { provider };
-            let r = ledger
-                .set_route(t.id, &source, &operation, provider.as_deref())
-                .await?;
+            let ctx = crate::operator(ledger, egress, &t);
+            let r = commands::set_route(&ctx, &source, &operation, provider.as_deref()).await?;
             eprintln!(
                 "route {}/{} -> {}",
                 r.source,

@@ -205,12 +205,3 @@ pub async fn list_tokens(
         },
     )
 }
-
-pub async fn revoke_token(ledger: &dyn Ledger, tenant: &str, id: i64) -> anyhow::Result<()> {
-    let t = ledger.tenant_by_slug(tenant).await?;
-    if !ledger.revoke_token(t.id, id).await? {
-        bail!("no live token {id} in tenant {tenant}");
-    }
-    eprintln!("token {id} revoked");
-    Ok(())
-}

@@ -175,3 +175,125 @@ async fn a_source_added_from_the_cli_is_in_the_tenants_audit_log_as_the_operator
         serde_json::json!({"kind": "push", "via": "cli"})
     );
 }
+
+#[tokio::test]
+async fn providers_routes_and_tokens_changed_from_the_cli_are_in_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ok = |args: &[&str]| {
+        let out = reckon(&data, args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(&["tenant", "create", "acme"]);
+    ok(&[
+        "source", "add", "--tenant", "acme", "--name", "orders", "--kind", "push",
+    ]);
+    let out = Command::new(env!("CARGO_BIN_EXE_reckon"))
+        .args(["--data-dir"])
+        .arg(&data)
+        .arg("--config")
+        .arg(data.with_extension("no-such.toml"))
+        .args(["provider", "add", "--tenant", "acme", "--name", "stripe"])
+        .args(["--kind", "stripe", "--secret-env", "RK_TEST_KEY"])
+        .env("RK_TEST_KEY", "rk_test_clicanary")
+        .env("RECKON_LOG", "warn")
+        .env_remove("RECKON_DATABASE_URL")
+        .env_remove("RECKON_MASTER_KEY")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    ok(&[
+        "route",
+        "set",
+        "--tenant",
+        "acme",
+        "--source",
+        "orders",
+        "--operation",
+        "charge",
+        "--provider",
+        "stripe",
+    ]);
+    let minted = ok(&[
+        "token", "create", "--tenant", "acme", "--role", "viewer", "--label", "ci",
+    ]);
+    assert!(
+        minted.trim().starts_with("rkn_"),
+        "the token alone on stdout: {minted}"
+    );
+    // A role that does not exist is refused before anything is stored or logged.
+    failure(
+        "a token of no role",
+        &reckon(
+            &data,
+            &[
+                "token", "create", "--tenant", "acme", "--role", "owner", "--label", "x",
+            ],
+        ),
+    );
+
+    let keyring = reckon_ledger::Keyring::load_file(&data.join("master.key"))
+        .unwrap()
+        .expect("the key file the CLI made");
+    let ledger = reckon_ledger::connect(None, &data, keyring).await.unwrap();
+    let acme = ledger.tenant_by_slug("acme").await.unwrap();
+    let token = ledger.list_tokens(acme.id).await.unwrap()[0].id;
+    drop(ledger);
+    ok(&[
+        "token",
+        "revoke",
+        "--tenant",
+        "acme",
+        "--id",
+        &token.to_string(),
+    ]);
+    failure(
+        "revoking it twice",
+        &reckon(
+            &data,
+            &[
+                "token",
+                "revoke",
+                "--tenant",
+                "acme",
+                "--id",
+                &token.to_string(),
+            ],
+        ),
+    );
+
+    let keyring = reckon_ledger::Keyring::load_file(&data.join("master.key"))
+        .unwrap()
+        .unwrap();
+    let ledger = reckon_ledger::connect(None, &data, keyring).await.unwrap();
+    let log = ledger.list_actions(acme.id, None, 20).await.unwrap();
+    let lines: Vec<_> = log
+        .iter()
+        .map(|a| {
+            (
+                a.actor.as_str(),
+                a.action.as_str(),
+                a.target.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    let t = format!("token:{token}");
+    assert_eq!(
+        lines,
+        [
+            ("operator", "token.revoke", t.clone()),
+            ("operator", "token.create", t),
+            ("operator", "route.set", "orders/charge".into()),
+            ("operator", "provider.add", "stripe".into()),
+            ("operator", "source.add", "orders".into()),
+        ]
+    );
+    assert!(log.iter().all(|a| a.detail["via"] == "cli"), "{log:?}");
+    assert_eq!(log[3].detail["has_secret"], true);
+    let text = format!("{log:?}");
+    assert!(
+        !text.contains("clicanary"),
+        "a secret reached the audit log: {text}"
+    );
+}

@@ -15,14 +15,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use reckon_domain::time;
+use reckon_engine::commands;
 use reckon_engine::reconcile::{EffectOutcome, ReconcileCtx, reconcile_one};
-use reckon_ledger::{Effect, LedgerError, NewResolution, Outcome, Resolution};
+use reckon_ledger::{Effect, Resolution};
 use serde::Deserialize;
-use serde_json::json;
-
-/// The longest note a person may attach (it is evidence, not a document).
-const MAX_NOTE: usize = 4000;
 
 async fn find_effect(
     state: &AppState,
@@ -176,72 +172,18 @@ async fn resolve(
     key: &str,
     input: ResolveInput,
 ) -> Result<(StatusCode, Json<Resolution>), ApiError> {
-    let outcome = match Outcome::parse(&input.outcome) {
-        Some(o @ (Outcome::Applied | Outcome::NotApplied | Outcome::Duplicate)) => o,
-        _ => {
-            return Err(ApiError::Unprocessable(format!(
-                "outcome {:?}: a person resolves with applied, not_applied or duplicate",
-                input.outcome
-            )));
-        }
-    };
-    let note = input.note.trim();
-    if note.is_empty() {
-        return Err(ApiError::Unprocessable(
-            "a note is required: say why (ticket, provider dashboard, conversation)".into(),
-        ));
-    }
-    if note.chars().count() > MAX_NOTE {
-        return Err(ApiError::Unprocessable(format!(
-            "the note is longer than {MAX_NOTE} characters"
-        )));
-    }
-    let effect = find_effect(state, auth, source, key).await?;
-    // What the person saw when deciding, frozen with the decision.
-    let view = state
-        .ledger
-        .reconcile_view(auth.tenant.id, effect.id)
-        .await?;
-    let evidence = json!({
-        "frozen_at": time::now(),
-        "effect": {
-            "state": effect.state,
-            "updated_at": effect.updated_at,
-            "attempts": effect.attempts,
-            "response": effect.response_json,
+    let decision = commands::Decision {
+        source,
+        key,
+        outcome: &input.outcome,
+        note: &input.note,
+        author: match auth.user_id {
+            Some(id) => format!("user:{id}"),
+            None => format!("token:{}", auth.token_id),
         },
-        "reconcile_state": view.state,
-        "last_attempt": view.attempts.last(),
-    });
-    let author = match auth.user_id {
-        Some(id) => format!("user:{id}"),
-        None => format!("token:{}", auth.token_id),
     };
-    let resolution = state
-        .ledger
-        .resolve_by_hand(
-            auth.tenant.id,
-            effect.id,
-            NewResolution {
-                outcome,
-                author,
-                note: Some(note.to_owned()),
-                evidence,
-            },
-        )
-        .await
-        .map_err(|e| match e {
-            LedgerError::Conflict(_) => ApiError::Conflict("the effect is already resolved".into()),
-            other => other.into(),
-        })?;
-    crate::actions::by_token(
-        state,
-        auth,
-        "effect.resolve",
-        &format!("{source}/{key}"),
-        json!({ "outcome": resolution.outcome, "note": resolution.note }),
-    )
-    .await;
+    let ctx = crate::actions::api_ctx(state, auth);
+    let resolution = commands::resolve(&ctx, decision).await?;
     Ok((StatusCode::CREATED, Json(resolution)))
 }
 
@@ -281,32 +223,7 @@ pub async fn requeue(
     auth: Auth,
     ApiJson(input): ApiJson<RequeueInput>,
 ) -> Result<Json<Requeued>, ApiError> {
-    if !(input.from.is_finite() && input.to.is_finite() && input.from <= input.to) {
-        return Err(ApiError::Unprocessable(
-            "from and to must be epoch seconds with from <= to".into(),
-        ));
-    }
-    let provider = state
-        .ledger
-        .provider_by_name(auth.tenant.id, &input.provider)
-        .await?;
-    let n = state
-        .ledger
-        .requeue_indeterminate(
-            auth.tenant.id,
-            provider.id,
-            input.from,
-            input.to,
-            time::now(),
-        )
-        .await?;
-    crate::actions::by_token(
-        &state,
-        &auth,
-        "reconcile.requeue",
-        &provider.name,
-        json!({ "from": input.from, "to": input.to, "requeued": n }),
-    )
-    .await;
+    let ctx = crate::actions::api_ctx(&state, &auth);
+    let (_, n) = commands::requeue(&ctx, &input.provider, input.from, input.to).await?;
     Ok(Json(Requeued { requeued: n }))
 }

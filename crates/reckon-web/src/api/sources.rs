@@ -53,7 +53,7 @@ pub async fn create(
     // The refusals never quote a DSN beyond its host (fixed sentences, see
     // `reckon_sources::dsn`), so they are answered as they are: cutting a secret out of
     // them would tell the caller where it matched (see `scrub`).
-    let source = commands::add_source(&by_token(&state, &auth), input).await?;
+    let source = commands::add_source(&crate::actions::api_ctx(&state, &auth), input).await?;
     Ok((StatusCode::CREATED, Json(source)))
 }
 
@@ -81,7 +81,8 @@ pub async fn edit(
     ApiPath(name): ApiPath<String>,
     ApiJson(edit): ApiJson<SourceEdit>,
 ) -> Result<Json<Source>, ApiError> {
-    let source = commands::edit_source(&by_token(&state, &auth), &name, edit).await?;
+    let source =
+        commands::edit_source(&crate::actions::api_ctx(&state, &auth), &name, edit).await?;
     Ok(Json(source))
 }
 
@@ -114,17 +115,6 @@ pub(crate) fn scrub(mut message: String, secrets: &[String]) -> String {
         message = message.replace(secret.as_str(), "<redacted>");
     }
     message
-}
-
-/// A command made through the API with this token.
-fn by_token<'a>(state: &'a AppState, auth: &'a Auth) -> commands::Ctx<'a> {
-    commands::Ctx {
-        ledger: state.ledger.as_ref(),
-        egress: &state.egress,
-        tenant: &auth.tenant,
-        actor: crate::actions::actor(auth),
-        via: commands::Via::Api,
-    }
 }
 
 #[cfg(test)]

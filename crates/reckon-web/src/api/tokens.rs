@@ -9,9 +9,9 @@ use crate::extract::{ApiJson, ApiPath};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use reckon_engine::commands;
 use reckon_ledger::{Role, TokenCreator, TokenInfo};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub struct TokenList {
@@ -78,50 +78,27 @@ pub async fn create(
     auth: Auth,
     ApiJson(input): ApiJson<NewToken>,
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
-    let role = Role::parse(&input.role).ok_or_else(|| {
-        ApiError::Unprocessable(format!(
-            "role {:?} is not one of viewer, support, finance, admin",
-            input.role
-        ))
-    })?;
-    if role > auth.role {
-        return Err(ApiError::Forbidden(format!(
-            "a token cannot make a token with a higher role ({}) than its own ({})",
-            role.as_str(),
-            auth.role.as_str()
-        )));
-    }
     let label = input.label.unwrap_or_else(|| "api".into());
-    // Characters, not bytes: the limit the API document states (JSON Schema's maxLength).
-    if label.is_empty() || label.chars().count() > 100 || label.chars().any(char::is_control) {
-        return Err(ApiError::Unprocessable(
-            "label must be 1-100 printable characters".into(),
-        ));
-    }
-    let creator = match auth.user_id {
-        Some(id) => TokenCreator::User { id },
-        None => TokenCreator::Operator,
-    };
     let (token, hash) = mint_token();
-    let id = state
-        .ledger
-        .create_token_by(auth.tenant.id, role, &hash, &label, creator)
-        .await?;
-    crate::actions::by_token(
-        &state,
-        &auth,
-        "token.create",
-        &format!("token:{id}"),
-        json!({ "role": role, "label": label }),
-    )
-    .await;
+    let request = commands::TokenRequest {
+        role: &input.role,
+        label: &label,
+        creator: match auth.user_id {
+            Some(id) => TokenCreator::User { id },
+            None => TokenCreator::Operator,
+        },
+        ceiling: Some(auth.role),
+        hash: &hash,
+    };
+    let ctx = crate::actions::api_ctx(&state, &auth);
+    let (id, role) = commands::create_token(&ctx, request).await?;
     // The token is in this answer and nowhere else, ever.
     Ok((
         StatusCode::CREATED,
         Json(CreatedToken {
             id,
             role,
-            label,
+            label: label.trim().to_owned(),
             token,
         }),
     ))
@@ -144,19 +121,7 @@ pub async fn revoke(
     auth: Auth,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<StatusCode, ApiError> {
-    if state.ledger.revoke_token(auth.tenant.id, id).await? {
-        crate::actions::by_token(
-            &state,
-            &auth,
-            "token.revoke",
-            &format!("token:{id}"),
-            json!({}),
-        )
-        .await;
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound(format!(
-            "no live token {id} in this tenant"
-        )))
-    }
+    let ctx = crate::actions::api_ctx(&state, &auth);
+    commands::revoke_token(&ctx, id).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

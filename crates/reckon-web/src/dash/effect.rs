@@ -3,7 +3,7 @@
 
 use super::chrome::{Chrome, other_tenants, tenant_zone};
 use super::csrf::{CsrfOnly, accept, csrf_form};
-use super::fmt::{When, age, effect_href, seg, when_in, when_opt_in};
+use super::fmt::{When, age, effect_href, seg, sentence, when_in, when_opt_in};
 use super::{PageError, html, not_found, wants_fragment};
 use crate::AppState;
 use crate::authz::{Permission, allows};
@@ -17,11 +17,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use jiff::tz::TimeZone;
 use reckon_domain::{State as EffectState, UnresolvedKind, time};
-use reckon_ledger::{Effect, LedgerError, NewResolution, Outcome, ReconcileView, TenantId};
+use reckon_engine::commands::{self, CommandError};
+use reckon_ledger::{Effect, LedgerError, Outcome, ReconcileView, TenantId};
 use serde::Deserialize;
 use std::collections::HashMap;
-
-const MAX_NOTE_CHARS: usize = 4000;
 
 /// What is left of an effect's replay window ("3 h 5 min"), or "closed".
 pub(super) fn replay_left(st: &AppState, created_at: f64, now: f64) -> String {
@@ -367,9 +366,8 @@ pub async fn resolve(
         Err(refusal) => return Ok(refusal),
     };
     let fragment = wants_fragment(&headers);
-    let note = form.note.trim().to_owned();
-    let refuse = |error: &str| Flash {
-        error: Some(error.to_owned()),
+    let refuse = |error: String| Flash {
+        error: Some(error),
         note: form.note.clone(),
         message: None,
     };
@@ -382,67 +380,24 @@ pub async fn resolve(
             StatusCode::UNPROCESSABLE_ENTITY
         }
     };
-    let outcome = match form.outcome.as_str() {
-        "applied" => Outcome::Applied,
-        "not_applied" => Outcome::NotApplied,
-        _ => {
-            let flash = refuse("Choose whether it happened (applied) or not (not applied).");
-            return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
-        }
-    };
-    if note.is_empty() {
-        let flash = refuse("A note is required: say how you know.");
-        return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
-    }
-    if note.chars().count() > MAX_NOTE_CHARS {
-        let flash = refuse("The note is too long (at most 4000 characters).");
+    // The form offers what a person on the dashboard can know: it happened, or it did not.
+    if !matches!(form.outcome.as_str(), "applied" | "not_applied") {
+        let flash = refuse("Choose whether it happened (applied) or not (not applied).".into());
         return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
     }
     let tenant = s.tenant.id;
-    let Some(detail) = st
-        .ledger
-        .get_effect(tenant, &path.source, &path.key)
-        .await?
-    else {
-        return Ok(not_found());
+    let decision = commands::Decision {
+        source: &path.source,
+        key: &path.key,
+        outcome: &form.outcome,
+        note: &form.note,
+        author: s.user.email.clone(),
     };
-    if detail.effect.unresolved_kind.is_none() {
-        let flash = refuse("This effect is not unresolved: there is nothing to decide.");
-        return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
-    }
-    // The evidence the person decided on: what the last lookup had found, if any.
-    let view = st.ledger.reconcile_view(tenant, detail.effect.id).await?;
-    let evidence = serde_json::json!({
-        "seen_by": "dashboard",
-        "last_attempt_id": view.attempts.last().map(|a| a.id),
-        "last_attempt_evidence": view.attempts.last().map(|a| a.evidence.clone()),
-    });
-    let done = st
-        .ledger
-        .resolve_by_hand(
-            tenant,
-            detail.effect.id,
-            NewResolution {
-                outcome,
-                author: s.user.email.clone(),
-                note: Some(note),
-                evidence,
-            },
-        )
-        .await;
-    let flash = match done {
+    let ctx = crate::actions::dash_ctx(&st, &s);
+    let flash = match commands::resolve(&ctx, decision).await {
         Ok(r) => {
             st.dash.forget(tenant);
-            tracing::info!(tenant = %s.tenant.slug, effect = detail.effect.id, outcome = %r.outcome, "resolved by hand");
-            crate::actions::record(
-                &st,
-                tenant,
-                format!("user:{}", s.user.email),
-                "effect.resolve",
-                Some(format!("{}/{}", path.source, path.key)),
-                serde_json::json!({ "outcome": r.outcome, "note": r.note, "via": "dashboard" }),
-            )
-            .await;
+            tracing::info!(tenant = %s.tenant.slug, effect = %format!("{}/{}", path.source, path.key), outcome = %r.outcome, "resolved by hand");
             if !fragment {
                 let href = effect_href(&s.tenant.slug, &path.source, &path.key);
                 return Ok(Redirect::to(&href).into_response());
@@ -452,8 +407,16 @@ pub async fn resolve(
                 ..Flash::default()
             }
         }
-        Err(LedgerError::Conflict(_)) => {
-            let flash = refuse("Someone resolved this effect already; see the timeline.");
+        Err(CommandError::Ledger(LedgerError::NotFound(_))) => return Ok(not_found()),
+        Err(CommandError::Invalid(why)) => {
+            let flash = refuse(sentence(&why));
+            return effect_response(&st, &s, &path, fragment, refused(fragment), flash).await;
+        }
+        Err(CommandError::Exists(why)) => {
+            let flash = refuse(format!(
+                "{}; see the timeline.",
+                sentence(&why).trim_end_matches('.')
+            ));
             let status = if fragment {
                 StatusCode::OK
             } else {
@@ -461,7 +424,7 @@ pub async fn resolve(
             };
             return effect_response(&st, &s, &path, fragment, status, flash).await;
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(crate::error::ApiError::from(e).into()),
     };
     effect_response(&st, &s, &path, fragment, StatusCode::OK, flash).await
 }

@@ -76,6 +76,20 @@ pub fn effect_href(tenant: &str, source: &str, key: &str) -> String {
     format!("/t/{}/effects/{}/{}", seg(tenant), seg(source), seg(key))
 }
 
+/// "a provider named …" -> "A provider named ….": the command's words as the page says them.
+pub fn sentence(s: &str) -> String {
+    let mut c = s.chars();
+    let mut out: String = c
+        .next()
+        .map(|f| f.to_uppercase().collect())
+        .unwrap_or_default();
+    out.push_str(c.as_str());
+    if !out.ends_with('.') {
+        out.push('.');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use reckon_domain::{State as EffectState, time};
+use reckon_engine::commands::{self, CommandError};
 use reckon_ledger::{LedgerError, QueueQuery};
 use serde::Deserialize;
 
@@ -312,26 +313,14 @@ pub async fn requeue(
             "Choose a provider first: a bulk re-lookup asks one provider again.",
         ));
     }
-    let provider = match st.ledger.provider_by_name(s.tenant.id, name).await {
-        Ok(p) => p,
-        Err(LedgerError::NotFound(_)) => return Ok(not_found()),
-        Err(e) => return Err(e.into()),
-    };
     let now = time::now();
-    let n = st
-        .ledger
-        .requeue_indeterminate(s.tenant.id, provider.id, 0.0, now, now)
-        .await?;
+    let ctx = crate::actions::dash_ctx(&st, &s);
+    let (provider, n) = match commands::requeue(&ctx, name, 0.0, now).await {
+        Ok(done) => done,
+        Err(CommandError::Ledger(LedgerError::NotFound(_))) => return Ok(not_found()),
+        Err(e) => return Err(crate::error::ApiError::from(e).into()),
+    };
     st.dash.forget(s.tenant.id);
-    crate::actions::record(
-        &st,
-        s.tenant.id,
-        format!("user:{}", s.user.email),
-        "reconcile.requeue",
-        Some(provider.name.clone()),
-        serde_json::json!({ "from": 0.0, "to": now, "requeued": n, "via": "dashboard" }),
-    )
-    .await;
     let mut qs = url::form_urlencoded::Serializer::new(String::new());
     qs.append_pair("provider", &provider.name);
     qs.append_pair("requeued", &n.to_string());

@@ -6,10 +6,10 @@
 
 use super::chrome::{Chrome, other_tenants, tenant_zone};
 use super::csrf::{CsrfOnly, accept, csrf_form};
-use super::fmt::{When, age, seg, when_in, when_opt_in};
+use super::fmt::{When, age, seg, sentence, when_in, when_opt_in};
 use super::{PageError, html};
 use crate::AppState;
-use crate::api::providers::{ProviderInput, new_provider};
+use crate::api::providers::ProviderInput;
 use crate::web::WebSession;
 use askama::Template;
 use axum::extract::rejection::FormRejection;
@@ -282,6 +282,27 @@ async fn refuse(
     settings_response(st, s, StatusCode::UNPROCESSABLE_ENTITY, flash).await
 }
 
+/// A command's refusal on the page, its sentence capitalised; a failure of ours is an error
+/// page.
+async fn refused(
+    st: &AppState,
+    s: &WebSession,
+    e: CommandError,
+    flash: impl FnOnce(String) -> SettingsFlash,
+) -> Result<Response, PageError> {
+    let e = match e {
+        CommandError::Ledger(LedgerError::NotFound(m)) => {
+            CommandError::Invalid(format!("not found: {m}"))
+        }
+        other => other,
+    };
+    let api = crate::error::ApiError::from(e);
+    if !api.status().is_client_error() {
+        return Err(api.into());
+    }
+    refuse(st, s, flash(sentence(&api.to_string()))).await
+}
+
 #[derive(Deserialize)]
 pub struct TokenForm {
     #[serde(default)]
@@ -308,51 +329,20 @@ pub async fn create_token(
         error: Some(m),
         ..SettingsFlash::default()
     };
-    let Some(role) = Role::parse(&f.role) else {
-        return refuse(
-            &st,
-            &s,
-            error("Choose a role: viewer, support, finance or admin.".into()),
-        )
-        .await;
-    };
-    if role > s.role {
-        return refuse(
-            &st,
-            &s,
-            error("A token cannot have a higher role than yours.".into()),
-        )
-        .await;
-    }
-    let label = f.label.trim();
-    if label.is_empty() || label.chars().count() > 100 || label.chars().any(char::is_control) {
-        return refuse(
-            &st,
-            &s,
-            error("The label must be 1-100 printable characters.".into()),
-        )
-        .await;
-    }
     let (token, hash) = crate::auth::mint_token();
-    let id = st
-        .ledger
-        .create_token_by(
-            s.tenant.id,
-            role,
-            &hash,
-            label,
-            TokenCreator::User { id: s.user.id },
-        )
-        .await?;
-    crate::actions::record(
-        &st,
-        s.tenant.id,
-        actor(&s),
-        "token.create",
-        Some(format!("token:{id}")),
-        json!({ "role": role, "label": label, "via": "dashboard" }),
-    )
-    .await;
+    let request = reckon_engine::commands::TokenRequest {
+        role: &f.role,
+        label: &f.label,
+        creator: TokenCreator::User { id: s.user.id },
+        ceiling: Some(s.role),
+        hash: &hash,
+    };
+    let ctx = crate::actions::dash_ctx(&st, &s);
+    let (id, role) = match reckon_engine::commands::create_token(&ctx, request).await {
+        Ok(made) => made,
+        Err(e) => return refused(&st, &s, e, error).await,
+    };
+    let label = f.label.trim();
     let flash = SettingsFlash {
         message: Some(format!(
             "Token {id} ({}, “{label}”) made. Copy it now: it is shown this once and never again.",
@@ -383,19 +373,13 @@ pub async fn revoke_token(
     let Ok(id) = p.id.parse::<i64>() else {
         return Ok(super::not_found());
     };
-    if !st.ledger.revoke_token(s.tenant.id, id).await? {
+    let ctx = crate::actions::dash_ctx(&st, &s);
+    match reckon_engine::commands::revoke_token(&ctx, id).await {
+        Ok(()) => {}
         // Another tenant's token and a token already revoked look the same.
-        return Ok(super::not_found());
+        Err(CommandError::Ledger(LedgerError::NotFound(_))) => return Ok(super::not_found()),
+        Err(e) => return Err(crate::error::ApiError::from(e).into()),
     }
-    crate::actions::record(
-        &st,
-        s.tenant.id,
-        actor(&s),
-        "token.revoke",
-        Some(format!("token:{id}")),
-        json!({ "via": "dashboard" }),
-    )
-    .await;
     Ok(back(&st, &s))
 }
 
@@ -456,31 +440,10 @@ pub async fn add_provider(
         secret: Some(f.secret.clone()).filter(|x| !x.is_empty()),
         settings,
     };
-    let new = match new_provider(input, &st.egress).await {
-        Ok(n) => n,
-        Err(m) => return refuse(&st, &s, error(m)).await,
-    };
-    let provider = match st.ledger.add_provider(s.tenant.id, new).await {
-        Ok(p) => p,
-        Err(LedgerError::Conflict(_)) => {
-            return refuse(
-                &st,
-                &s,
-                error(format!("A provider named “{name}” already exists.")),
-            )
-            .await;
-        }
-        Err(e) => return Err(e.into()),
-    };
-    crate::actions::record(
-        &st,
-        s.tenant.id,
-        actor(&s),
-        "provider.add",
-        Some(provider.name.clone()),
-        json!({ "kind": provider.kind, "has_secret": provider.has_secret, "via": "dashboard" }),
-    )
-    .await;
+    let ctx = crate::actions::dash_ctx(&st, &s);
+    if let Err(e) = reckon_engine::commands::add_provider(&ctx, input).await {
+        return refused(&st, &s, e, error).await;
+    }
     Ok(back(&st, &s))
 }
 
@@ -506,39 +469,17 @@ pub async fn set_route(
         Ok(f) => f,
         Err(refusal) => return Ok(refusal),
     };
-    let (source, operation) = (f.source.trim(), f.operation.trim());
-    if source.is_empty() || operation.is_empty() {
-        let flash = SettingsFlash {
-            error: Some("A route needs a source and an operation (or * for all).".into()),
+    let provider = Some(f.provider.trim()).filter(|p| !p.is_empty());
+    let ctx = crate::actions::dash_ctx(&st, &s);
+    if let Err(e) =
+        reckon_engine::commands::set_route(&ctx, &f.source, &f.operation, provider).await
+    {
+        let error = |m: String| SettingsFlash {
+            error: Some(m),
             ..SettingsFlash::default()
         };
-        return refuse(&st, &s, flash).await;
+        return refused(&st, &s, e, error).await;
     }
-    let provider = Some(f.provider.trim()).filter(|p| !p.is_empty());
-    let route = match st
-        .ledger
-        .set_route(s.tenant.id, source, operation, provider)
-        .await
-    {
-        Ok(r) => r,
-        Err(LedgerError::NotFound(m)) => {
-            let flash = SettingsFlash {
-                error: Some(format!("Not found: {m}.")),
-                ..SettingsFlash::default()
-            };
-            return refuse(&st, &s, flash).await;
-        }
-        Err(e) => return Err(e.into()),
-    };
-    crate::actions::record(
-        &st,
-        s.tenant.id,
-        actor(&s),
-        "route.set",
-        Some(format!("{}/{}", route.source, route.operation)),
-        json!({ "provider": route.provider, "via": "dashboard" }),
-    )
-    .await;
     Ok(back(&st, &s))
 }
 
@@ -815,22 +756,11 @@ pub async fn add_source(
         error: Some(m),
         ..SettingsFlash::default()
     };
-    let ctx = reckon_engine::commands::Ctx {
-        ledger: st.ledger.as_ref(),
-        egress: &st.egress,
-        tenant: &s.tenant,
-        actor: actor(&s),
-        via: reckon_engine::commands::Via::Dashboard,
-    };
-    match reckon_engine::commands::add_source(&ctx, input).await {
-        Ok(_) => {}
-        Err(CommandError::Exists(name)) => {
-            let why = format!("A source named “{name}” already exists.");
-            return refuse(&st, &s, error(why)).await;
-        }
-        // The egress policy at save (T08, T12), as the API's add: the reason, never the DSN.
-        Err(CommandError::Invalid(why)) => return refuse(&st, &s, error(why)).await,
-        Err(CommandError::Ledger(e)) => return Err(e.into()),
+    let ctx = crate::actions::dash_ctx(&st, &s);
+    // A refusal of the egress policy at save, as the API's add, says the reason, never the
+    // DSN.
+    if let Err(e) = reckon_engine::commands::add_source(&ctx, input).await {
+        return refused(&st, &s, e, error).await;
     }
     Ok(back(&st, &s))
 }
