@@ -8,7 +8,7 @@ use crate::source_input::{SourceEdit, SourceInput, check_dsn_at_save, new_source
 use reckon_domain::{Outcome, time};
 use reckon_ledger::{
     Ledger, LedgerError, NewAction, NewResolution, Provider, ProviderChange, Resolution, Role,
-    Route, Source, Tenant, TokenCreator,
+    Route, Source, Tenant, TenantId, TokenCreator, User,
 };
 use reckon_sources::EgressPolicy;
 use secrecy::SecretString;
@@ -60,21 +60,50 @@ pub enum CommandError {
 }
 
 impl Ctx<'_> {
-    /// The change is committed before it is logged, so a failed log write is reported
-    /// loudly rather than turned into an error the caller would read as "not done".
-    async fn log(&self, action: &str, target: &str, mut detail: Value) {
-        detail["via"] = json!(self.via.as_str());
-        let new = NewAction {
-            actor: self.actor.clone(),
-            action: action.to_owned(),
-            target: Some(target.to_owned()),
+    async fn log(&self, action: &str, target: &str, detail: Value) {
+        log(
+            self.ledger,
+            self.tenant.id,
+            &self.actor,
+            self.via,
+            action,
+            target,
             detail,
-            address: None,
-        };
-        if let Err(e) = self.ledger.record_action(self.tenant.id, new).await {
-            tracing::error!(error = %e, action, "could not write the audit log");
-        }
+        )
+        .await;
     }
+}
+
+/// The change is committed before it is logged, so a failed log write is reported loudly
+/// rather than turned into an error the caller would read as "not done".
+async fn log(
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    actor: &str,
+    via: Via,
+    action: &str,
+    target: &str,
+    mut detail: Value,
+) {
+    detail["via"] = json!(via.as_str());
+    let new = NewAction {
+        actor: actor.to_owned(),
+        action: action.to_owned(),
+        target: Some(target.to_owned()),
+        detail,
+        address: None,
+    };
+    if let Err(e) = ledger.record_action(tenant, new).await {
+        tracing::error!(error = %e, action, "could not write the audit log");
+    }
+}
+
+fn parse_role(role: &str) -> Result<Role, CommandError> {
+    Role::parse(role).ok_or_else(|| {
+        CommandError::Invalid(format!(
+            "role {role:?} is not one of viewer, support, finance, admin"
+        ))
+    })
 }
 
 /// Add a source (`source.add`).
@@ -268,12 +297,7 @@ pub struct TokenRequest<'a> {
 
 /// Make an API token (`token.create`). Returns its id and role.
 pub async fn create_token(c: &Ctx<'_>, t: TokenRequest<'_>) -> Result<(i64, Role), CommandError> {
-    let role = Role::parse(t.role).ok_or_else(|| {
-        CommandError::Invalid(format!(
-            "role {:?} is not one of viewer, support, finance, admin",
-            t.role
-        ))
-    })?;
+    let role = parse_role(t.role)?;
     if let Some(max) = t.ceiling
         && role > max
     {
@@ -428,4 +452,137 @@ pub async fn requeue(
     )
     .await;
     Ok((provider, n))
+}
+
+/// A person's role in the tenant, as one surface may set it.
+pub struct Member<'a> {
+    pub email: &'a str,
+    pub role: &'a str,
+    /// `Some`: a tenant's admin, who changes only the roles of the tenant's members, never
+    /// their own (no lock-out by a slip of the hand). `None`: the operator, who may give a
+    /// role to any account.
+    pub acting_user: Option<i64>,
+    /// For the operator: the password hash to make the account with when the email has
+    /// none (`user.create`). Without it, an email with no account is refused.
+    pub new_account: Option<&'a str>,
+}
+
+/// Give a person a role in the tenant (`member.set`), making their account first if the
+/// operator asked for it. Returns the person, their role, and whether the account is new.
+///
+/// A tenant's admin gets the same refusal for a non-member as for a non-account: telling
+/// them apart would tell one tenant's admin who has an account in another tenant.
+pub async fn set_member(c: &Ctx<'_>, m: Member<'_>) -> Result<(User, Role, bool), CommandError> {
+    let role = parse_role(m.role)?;
+    let email = m.email.trim().to_lowercase();
+    let (person, created) = match m.acting_user {
+        Some(acting) => {
+            let members = c.ledger.members(c.tenant.id).await?;
+            let Some((person, _)) = members.into_iter().find(|(u, _)| u.email == email) else {
+                return Err(CommandError::Invalid(
+                    "no member of this tenant has this email: people are added with \
+                     `reckon user create --tenant`"
+                        .into(),
+                ));
+            };
+            if person.id == acting {
+                return Err(CommandError::Forbidden(
+                    "you cannot change your own role".into(),
+                ));
+            }
+            (person, false)
+        }
+        None => match (c.ledger.user_by_email(&email).await?, m.new_account) {
+            (Some(found), _) => (found.user, false),
+            (None, Some(hash)) => {
+                let user = c
+                    .ledger
+                    .create_user(&email, hash)
+                    .await
+                    .map_err(|e| match e {
+                        LedgerError::Conflict(_) => {
+                            CommandError::Exists(format!("user {email:?} already exists"))
+                        }
+                        LedgerError::Invalid(m) => CommandError::Invalid(m),
+                        other => other.into(),
+                    })?;
+                c.log("user.create", &format!("user:{}", user.email), json!({}))
+                    .await;
+                (user, true)
+            }
+            (None, None) => {
+                return Err(LedgerError::NotFound(format!("no user {email:?}")).into());
+            }
+        },
+    };
+    c.ledger
+        .set_membership(c.tenant.id, person.id, role)
+        .await?;
+    c.log(
+        "member.set",
+        &format!("user:{}", person.email),
+        json!({ "role": role }),
+    )
+    .await;
+    Ok((person, role, created))
+}
+
+/// A change to a person's account, which every tenant they belong to sees.
+pub enum AccountChange<'a> {
+    /// A new password hash: the person's sessions and tokens end.
+    Password(&'a str),
+    /// Disabled (`true`): sessions and tokens end now; `false` lets them sign in again.
+    Disabled(bool),
+    /// A sealed-at-rest TOTP secret to turn the second factor on, or `None` to turn it off.
+    SecondFactor(Option<&'a [u8]>),
+}
+
+/// Change a person's account (`user.password`, `user.disable`, `user.enable`,
+/// `user.second_factor`). An account belongs to no one tenant, so the line is written in
+/// the audit log of every tenant the person is a member of: each tenant's admin sees what
+/// happened to their member. Returns the person.
+pub async fn change_account(
+    ledger: &dyn Ledger,
+    actor: &str,
+    via: Via,
+    email: &str,
+    change: AccountChange<'_>,
+) -> Result<User, CommandError> {
+    let person = ledger
+        .user_by_email(email)
+        .await?
+        .ok_or_else(|| LedgerError::NotFound(format!("no user {email:?}")))?
+        .user;
+    let (action, detail) = match change {
+        AccountChange::Password(hash) => {
+            ledger.set_password(person.id, hash).await?;
+            ("user.password", json!({}))
+        }
+        AccountChange::Disabled(true) => {
+            ledger.set_user_disabled(person.id, true).await?;
+            ("user.disable", json!({}))
+        }
+        AccountChange::Disabled(false) => {
+            ledger.set_user_disabled(person.id, false).await?;
+            ("user.enable", json!({}))
+        }
+        AccountChange::SecondFactor(secret) => {
+            ledger.set_totp_secret(person.id, secret).await?;
+            ("user.second_factor", json!({ "on": secret.is_some() }))
+        }
+    };
+    let target = format!("user:{}", person.email);
+    for (tenant, _) in ledger.memberships(person.id).await? {
+        log(
+            ledger,
+            tenant.id,
+            actor,
+            via,
+            action,
+            &target,
+            detail.clone(),
+        )
+        .await;
+    }
+    Ok(person)
 }

@@ -473,7 +473,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 eprintln!("token {id} revoked");
             }
         },
-        Cmd::User { cmd } => users::run(&*ledger, cmd).await?,
+        Cmd::User { cmd } => {
+            let egress = settings.egress_policy(&*ledger).await?;
+            users::run(&*ledger, &egress, cmd).await?
+        }
         Cmd::Audit(args) => {
             let egress = Arc::new(settings.egress_policy(&*ledger).await?);
             audit_cmd::run(ledger.clone(), args, egress).await?

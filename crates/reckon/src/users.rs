@@ -7,7 +7,8 @@ use anyhow::{Context, bail};
 use base64::Engine;
 use clap::Subcommand;
 use rand::RngCore;
-use reckon_ledger::{Ledger, Role};
+use reckon_engine::commands::{self, AccountChange, Via};
+use reckon_ledger::Ledger;
 use std::io::Read;
 
 #[derive(Subcommand)]
@@ -59,11 +60,6 @@ pub enum UserCmd {
     },
 }
 
-pub fn parse_role(role: &str) -> anyhow::Result<Role> {
-    Role::parse(role)
-        .with_context(|| format!("role {role:?} is not one of viewer, support, finance, admin"))
-}
-
 fn new_password(from_stdin: bool) -> anyhow::Result<(String, bool)> {
     if from_stdin {
         let mut s = String::new();
@@ -83,16 +79,22 @@ fn new_password(from_stdin: bool) -> anyhow::Result<(String, bool)> {
     }
 }
 
-async fn user_id(ledger: &dyn Ledger, email: &str) -> anyhow::Result<i64> {
-    Ok(ledger
-        .user_by_email(email)
-        .await?
-        .with_context(|| format!("no user {email:?}"))?
-        .user
-        .id)
+async fn account(
+    ledger: &dyn Ledger,
+    email: &str,
+    change: AccountChange<'_>,
+) -> Result<(), commands::CommandError> {
+    commands::change_account(ledger, crate::OPERATOR, Via::Cli, email, change).await?;
+    Ok(())
 }
 
-pub async fn run(ledger: &dyn Ledger, cmd: UserCmd) -> anyhow::Result<()> {
+/// Every change here is the operator's, through the CLI, and is written to the audit log of
+/// each tenant it concerns.
+pub async fn run(
+    ledger: &dyn Ledger,
+    egress: &reckon_sources::EgressPolicy,
+    cmd: UserCmd,
+) -> anyhow::Result<()> {
     match cmd {
         UserCmd::Create {
             email,
@@ -100,65 +102,70 @@ pub async fn run(ledger: &dyn Ledger, cmd: UserCmd) -> anyhow::Result<()> {
             role,
             password_stdin,
         } => {
-            let role = parse_role(&role)?;
             let t = ledger.tenant_by_slug(&tenant).await?;
-            let id = match ledger.user_by_email(&email).await? {
-                Some(existing) => {
-                    if password_stdin {
-                        bail!(
-                            "user {email:?} exists: use `reckon user password` to change a password"
-                        );
-                    }
-                    eprintln!("user {email} exists; setting their role in {tenant}");
-                    existing.user.id
-                }
-                None => {
-                    let (password, generated) = new_password(password_stdin)?;
-                    let hash = reckon_web::password::hash_blocking(&password);
-                    let u = ledger.create_user(&email, &hash).await?;
-                    if generated {
-                        // Alone on stdout, shown this once.
-                        println!("{password}");
-                    }
-                    eprintln!("user {} created", u.email);
-                    u.id
-                }
+            // Hashed only for an account that is new: the hash is slow on purpose.
+            let exists = ledger.user_by_email(&email).await?.is_some();
+            if exists && password_stdin {
+                bail!("user {email:?} exists: use `reckon user password` to change a password");
+            }
+            let password = if exists {
+                eprintln!("user {email} exists; setting their role in {tenant}");
+                None
+            } else {
+                Some(new_password(password_stdin)?)
             };
-            ledger.set_membership(t.id, id, role).await?;
-            eprintln!("{email} is {} in {tenant}", role.as_str());
+            let hash = password
+                .as_ref()
+                .map(|(p, _)| reckon_web::password::hash_blocking(p));
+            let member = commands::Member {
+                email: &email,
+                role: &role,
+                acting_user: None,
+                new_account: hash.as_deref(),
+            };
+            let (person, role, created) =
+                commands::set_member(&crate::operator(ledger, egress, &t), member).await?;
+            if created {
+                if let Some((password, true)) = &password {
+                    // Alone on stdout, shown this once.
+                    println!("{password}");
+                }
+                eprintln!("user {} created", person.email);
+            }
+            eprintln!("{} is {} in {tenant}", person.email, role.as_str());
         }
         UserCmd::Password {
             email,
             password_stdin,
         } => {
-            let id = user_id(ledger, &email).await?;
+            // The account is looked up before a password is read or made.
+            if ledger.user_by_email(&email).await?.is_none() {
+                bail!("no user {email:?}");
+            }
             let (password, generated) = new_password(password_stdin)?;
             let hash = reckon_web::password::hash_blocking(&password);
-            ledger.set_password(id, &hash).await?;
+            account(ledger, &email, AccountChange::Password(&hash)).await?;
             if generated {
                 println!("{password}");
             }
             eprintln!("password of {email} changed; their sessions and tokens ended");
         }
         UserCmd::Disable { email } => {
-            let id = user_id(ledger, &email).await?;
-            ledger.set_user_disabled(id, true).await?;
+            account(ledger, &email, AccountChange::Disabled(true)).await?;
             eprintln!("{email} disabled; their sessions and tokens ended");
         }
         UserCmd::Enable { email } => {
-            let id = user_id(ledger, &email).await?;
-            ledger.set_user_disabled(id, false).await?;
+            account(ledger, &email, AccountChange::Disabled(false)).await?;
             eprintln!("{email} enabled");
         }
         UserCmd::Totp { email, off } => {
-            let id = user_id(ledger, &email).await?;
             if off {
-                ledger.set_totp_secret(id, None).await?;
+                account(ledger, &email, AccountChange::SecondFactor(None)).await?;
                 eprintln!("second factor of {email} turned off");
             } else {
                 let mut secret = [0u8; 20];
                 rand::rng().fill_bytes(&mut secret);
-                ledger.set_totp_secret(id, Some(&secret)).await?;
+                account(ledger, &email, AccountChange::SecondFactor(Some(&secret))).await?;
                 let encoded = match totp_rs::Secret::Raw(secret.to_vec()).to_encoded() {
                     totp_rs::Secret::Encoded(s) => s,
                     totp_rs::Secret::Raw(_) => unreachable!("to_encoded gives Encoded"),

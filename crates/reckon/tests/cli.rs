@@ -297,3 +297,117 @@ async fn providers_routes_and_tokens_changed_from_the_cli_are_in_the_audit_log()
         "a secret reached the audit log: {text}"
     );
 }
+
+/// People are accounts across tenants: the role a person gets is in that tenant's log, and
+/// what happens to their account (password, disabled, second factor) is in the log of every
+/// tenant they belong to, and of no other.
+#[tokio::test]
+async fn people_changed_from_the_cli_are_in_the_audit_log_of_each_of_their_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ok = |args: &[&str]| {
+        let out = reckon(&data, args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for t in ["acme", "globex", "initech"] {
+        ok(&["tenant", "create", t]);
+    }
+    let password = ok(&[
+        "user",
+        "create",
+        "--email",
+        "Ann@Acme.test",
+        "--tenant",
+        "acme",
+        "--role",
+        "finance",
+    ]);
+    assert!(
+        password.trim().len() >= 20,
+        "a generated password: {password}"
+    );
+    // An existing account gets a role in a second tenant; no password is made or printed.
+    let again = ok(&[
+        "user",
+        "create",
+        "--email",
+        "ann@acme.test",
+        "--tenant",
+        "globex",
+        "--role",
+        "viewer",
+    ]);
+    assert_eq!(again, "", "nothing on stdout for an existing account");
+    failure(
+        "a role that does not exist",
+        &reckon(
+            &data,
+            &[
+                "user",
+                "create",
+                "--email",
+                "bob@acme.test",
+                "--tenant",
+                "acme",
+                "--role",
+                "owner",
+            ],
+        ),
+    );
+    ok(&["user", "disable", "--email", "ann@acme.test"]);
+    ok(&["user", "enable", "--email", "ann@acme.test"]);
+    let url = ok(&["user", "totp", "--email", "ann@acme.test"]);
+    assert!(url.starts_with("otpauth://totp/"), "{url}");
+    ok(&["user", "password", "--email", "ann@acme.test"]);
+    failure(
+        "the password of nobody",
+        &reckon(&data, &["user", "password", "--email", "nobody@acme.test"]),
+    );
+
+    let keyring = reckon_ledger::Keyring::load_file(&data.join("master.key"))
+        .unwrap()
+        .unwrap();
+    let ledger = reckon_ledger::connect(None, &data, keyring).await.unwrap();
+    let lines = |slug: &'static str| {
+        let ledger = ledger.clone();
+        async move {
+            let t = ledger.tenant_by_slug(slug).await.unwrap();
+            let log = ledger.list_actions(t.id, None, 20).await.unwrap();
+            assert!(
+                log.iter()
+                    .all(|a| a.actor == "operator" && a.detail["via"] == "cli")
+            );
+            log.iter()
+                .rev()
+                .map(|a| (a.action.clone(), a.target.clone().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let ann = || "user:ann@acme.test".to_owned();
+    let account = [
+        ("user.disable".to_owned(), ann()),
+        ("user.enable".to_owned(), ann()),
+        ("user.second_factor".to_owned(), ann()),
+        ("user.password".to_owned(), ann()),
+    ];
+    let mut acme = vec![
+        ("user.create".to_owned(), ann()),
+        ("member.set".to_owned(), ann()),
+    ];
+    acme.extend(account.clone());
+    assert_eq!(lines("acme").await, acme);
+    let mut globex = vec![("member.set".to_owned(), ann())];
+    globex.extend(account);
+    assert_eq!(lines("globex").await, globex);
+    assert_eq!(lines("initech").await, [], "not a tenant of hers");
+    let acme_id = ledger.tenant_by_slug("acme").await.unwrap().id;
+    let log = ledger.list_actions(acme_id, None, 20).await.unwrap();
+    let totp = log
+        .iter()
+        .find(|a| a.action == "user.second_factor")
+        .unwrap();
+    assert_eq!(totp.detail["on"], true);
+    let member = log.iter().find(|a| a.action == "member.set").unwrap();
+    assert_eq!(member.detail["role"], "finance");
+}

@@ -9,6 +9,7 @@ use super::csrf::{CsrfOnly, accept, csrf_form};
 use super::fmt::{When, age, seg, sentence, when_in, when_opt_in};
 use super::{PageError, html};
 use crate::AppState;
+use crate::actions::dash_ctx;
 use crate::api::providers::ProviderInput;
 use crate::web::WebSession;
 use askama::Template;
@@ -17,8 +18,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
-use reckon_engine::commands::CommandError;
-use reckon_ledger::{LedgerError, Role, TokenCreator, WritebackPolicy};
+use reckon_engine::commands::{self, CommandError, Member};
+use reckon_ledger::{LedgerError, TokenCreator, WritebackPolicy};
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::HashMap;
@@ -775,11 +776,8 @@ pub struct PersonForm {
     role: String,
 }
 
-/// Change the role of a member of this tenant. Adding people stays with `reckon user
-/// create --tenant` (the operator's): answering "no such account" here for an email outside
-/// the tenant would tell one tenant's admin who has an account elsewhere, so a non-member
-/// and a non-account get the same answer. An admin cannot change their own role here (no
-/// lock-out by a slip of the hand).
+/// Change the role of a member of this tenant (the command says who may). Adding people
+/// stays with `reckon user create --tenant`, the operator's.
 pub async fn set_person(
     State(st): State<AppState>,
     Extension(s): Extension<WebSession>,
@@ -789,46 +787,19 @@ pub async fn set_person(
         Ok(f) => f,
         Err(refusal) => return Ok(refusal),
     };
-    let error = |m: &str| SettingsFlash {
-        error: Some(m.to_owned()),
-        ..SettingsFlash::default()
+    let member = Member {
+        email: &f.email,
+        role: &f.role,
+        acting_user: Some(s.user.id),
+        new_account: None,
     };
-    let Some(role) = Role::parse(&f.role) else {
-        return refuse(
-            &st,
-            &s,
-            error("Choose a role: viewer, support, finance or admin."),
-        )
+    if let Err(e) = commands::set_member(&dash_ctx(&st, &s), member).await {
+        return refused(&st, &s, e, |m| SettingsFlash {
+            error: Some(m),
+            ..SettingsFlash::default()
+        })
         .await;
-    };
-    let email = f.email.trim().to_lowercase();
-    let members = st.ledger.members(s.tenant.id).await?;
-    let Some((person, _)) = members.into_iter().find(|(u, _)| u.email == email) else {
-        return refuse(
-            &st,
-            &s,
-            error(
-                "No member of this tenant has this email: people are added with \
-                 `reckon user create --tenant`.",
-            ),
-        )
-        .await;
-    };
-    if person.id == s.user.id {
-        return refuse(&st, &s, error("You cannot change your own role.")).await;
     }
-    st.ledger
-        .set_membership(s.tenant.id, person.id, role)
-        .await?;
-    crate::actions::record(
-        &st,
-        s.tenant.id,
-        actor(&s),
-        "member.set",
-        Some(format!("user:{email}")),
-        json!({ "role": role, "via": "dashboard" }),
-    )
-    .await;
     Ok(back(&st, &s))
 }
 
