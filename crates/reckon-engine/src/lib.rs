@@ -4,6 +4,7 @@
 pub mod answer;
 pub mod audit;
 pub mod commands;
+pub mod limit;
 pub mod probe;
 pub mod provider_client;
 pub mod provider_input;

@@ -4,13 +4,14 @@
 //! evidence, resolves when the outcome is conclusive, and releases the lease, all through
 //! the ledger. The scheduler, `reckon reconcile` and the API call it; so do tests.
 
+use crate::limit::{Bounds, Limits, Permit, Signal};
 use futures::StreamExt;
 use reckon_ledger::{
     Claim, Effect, Ledger, LedgerError, NewAttempt, Provider as ProviderRow, Route, Tenant,
 };
 use reckon_metrics::Metrics;
 use reckon_providers::{
-    Classification, GetClient, LookupQuery, Outcome, Provider, Redactor, RetryAdvice,
+    Classification, FaultKind, GetClient, LookupQuery, Outcome, Provider, Redactor, RetryAdvice,
     build_provider, classify, provider_key,
 };
 use secrecy::ExposeSecret;
@@ -25,8 +26,13 @@ pub struct ReconcileOptions {
     pub lease_secs: f64,
     /// Effects claimed per step.
     pub batch: i64,
-    /// Lookups in flight at once (the per-account budget still applies).
+    /// Lookups of one provider in flight at once when the reconciler starts; from there
+    /// the limit follows the provider's answers (see [`crate::limit`]), up to
+    /// `max_concurrency`. The provider's `rate_per_sec` budget still applies.
     pub concurrency: usize,
+    /// The most lookups of one provider in flight at once. Equal to `concurrency`, the
+    /// limit is fixed.
+    pub max_concurrency: usize,
     /// Backoff after an indeterminate outcome: base * 2^attempts, capped, jittered.
     pub backoff_base_secs: f64,
     pub backoff_cap_secs: f64,
@@ -40,6 +46,12 @@ pub struct ReconcileOptions {
     pub no_route_recheck_secs: f64,
 }
 
+impl ReconcileOptions {
+    pub fn bounds(&self) -> Bounds {
+        Bounds::new(self.concurrency, self.max_concurrency.max(self.concurrency))
+    }
+}
+
 impl Default for ReconcileOptions {
     fn default() -> Self {
         ReconcileOptions {
@@ -47,6 +59,7 @@ impl Default for ReconcileOptions {
             lease_secs: 120.0,
             batch: 32,
             concurrency: 8,
+            max_concurrency: 64,
             backoff_base_secs: 30.0,
             backoff_cap_secs: 6.0 * 3600.0,
             max_attempts: 8,
@@ -65,6 +78,8 @@ pub struct ReconcileCtx {
     /// Where providers may be reached: their base URLs are the tenant's input. The default
     /// refuses loopback and private networks.
     pub egress: Arc<reckon_sources::EgressPolicy>,
+    /// Each provider's concurrency limit, learnt from its answers over the process's life.
+    pub limits: Arc<Limits>,
 }
 
 impl ReconcileCtx {
@@ -75,6 +90,7 @@ impl ReconcileCtx {
             options: ReconcileOptions::default(),
             metrics: None,
             egress: Arc::new(reckon_sources::EgressPolicy::default()),
+            limits: Arc::new(Limits::default()),
         }
     }
 
@@ -138,7 +154,7 @@ pub async fn reconcile_next(ctx: &ReconcileCtx, tenant: &Tenant) -> Result<Step,
     }
     let routing = Routing::load(ctx, tenant).await?;
     let results: Vec<Result<EffectOutcome, ReconcileError>> = futures::stream::iter(claims)
-        .map(|c| process(ctx, tenant, &routing, c))
+        .map(|c| process(ctx, tenant, &routing, c, None))
         .buffer_unordered(o.concurrency.max(1))
         .collect()
         .await;
@@ -164,7 +180,7 @@ pub async fn reconcile_one(
         return Ok(None);
     };
     let routing = Routing::load(ctx, tenant).await?;
-    process(ctx, tenant, &routing, claim).await.map(Some)
+    process(ctx, tenant, &routing, claim, None).await.map(Some)
 }
 
 /// Reconcile until nothing is due; returns every outcome.
@@ -318,7 +334,8 @@ async fn reconcile_loop<F: Fn() -> bool>(
 ) -> Result<Vec<EffectOutcome>, ReconcileError> {
     use futures::future::{Either, select};
     let o = &ctx.options;
-    let concurrency = o.concurrency.max(1);
+    let bounds = o.bounds();
+    let providers: Vec<i64> = routing.providers.keys().copied().collect();
     let mut claimed: std::collections::VecDeque<Claim> = std::collections::VecDeque::new();
     let mut in_flight = futures::stream::FuturesUnordered::new();
     let mut claiming = None;
@@ -329,21 +346,42 @@ async fn reconcile_loop<F: Fn() -> bool>(
     // and whoever claims the effects next asks again).
     let mut failed: Option<ReconcileError> = None;
     loop {
-        while in_flight.len() < concurrency {
-            let Some(c) = claimed.pop_front() else { break };
-            // A claim that waited in line (a slow ledger, a starved process) may be close
-            // to its lease's end: another replica can take it then and ask the provider a
-            // second time. Leave it to expire instead of starting a lookup on borrowed time.
+        // Every claim whose provider has room starts; the others wait for a place. An
+        // effect with no provider costs the ledger one write, and starts at once.
+        let mut i = 0;
+        while i < claimed.len() {
+            let c = &claimed[i];
+            // A claim that waited in line (a slow ledger, a starved process, a provider at
+            // its limit) may be close to its lease's end: another replica can take it then
+            // and ask the provider a second time. Leave it to expire instead of starting a
+            // lookup on borrowed time.
             if c.lease_until - reckon_domain::time::now() < o.lease_secs / 2.0 {
                 tracing::debug!(
                     effect = c.effect.id,
                     "claim too old to start; left to expire"
                 );
+                claimed.remove(i);
                 continue;
             }
-            in_flight.push(process(ctx, tenant, routing, c));
+            let permit = match routing.provider_of(&c.effect) {
+                Some(p) => match ctx.limits.try_start(p, bounds) {
+                    Some(permit) => Some(permit),
+                    None => {
+                        i += 1;
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            let c = claimed.remove(i).expect("index in range");
+            in_flight.push(process(ctx, tenant, routing, c, permit));
         }
-        if claimed.is_empty() && more && claiming.is_none() && in_flight.len() < concurrency {
+        let room = ctx
+            .limits
+            .total(providers.iter().copied(), bounds)
+            .max(1)
+            .saturating_sub(in_flight.len());
+        if claimed.is_empty() && more && claiming.is_none() && room > 0 {
             if stop() || failed.is_some() {
                 more = false;
             } else {
@@ -352,16 +390,22 @@ async fn reconcile_loop<F: Fn() -> bool>(
                     &o.owner,
                     reckon_domain::time::now(),
                     o.lease_secs,
-                    o.batch,
+                    (room as i64).clamp(o.batch, MAX_CLAIM.max(o.batch)),
                 ));
             }
         }
         let claim = match (claiming.as_mut(), in_flight.is_empty()) {
-            (None, true) => {
+            (None, true) if claimed.is_empty() => {
                 return match failed {
                     Some(e) => Err(e),
                     None => Ok(outcomes),
                 };
+            }
+            (None, true) => {
+                // Claimed effects whose provider is at its limit with lookups of another
+                // run of this process: wait for a place.
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                continue;
             }
             (None, false) => {
                 let done = in_flight.next().await;
@@ -390,6 +434,9 @@ async fn reconcile_loop<F: Fn() -> bool>(
         }
     }
 }
+
+/// The most effects one claim takes, however many lookups the providers' limits allow.
+const MAX_CLAIM: i64 = 256;
 
 /// One finished lookup into the run's outcomes, or its first error.
 fn take(
@@ -448,6 +495,13 @@ impl Routing {
         Ok(Routing { routes, providers })
     }
 
+    /// The provider that answers for an effect, if its route names one that exists.
+    fn provider_of(&self, e: &Effect) -> Option<i64> {
+        self.route(e)
+            .and_then(|r| r.provider_id)
+            .filter(|id| self.providers.contains_key(id))
+    }
+
     /// The route of an effect: its operation's own, else the source's `*`.
     fn route(&self, e: &Effect) -> Option<&Route> {
         let op = e.operation.as_deref();
@@ -466,11 +520,34 @@ fn jitter() -> f64 {
     0.5 + rand::random::<f64>() * 0.5
 }
 
+/// What a lookup says about its provider's capacity: a fault of the kind an overloaded or
+/// unreachable provider gives, or an answer and how long it took.
+fn signal(class: &Classification, took: std::time::Duration) -> Signal {
+    let overloaded = class.faults.iter().any(|f| {
+        matches!(
+            f.kind,
+            FaultKind::Timeout
+                | FaultKind::Connection
+                | FaultKind::ServerError
+                | FaultKind::RateLimited
+        )
+    });
+    if overloaded {
+        Signal::Overloaded
+    } else {
+        Signal::Answered(took)
+    }
+}
+
+/// Look one claimed effect up and record what came of it. `permit`: its place in the
+/// provider's concurrency limit, handed back with what the answer says about the provider
+/// as soon as the provider has answered (recording the answer is the ledger's time).
 async fn process(
     ctx: &ReconcileCtx,
     tenant: &Tenant,
     routing: &Routing,
     claim: Claim,
+    permit: Option<Permit<'_>>,
 ) -> Result<EffectOutcome, ReconcileError> {
     let o = &ctx.options;
     let e = &claim.effect;
@@ -518,8 +595,12 @@ async fn process(
                 response_json: e.response_json.clone(),
                 now: started,
             };
+            let asked = std::time::Instant::now();
             let report = p.lookup(&q).await;
             let mut class = classify(&report, reckon_domain::time::now());
+            if let Some(permit) = permit {
+                permit.finish(signal(&class, asked.elapsed()));
+            }
             class.reason = redactor.text(&class.reason);
             let mut evidence = serde_json::json!({ "classification": class, "report": report });
             redactor.json(&mut evidence);

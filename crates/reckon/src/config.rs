@@ -44,9 +44,16 @@ pub struct Settings {
     /// only serves and scans).
     #[serde(default = "yes")]
     pub reconcile: bool,
-    /// Provider lookups in flight at once per tenant (each provider's budget still holds).
+    /// Lookups of one provider in flight at once when reckon starts; the limit then
+    /// follows the provider's answers (up while it answers as fast, down when it slows or
+    /// refuses), between 1 and `reconcile_concurrency_max`. Each provider's `rate_per_sec`
+    /// budget still holds.
     #[serde(default = "default_concurrency")]
     pub reconcile_concurrency: usize,
+    /// The most lookups of one provider in flight at once. Set it to
+    /// `reconcile_concurrency` for a fixed limit.
+    #[serde(default = "default_concurrency_max")]
+    pub reconcile_concurrency_max: usize,
     /// How long a claimed effect stays leased to one replica: a replica that dies gives its
     /// claims up this long after it took them.
     #[serde(default = "default_lease")]
@@ -69,6 +76,9 @@ fn yes() -> bool {
 }
 fn default_concurrency() -> usize {
     8
+}
+fn default_concurrency_max() -> usize {
+    64
 }
 fn default_lease() -> f64 {
     120.0
@@ -101,6 +111,7 @@ impl std::fmt::Debug for Settings {
             .field("sqlite_source_dir", &self.sqlite_source_dir)
             .field("reconcile", &self.reconcile)
             .field("reconcile_concurrency", &self.reconcile_concurrency)
+            .field("reconcile_concurrency_max", &self.reconcile_concurrency_max)
             .field("reconcile_lease_secs", &self.reconcile_lease_secs)
             .field("shutdown_drain_secs", &self.shutdown_drain_secs)
             .field("audit_check_secs", &self.audit_check_secs)
@@ -125,6 +136,7 @@ impl Default for Settings {
             sqlite_source_dir: None,
             reconcile: true,
             reconcile_concurrency: default_concurrency(),
+            reconcile_concurrency_max: default_concurrency_max(),
             reconcile_lease_secs: default_lease(),
             shutdown_drain_secs: default_drain(),
             audit_check_secs: default_audit_check(),

@@ -83,6 +83,7 @@ pub async fn run_with(
             options: ReconcileOptions {
                 owner: owner.to_string(),
                 concurrency: settings.reconcile_concurrency.max(1),
+                max_concurrency: settings.reconcile_concurrency_max.max(1),
                 lease_secs: settings.reconcile_lease_secs.clamp(1.0, 3600.0),
                 ..ReconcileOptions::default()
             },
@@ -313,7 +314,7 @@ async fn start_reconciler(
                 let last_writeback = last_writeback.clone();
                 tasks.spawn(async move {
                     let id = tenant.id.get();
-                    // One pipelined run: `concurrency` lookups stay in flight across
+                    // One pipelined run: each provider's limit of lookups stays in flight across
                     // batches (a loop of `reconcile_next` waits for each batch's slowest
                     // lookup); on shutdown it claims nothing more and finishes what it holds.
                     let resolved_any = match reconcile_until(&ctx, &tenant, || stop.is_cancelled()).await {
