@@ -110,8 +110,22 @@ use crate::{LedgerError, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use reckon_domain::time;
-use sqlx::{AssertSqlSafe, Database, Row};
+use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
+use std::collections::HashMap;
 use tracing::instrument;
+
+/// `(id), (id), ...` for a `VALUES` list or an `IN`.
+fn push_ids<DB: Database>(qb: &mut QueryBuilder<DB>, ids: &[i64])
+where
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+{
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            qb.push(", ");
+        }
+        qb.push("(").push_bind(*id).push(")");
+    }
+}
 
 pub(crate) fn outcome(stored: &str) -> Result<Outcome> {
     Outcome::parse(stored).ok_or_else(|| LedgerError::Invalid(format!("stored outcome {stored:?}")))
@@ -261,12 +275,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(c) = Self::lease(&mut tx, tenant, id, owner, now, lease_secs, true).await? {
-                out.push(c);
-            }
-        }
+        let out = Self::lease(&mut tx, tenant, &ids, owner, now, lease_secs, true).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -292,9 +301,9 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         if open.is_none() {
             return Ok(None);
         }
-        let c = Self::lease(&mut tx, tenant, effect_id, owner, now, lease_secs, false).await?;
+        let c = Self::lease(&mut tx, tenant, &[effect_id], owner, now, lease_secs, false).await?;
         tx.commit().await?;
-        Ok(c)
+        Ok(c.into_iter().next())
     }
 
     #[instrument(level = "debug", skip_all)]
@@ -505,63 +514,96 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
 
 #[apply(sql!)]
 impl<B: Driver> SqlLedger<B> {
-    /// Take the lease of `effect_id` if it is free; the claim, or `None`.
-    /// Take (or create) the effect's lease. The conditions are checked again on the
-    /// state row as it is when locked, not as the caller's earlier read saw it: between
-    /// a claim's SELECT and this upsert another worker may have recorded a resolution and
-    /// released its lease (PostgreSQL: the SELECT's `FOR NO KEY UPDATE OF e` does not wait for
-    /// that), and a resolved or not-yet-due effect must not be leased again.
+    /// Lease `ids` to `owner`, in the order given: each one that is free (no lease, or one
+    /// that ran out), unresolved and, with `due_only`, due. The conditions are checked
+    /// again on the state row as it is when locked, not as the caller's earlier read saw
+    /// it: between a claim's SELECT and this upsert another worker may have recorded a
+    /// resolution and released its lease (PostgreSQL: the SELECT's `FOR NO KEY UPDATE OF
+    /// e` does not wait for that), and a resolved or not-yet-due effect must not be leased
+    /// again. Two statements however many: one upsert of the leases, one read of the
+    /// effects (a claim's cost was two round trips per effect).
     pub(crate) async fn lease(
         tx: &mut <B::DB as Database>::Connection,
         tenant: TenantId,
-        effect_id: i64,
+        ids: &[i64],
         owner: &str,
         now: f64,
         lease_secs: f64,
         due_only: bool,
-    ) -> Result<Option<Claim>> {
+    ) -> Result<Vec<Claim>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
         let until = now + lease_secs;
-        let due = if due_only {
-            "AND reconcile_state.next_attempt_at <= $5 "
-        } else {
-            ""
-        };
-        let Some(row) = sqlx::query(AssertSqlSafe(format!(
+        // `VALUES` names its column `column1` on both databases; `WHERE true` keeps
+        // SQLite from reading `ON CONFLICT` as a join's `ON`.
+        let mut qb = QueryBuilder::<B::DB>::new(
             "INSERT INTO reconcile_state (effect_id, tenant_id, lease_owner, lease_until, \
-             next_attempt_at) VALUES ($1, $2, $3, $4, $5) \
-             ON CONFLICT (effect_id) DO UPDATE SET lease_owner = excluded.lease_owner, \
-             lease_until = excluded.lease_until \
-             WHERE (reconcile_state.lease_until IS NULL OR reconcile_state.lease_until <= $5) \
-             {due}AND NOT EXISTS (SELECT 1 FROM resolution z \
-                                  WHERE z.effect_id = reconcile_state.effect_id) \
-             RETURNING {STATE_COLUMNS}"
-        )))
-        .bind(effect_id)
-        .bind(tenant.0)
-        .bind(owner)
-        .bind(until)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(None);
-        };
-        let state = state_row::<B::DB>(&row)?;
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
-             WHERE e.tenant_id = $1 AND e.id = $2",
+             next_attempt_at) SELECT v.column1, ",
+        );
+        qb.push_bind(tenant.0)
+            .push(", ")
+            .push_bind(owner.to_owned())
+            .push(", ")
+            .push_bind(until)
+            .push(", ")
+            .push_bind(now)
+            .push(" FROM (VALUES ");
+        push_ids(&mut qb, ids);
+        qb.push(
+            ") AS v WHERE true ON CONFLICT (effect_id) DO UPDATE SET \
+             lease_owner = excluded.lease_owner, lease_until = excluded.lease_until \
+             WHERE (reconcile_state.lease_until IS NULL OR reconcile_state.lease_until <= ",
+        )
+        .push_bind(now)
+        .push(")");
+        if due_only {
+            qb.push(" AND reconcile_state.next_attempt_at <= ")
+                .push_bind(now);
+        }
+        qb.push(
+            " AND NOT EXISTS (SELECT 1 FROM resolution z \
+             WHERE z.effect_id = reconcile_state.effect_id) RETURNING effect_id, ",
+        )
+        .push(STATE_COLUMNS);
+        let mut states = HashMap::new();
+        for row in qb.build().fetch_all(&mut *tx).await? {
+            states.insert(
+                row.try_get::<i64, _>("effect_id")?,
+                state_row::<B::DB>(&row)?,
+            );
+        }
+        if states.is_empty() {
+            return Ok(Vec::new());
+        }
+        let leased: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| states.contains_key(id))
+            .collect();
+        let mut qb = QueryBuilder::<B::DB>::new(format!(
+            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.tenant_id = ",
             rows::EFFECT_COLUMNS
-        )))
-        .bind(tenant.0)
-        .bind(effect_id)
-        .fetch_one(&mut *tx)
-        .await?;
-        Ok(Some(Claim {
-            effect: rows::effect::<B::DB>(&row, now)?,
-            state,
-            owner: owner.to_owned(),
-            lease_until: until,
-        }))
+        ));
+        qb.push_bind(tenant.0).push(" AND e.id IN (");
+        push_ids(&mut qb, &leased);
+        qb.push(")");
+        let mut effects = HashMap::new();
+        for row in qb.build().fetch_all(&mut *tx).await? {
+            let e = rows::effect::<B::DB>(&row, now)?;
+            effects.insert(e.id, e);
+        }
+        Ok(leased
+            .iter()
+            .filter_map(|id| {
+                Some(Claim {
+                    effect: effects.remove(id)?,
+                    state: states.remove(id)?,
+                    owner: owner.to_owned(),
+                    lease_until: until,
+                })
+            })
+            .collect())
     }
 
     pub(crate) async fn resolution_of(
