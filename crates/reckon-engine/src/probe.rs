@@ -47,7 +47,7 @@ pub async fn test_source(
     let started = Instant::now();
     let probe = async {
         let mut conn = open_source(ledger, tenant, source, egress).await?;
-        let first = conn.rows(Some(f64::MAX)).next().await;
+        let first = conn.rows(Some(f64::MAX), false).next().await;
         conn.close().await;
         match first {
             Some(Err(e)) => Err(ScanFailure::from(e)),

@@ -211,16 +211,23 @@ async fn scan_with(
         .as_ref()
         .map(|c| c.updated_at - source.overlap_secs);
     // A first scan: no cursor, and no effect of this source in the ledger. Its read below
-    // is unfiltered (every row of the table, whatever it holds) and runs in the same
-    // read-only snapshot as a key-set comparison would, so every source key is stored or
-    // quarantined by the read itself and the ledger holds no key it did not just read:
-    // the comparison could find nothing, and is skipped (on a 1M-row table it read 2M
-    // keys for that). A scan that resumes a failed first scan has a cursor, and compares.
+    // is unfiltered (every row of the table, whatever it holds) and runs in one read-only
+    // snapshot, so every source key is stored or quarantined by the read itself and the
+    // ledger holds no key it did not just read: a key-set comparison could find nothing,
+    // and is skipped (on a 1M-row table it read 2M keys for that).
     let first_scan = since.is_none()
         && ledger
             .present_keys(tenant.id, source.id, 0, 1)
             .await?
             .is_empty();
+    // A first pass that was cut short (a kill, a failure) has a cursor, its last committed
+    // batch, and no full scan on record. It goes on from there the way it began: every row
+    // from `cursor - overlap` on, whatever its state, its keys expected new, no comparison.
+    // Together the two reads saw every row but those backdated behind the cursor or deleted
+    // while the pass was stopped; those are the incremental scan's own blind spots, and the
+    // comparison at `full_scan_every` finds them as it finds them after any scan.
+    let resumed_pass = source.cursor.is_some() && source.last_full_scan_at.is_none();
+    let first_pass = first_scan || resumed_pass;
     let batch_of = |records, rejected, cursor| IngestBatch {
         origin: Origin::Scan,
         observed_at: time::now(),
@@ -229,7 +236,9 @@ async fn scan_with(
         abandoned_after_secs: source.abandoned_after_secs,
         cursor,
         lease: opts.lease.clone(),
-        expect_new: first_scan,
+        // The overlap's rows of a resumed pass are in the ledger: their batch falls back to
+        // looking its keys up; the batches after it are new.
+        expect_new: first_pass,
     };
 
     {
@@ -237,7 +246,7 @@ async fn scan_with(
         // rows while the ledger writes (on a 1M-row first scan the read alone is a few
         // seconds). At most one batch is in flight, so batches still commit in order and
         // each moves the cursor past rows all stored before it; memory holds two batches.
-        let mut rows = conn.rows(since);
+        let mut rows = conn.rows(since, first_pass);
         let mut cursor: Option<Cursor> = None;
         let mut in_flight: Option<IngestFuture<'_>> = None;
         loop {
@@ -298,8 +307,9 @@ async fn scan_with(
         || source
             .last_full_scan_at
             .is_none_or(|t| started - t >= source.full_scan_every_secs as f64);
-    if first_scan && !opts.full {
-        // Equivalent to a comparison (see `first_scan`), so it counts as one.
+    if first_pass && !opts.full {
+        // Equivalent to a comparison (see `first_scan` and `resumed_pass`), so it counts as
+        // one.
         report.full = true;
     } else if opts.full || full_due {
         report.full = true;

@@ -418,6 +418,102 @@ async fn failing_sources(kind: Kind) {
     empty.drop_db().await;
 }
 
+/// A first pass killed after a few batches (here: its progress callback panics, which ends
+/// the scan's task the moment a batch is committed, as a kill would) goes on from its cursor
+/// when scanned again: it reads only the rest (and the overlap), expects those keys new,
+/// quarantines what the first pass would have, and counts as a full scan without comparing
+/// key sets.
+async fn first_pass_cut_short(kind: Kind) {
+    let db = SourceDb::fresh(kind).await;
+    let (mut statements, mut reasons) = hostile_setup(kind);
+    let k = if kind == Kind::Mysql { "`key`" } else { "key" };
+    let start = reckon_domain::time::now() - 1000.0;
+    let good = 60;
+    for i in 0..good {
+        statements.push(format!(
+            "INSERT INTO justonce_keys ({k}, state, request_hash, response, attempts, \
+             created_at, updated_at, expires_at) VALUES ('row-{i:03}', 'succeeded', 'h', NULL, \
+             1, {start}, {}, NULL)",
+            start + i as f64
+        ));
+    }
+    // Wherever the database sorts a NULL timestamp, the pass quarantines its row once.
+    statements.push(format!(
+        "INSERT INTO justonce_keys ({k}, state, request_hash, response, attempts, created_at, \
+         updated_at, expires_at) VALUES ('bad-null-time', 'succeeded', 'h', NULL, 1, {start}, \
+         NULL, NULL)"
+    ));
+    *reasons.entry("null_column".into()).or_default() += 1;
+    db.exec(&statements).await;
+    let total = statements.len() as u64 - 1;
+
+    let l = TestLedger::new().await;
+    let new = reckon_engine::new_source(reckon_engine::SourceInput {
+        name: SOURCE.into(),
+        kind: kind.as_str().into(),
+        dsn: Some(db.source_dsn.clone()),
+        table: None,
+        scan_interval: None,
+        abandoned_after: Some("0s".into()),
+        overlap: Some("1s".into()),
+        full_scan_every: None,
+    })
+    .unwrap();
+    l.ledger.add_source(l.tenant.id, new).await.unwrap();
+    let source = l.source(SOURCE).await;
+    let (ledger, tenant) = (l.ledger.clone(), l.tenant.clone());
+    let killed = tokio::spawn(async move {
+        let opts = reckon_engine::ScanOptions {
+            batch_size: 10,
+            egress: common::test_egress(),
+            progress: Some(std::sync::Arc::new(|read| {
+                assert!(read < 20, "killed after {read} rows");
+            })),
+            ..Default::default()
+        };
+        reckon_engine::scan_source(&*ledger, &tenant, &source, &opts).await
+    })
+    .await;
+    assert!(killed.is_err(), "the first pass was to be cut short");
+    let cut = l.source(SOURCE).await;
+    assert!(
+        cut.cursor.is_some() && cut.last_full_scan_at.is_none(),
+        "{cut:?}"
+    );
+    let stored = all_keys(&*l.ledger, l.tenant.id).await.len() as u64;
+    assert!(stored >= 10, "batches committed before the kill: {stored}");
+
+    let report = l.scan(SOURCE, false).await;
+    assert!(
+        report.full,
+        "the finished pass counts as a full scan: {report:?}"
+    );
+    assert_eq!(report.recovered, 0, "{report:?}");
+    assert!(
+        report.rows_read + stored <= total + 5,
+        "it went on from the cursor: read {} of {total} after {stored} stored",
+        report.rows_read
+    );
+    let keys = all_keys(&*l.ledger, l.tenant.id).await;
+    assert_eq!(keys.len(), good + 3, "every good row once (and good-1..3)");
+    assert_eq!(
+        keys.iter().collect::<BTreeSet<_>>().len(),
+        keys.len(),
+        "no key twice"
+    );
+    assert_eq!(quarantine_map(&l).await, reasons);
+    let lens = history_lens(&*l.ledger, l.tenant.id).await;
+    assert!(
+        lens.values().all(|&n| n == 1),
+        "one first sight each: {lens:?}"
+    );
+    assert!(l.source(SOURCE).await.last_full_scan_at.is_some());
+    // And it is an ordinary source from now on: a rescan reads only the overlap.
+    let again = l.scan(SOURCE, false).await;
+    assert_eq!(again.created + again.updated, 0, "{again:?}");
+    db.drop_db().await;
+}
+
 macro_rules! for_each_kind {
     ($($name:ident => $body:ident;)*) => {
         $(
@@ -441,4 +537,5 @@ for_each_kind! {
     each_change_in_the_source_appears_as_one_history_event => each_change_is_one_event;
     a_hostile_row_is_quarantined_with_its_reason_and_the_scan_goes_on => hostile_rows_quarantined;
     an_unreachable_source_or_missing_table_fails_its_own_scan_with_a_clear_message => failing_sources;
+    a_first_pass_cut_short_goes_on_from_its_cursor_and_counts_as_full => first_pass_cut_short;
 }

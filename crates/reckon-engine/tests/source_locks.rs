@@ -81,7 +81,7 @@ async fn a_locked_postgres_table_fails_the_scan_in_seconds_and_leaves_nothing_wa
         let mut conn = open_source(&*l.ledger, &l.tenant, &s, &test_egress())
             .await
             .unwrap();
-        let first = conn.rows(None).next().await;
+        let first = conn.rows(None, true).next().await;
         drop(first);
     })
     .await;

@@ -238,18 +238,29 @@ impl SourceConn {
         })
     }
 
-    /// Rows in `(updated_at, key)` order. With `since`, only rows of the four known states
-    /// whose `updated_at >= since` (the form justonce's `(state, updated_at)` index serves);
-    /// without it, every row of the table, whatever it holds.
-    pub fn rows(&mut self, since: Option<f64>) -> BoxStream<'_, Result<RawRow, ScanError>> {
+    /// Rows in `(updated_at, key)` order. With `since`, only rows whose `updated_at >=
+    /// since`, and of those (unless `every_state`) only the four known states (the form
+    /// justonce's `(state, updated_at)` index serves); without it, every row of the table,
+    /// whatever it holds. `every_state` keeps what a first pass reads from `since` on:
+    /// every state, and the rows whose `updated_at` is NULL or not a number (wherever the
+    /// database sorts those), so that they are quarantined as the first pass would have.
+    pub fn rows(
+        &mut self,
+        since: Option<f64>,
+        every_state: bool,
+    ) -> BoxStream<'_, Result<RawRow, ScanError>> {
         let table = &self.table;
+        let states = since.is_some() && !every_state;
         match &mut self.inner {
             Inner::Sqlite(c) => {
-                let filter = if since.is_some() {
-                    "WHERE state IN ('in_progress', 'succeeded', 'failed', 'unknown') \
-                     AND updated_at >= $1"
-                } else {
-                    ""
+                // SQLite sorts text and blobs after every number, so `>=` keeps them.
+                let filter = match (since, every_state) {
+                    (None, _) => "",
+                    (Some(_), true) => "WHERE updated_at >= $1 OR updated_at IS NULL",
+                    (Some(_), false) => {
+                        "WHERE state IN ('in_progress', 'succeeded', 'failed', 'unknown') \
+                         AND updated_at >= $1"
+                    }
                 };
                 let sql = format!(
                     "SELECT {SQLITE_COLUMNS} FROM {table} {filter} \
@@ -265,10 +276,11 @@ impl SourceConn {
                     .boxed()
             }
             Inner::Postgres(c) => {
-                let filter = if since.is_some() {
-                    "WHERE state = ANY($1) AND updated_at >= $2"
-                } else {
-                    ""
+                // NaN sorts after every number and is `>=` all of them.
+                let filter = match (since, every_state) {
+                    (None, _) => "",
+                    (Some(_), true) => "WHERE updated_at >= $1 OR updated_at IS NULL",
+                    (Some(_), false) => "WHERE state = ANY($1) AND updated_at >= $2",
                 };
                 // A server-side cursor read PG_FETCH rows at a time, not one streamed
                 // SELECT: the source's statement_timeout then bounds each FETCH, not the
@@ -285,7 +297,10 @@ impl SourceConn {
                     if let Some(sql) = declare {
                         let q = sqlx::query(AssertSqlSafe(sql));
                         let q = match since {
-                            Some(s) => q.bind(KNOWN_STATES.map(String::from).to_vec()).bind(s),
+                            Some(s) if states => {
+                                q.bind(KNOWN_STATES.map(String::from).to_vec()).bind(s)
+                            }
+                            Some(s) => q.bind(s),
                             None => q,
                         };
                         q.execute(&mut *c).await.map_err(query_err)?;
@@ -305,11 +320,13 @@ impl SourceConn {
                 .boxed()
             }
             Inner::Mysql(c) => {
-                let filter = if since.is_some() {
-                    "WHERE state IN ('in_progress', 'succeeded', 'failed', 'unknown') \
-                     AND updated_at >= ?"
-                } else {
-                    ""
+                let filter = match (since, every_state) {
+                    (None, _) => "",
+                    (Some(_), true) => "WHERE updated_at >= ? OR updated_at IS NULL",
+                    (Some(_), false) => {
+                        "WHERE state IN ('in_progress', 'succeeded', 'failed', 'unknown') \
+                         AND updated_at >= ?"
+                    }
                 };
                 let sql = format!(
                     "SELECT {MYSQL_COLUMNS} FROM {table} {filter} ORDER BY updated_at, `key`"
