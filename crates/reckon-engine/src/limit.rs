@@ -16,6 +16,9 @@ use std::time::Duration;
 pub enum Signal {
     /// A complete answer (whatever it said), in this long.
     Answered(Duration),
+    /// An answer from a provider with a request budget: its lookups wait on the budget's
+    /// pace, so how long they took says nothing about the provider's speed.
+    Paced,
     /// The provider is overloaded or unreachable: a timeout, a refused or reset connection,
     /// a 5xx, a 429.
     Overloaded,
@@ -96,6 +99,7 @@ impl Limit {
         let slow = match signal {
             Signal::Neutral => return,
             Signal::Overloaded => true,
+            Signal::Paced => false,
             Signal::Answered(rtt) => {
                 self.window_answers += 1;
                 self.window_fastest = Some(self.window_fastest.map_or(rtt, |f| f.min(rtt)));
@@ -355,6 +359,16 @@ mod tests {
         );
         let lower = Bounds::new(4, 6);
         assert_eq!(l.limits.limit(1, lower), 6, "a lowered bound holds at once");
+    }
+
+    #[test]
+    fn waiting_on_a_budget_is_not_a_slow_provider() {
+        let l = One::new(8, 32);
+        rounds(&l, 1, Signal::Answered(MS(50)));
+        rounds(&l, 3, Signal::Paced);
+        assert_eq!(l.limit(1), 32);
+        rounds(&l, 1, Signal::Overloaded);
+        assert_eq!(l.limit(1), 24, "a refusal still counts");
     }
 
     #[test]

@@ -521,8 +521,9 @@ fn jitter() -> f64 {
 }
 
 /// What a lookup says about its provider's capacity: a fault of the kind an overloaded or
-/// unreachable provider gives, or an answer and how long it took.
-fn signal(class: &Classification, took: std::time::Duration) -> Signal {
+/// unreachable provider gives, or an answer and how long it took (`paced`: the lookup
+/// waited on the provider's budget, so its time is the budget's, not the provider's).
+fn signal(class: &Classification, took: std::time::Duration, paced: bool) -> Signal {
     let overloaded = class.faults.iter().any(|f| {
         matches!(
             f.kind,
@@ -534,6 +535,8 @@ fn signal(class: &Classification, took: std::time::Duration) -> Signal {
     });
     if overloaded {
         Signal::Overloaded
+    } else if paced {
+        Signal::Paced
     } else {
         Signal::Answered(took)
     }
@@ -599,7 +602,7 @@ async fn process(
             let report = p.lookup(&q).await;
             let mut class = classify(&report, reckon_domain::time::now());
             if let Some(permit) = permit {
-                permit.finish(signal(&class, asked.elapsed()));
+                permit.finish(signal(&class, asked.elapsed(), p.pace().is_some()));
             }
             class.reason = redactor.text(&class.reason);
             let mut evidence = serde_json::json!({ "classification": class, "report": report });

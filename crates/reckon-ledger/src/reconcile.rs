@@ -388,13 +388,15 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         .bind(a.evidence.to_string())
         .fetch_one(&mut *tx)
         .await?;
-        let mut resolved_now = false;
+        // The resolution it inserts comes back from the insert; only an effect already
+        // resolved (or an attempt that resolves nothing) reads the one there is.
+        let mut inserted = None;
         if a.resolve {
-            let inserted = sqlx::query(
+            inserted = sqlx::query(AssertSqlSafe(format!(
                 "INSERT INTO resolution (tenant_id, effect_id, outcome, author, note, evidence, \
                  attempt_id, created_at) VALUES ($1, $2, $3, $4, NULL, $5, $6, $7) \
-                 ON CONFLICT (effect_id) DO NOTHING",
-            )
+                 ON CONFLICT (effect_id) DO NOTHING RETURNING {RESOLUTION_COLUMNS}"
+            )))
             .bind(tenant.0)
             .bind(effect_id)
             .bind(a.outcome.as_str())
@@ -402,11 +404,16 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
             .bind(a.evidence.to_string())
             .bind(attempt_id)
             .bind(a.finished_at)
-            .execute(&mut *tx)
-            .await?;
-            resolved_now = inserted.rows_affected() == 1;
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| resolution_row::<B::DB>(&r))
+            .transpose()?;
         }
-        let resolution = Self::resolution_of(&mut tx, tenant, effect_id).await?;
+        let resolved_now = inserted.is_some();
+        let resolution = match inserted {
+            Some(r) => Some(r),
+            None => Self::resolution_of(&mut tx, tenant, effect_id).await?,
+        };
         tx.commit().await?;
         Ok(AttemptRecorded {
             attempt_id,
