@@ -1707,7 +1707,11 @@ async fn an_admin_changes_a_members_role_but_not_their_own_nor_reaches_outside_t
             "viewer",
             "You cannot change your own role",
         ),
-        ("sam@acme.test", "owner", "Choose a role"),
+        (
+            "sam@acme.test",
+            "owner",
+            "is not one of viewer, support, finance, admin",
+        ),
     ] {
         let r = post(
             &w,
