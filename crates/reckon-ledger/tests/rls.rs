@@ -682,3 +682,40 @@ async fn the_audit_log_refuses_updates_and_deletes_from_the_application() {
     }
     db.finish().await;
 }
+
+/// A transaction's scope is written into its `BEGIN` only when each value is letters and
+/// digits; anything else (here a token hash shaped to close the literal and name another
+/// tenant) is bound as a parameter and matched as the string it is.
+#[tokio::test]
+async fn a_scope_value_that_is_not_letters_and_digits_is_bound_not_written_into_the_statement() {
+    let db = TestDb::postgres().await;
+    let (a, b) = two_tenants(&db).await;
+    let l = db.ledger();
+    let hostile =
+        format!("x', true), set_config('reckon.tenant', '{a}', true), set_config('reckon.x', '");
+    let plain = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    let a_id = l.tenant_by_slug("tenant-a").await.unwrap().id;
+    let b_id = l.tenant_by_slug("tenant-b").await.unwrap().id;
+    l.create_token_by(b_id, Role::Viewer, &hostile, "odd", TokenCreator::Operator)
+        .await
+        .unwrap();
+    l.create_token_by(a_id, Role::Viewer, plain, "hex", TokenCreator::Operator)
+        .await
+        .unwrap();
+    let odd = l
+        .authenticate_token(&hostile)
+        .await
+        .unwrap()
+        .expect("the odd token");
+    assert_eq!(odd.tenant.id.get(), b, "the odd hash names its own tenant");
+    let hex = l
+        .authenticate_token(plain)
+        .await
+        .unwrap()
+        .expect("the hex token");
+    assert_eq!(hex.tenant.id.get(), a);
+    // A hash of neither finds nothing, whatever it says.
+    let probe = format!("{plain}', true), set_config('reckon.tenant', '{a}");
+    assert!(l.authenticate_token(&probe).await.unwrap().is_none());
+    db.finish().await;
+}
