@@ -946,3 +946,108 @@ pub(crate) async fn story_list_filters(ledger: Arc<dyn Ledger>) {
         keys(&list(&*ledger, t.id, q(|q| q.source = Some("shop".into()))).await)
     );
 }
+
+/// A first scan's batch as large as a scanner sends (PostgreSQL writes these through
+/// `COPY`): every byte and number comes back as given, whatever a text format would have
+/// to escape (backslashes, `\N`, tabs, newlines, carriage returns, quotes), with NULLs kept
+/// NULL, the first-seen history of each effect, and the extra key parts indexed; a wrong
+/// hint in a batch of that size still comes out as an ordinary batch would.
+pub(crate) async fn story_ingest_expect_new_large(ledger: Arc<dyn Ledger>) {
+    let (t, src) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let hinted = |records| IngestBatch {
+        expect_new: true,
+        ..batch(records)
+    };
+    let n = 700usize;
+    let records: Vec<SourceRecord> = (0..n)
+        .map(|i| {
+            let key = match i % 4 {
+                0 => format!("charge:v1:ORD-{i}"),
+                1 => format!("charge:v1:cus_{i}:line-{i}"),
+                2 => format!("refund:v2:back\\slash-\\N-'{i}'"),
+                _ => format!("opaque key {i} \u{e9}\u{1F4B3}"),
+            };
+            let state = [
+                State::Succeeded,
+                State::Unknown,
+                State::InProgress,
+                State::Failed,
+            ][i % 4];
+            SourceRecord {
+                key,
+                state,
+                request_hash: format!("1:{i:064x}"),
+                response: (i % 3 != 0).then(|| {
+                    format!("{{\"note\":\"a\\tb \\\\N \\\\\\\\ {i}\",\n\t\"id\":\"ch_{i}\"}}\r\n")
+                }),
+                attempts: 1 + (i % 5) as i64,
+                created_at: 1_700_000_000.123_456_7 + i as f64,
+                updated_at: 1_700_000_000.987_654_3 + i as f64 * 1.5,
+                expires_at: (state == State::InProgress).then(|| 1_800_000_000.5 + i as f64 / 7.0),
+            }
+        })
+        .collect();
+    let out = ledger
+        .ingest(t.id, src.id, hinted(records.clone()))
+        .await
+        .unwrap();
+    assert_eq!(out.created, n as u64, "{out:?}");
+    for (i, r) in records.iter().enumerate() {
+        let e = effect(&*ledger, t.id, "shop", &r.key).await;
+        assert_eq!(e.key, r.key);
+        assert_eq!(e.state, r.state, "{}", r.key);
+        assert_eq!(e.request_hash, r.request_hash);
+        assert_eq!(e.response_json, r.response, "{}", r.key);
+        assert_eq!(e.attempts, r.attempts);
+        assert_eq!(e.created_at.to_bits(), r.created_at.to_bits(), "{}", r.key);
+        assert_eq!(e.updated_at.to_bits(), r.updated_at.to_bits(), "{}", r.key);
+        assert_eq!(
+            e.expires_at.map(f64::to_bits),
+            r.expires_at.map(f64::to_bits)
+        );
+        if i % 4 == 1 {
+            assert_eq!(e.operation.as_deref(), Some("charge"));
+            assert_eq!(
+                e.subject.as_deref(),
+                Some(format!("cus_{i}:line-{i}").as_str())
+            );
+        }
+        if i % 4 == 3 {
+            assert_eq!(e.operation, None, "an opaque key has no operation");
+        }
+        let h = history(&*ledger, t.id, "shop", &r.key).await;
+        assert_eq!(kinds(&h), ["first_seen"], "{}", r.key);
+        assert_eq!(h[0].to_state.as_deref(), Some(r.state.as_str()));
+        assert_eq!(
+            h[0].source_updated_at.map(f64::to_bits),
+            Some(r.updated_at.to_bits())
+        );
+    }
+    let found = ledger.lookup(t.id, "line-5", 10).await.unwrap();
+    assert_eq!(keys(&found), set(&["charge:v1:cus_5:line-5"]));
+
+    // Wrong hint at the same size: one key is there already and changed.
+    let mut again: Vec<SourceRecord> = (n..2 * n)
+        .map(|i| {
+            rec(
+                &format!("charge:v1:ORD-{i}"),
+                State::Unknown,
+                1_700_000_500.0,
+            )
+        })
+        .collect();
+    again.push(SourceRecord {
+        state: State::Succeeded,
+        response: Some(r#"{"id":"ch_1"}"#.into()),
+        updated_at: 1_700_009_999.0,
+        ..records[1].clone()
+    });
+    let out = ledger.ingest(t.id, src.id, hinted(again)).await.unwrap();
+    assert_eq!((out.created, out.updated), (n as u64, 1), "{out:?}");
+    assert_eq!(
+        kinds(&history(&*ledger, t.id, "shop", &records[1].key).await),
+        ["first_seen", "changed"]
+    );
+    let all = ledger.present_keys(t.id, src.id, 0, 10_000).await.unwrap();
+    assert_eq!(all.len(), 2 * n, "nothing doubled");
+}

@@ -89,6 +89,7 @@ conformance! {
     reading_the_same_records_again_writes_nothing => story_ingest_again;
     a_changed_record_updates_the_effect_with_one_changed_event => story_ingest_changed;
     a_first_scan_hint_that_is_wrong_stores_what_an_ordinary_batch_would => story_ingest_expect_new;
+    a_large_first_scan_batch_stores_every_byte_and_number_as_given => story_ingest_expect_new_large;
     an_older_observation_never_overwrites_a_newer_one => story_ingest_stale;
     a_hostile_row_is_quarantined_once_and_every_input_row_is_accounted_for => story_quarantine;
     the_scan_cursor_moves_only_when_a_batch_carries_one => story_cursor;
