@@ -39,6 +39,9 @@ pub struct ScanScheduler {
     pub metrics: Metrics,
     pub egress: Arc<EgressPolicy>,
     running: Arc<Mutex<HashSet<i64>>>,
+    /// Notified after each scan that stored a change, so the reconciler asks about new
+    /// `unknown` effects at once instead of at its next tick.
+    pub changed: Arc<tokio::sync::Notify>,
 }
 
 impl ScanScheduler {
@@ -54,6 +57,7 @@ impl ScanScheduler {
             metrics,
             egress,
             running: Arc::default(),
+            changed: Arc::default(),
         }
     }
 
@@ -111,6 +115,36 @@ impl ScanScheduler {
             }
         };
 
+        self.run_leased(tenant, fresh, lease, ScanOptions::default())
+            .await
+    }
+
+    /// Scan `source` now, whatever its interval (`reckon source scan`), under the same
+    /// lease as the scheduler's scans: a source another process is scanning is left to it
+    /// (`NotOurs`) instead of two scans racing over the same keys.
+    pub async fn scan_now(&self, tenant: Tenant, source: Source, opts: ScanOptions) -> Claimed {
+        let name = format!("scan:{}", source.id);
+        match self
+            .ledger
+            .try_lease(&name, &self.owner, SCAN_LEASE_SECS)
+            .await
+        {
+            Ok(Some(lease)) => self.run_leased(tenant, source, lease, opts).await,
+            Ok(None) => Claimed::NotOurs,
+            Err(e) => Claimed::Failed(e.to_string()),
+        }
+    }
+
+    /// The scan itself, with `lease` held: renewed while it runs, released at its end.
+    async fn run_leased(
+        &self,
+        tenant: Tenant,
+        fresh: Source,
+        lease: reckon_ledger::Lease,
+        opts: ScanOptions,
+    ) -> Claimed {
+        let ledger = &self.ledger;
+        let source = fresh.clone();
         let renewing = CancellationToken::new();
         let renewer = {
             let (ledger, lease, renewing) = (ledger.clone(), lease.clone(), renewing.clone());
@@ -139,7 +173,7 @@ impl ScanScheduler {
         let opts = ScanOptions {
             lease: Some(lease.clone()),
             egress: self.egress.clone(),
-            ..ScanOptions::default()
+            ..opts
         };
         let (l2, t2, s2) = (ledger.clone(), tenant.clone(), fresh.clone());
         // Its own task, so a scanner that panics is a failure of this source only.
@@ -158,6 +192,9 @@ impl ScanScheduler {
                 } else {
                     tracing::debug!(tenant = %slug, source = %src, rows = r.rows_read,
                         "scan done, nothing changed");
+                }
+                if r.created + r.updated > 0 {
+                    self.changed.notify_one();
                 }
                 Claimed::Scanned(r)
             }

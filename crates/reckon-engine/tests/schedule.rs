@@ -98,3 +98,44 @@ async fn a_source_whose_lease_another_replica_holds_is_left_to_it() {
     let claimed = s.scan_claimed(l.tenant.clone(), source, now).await;
     assert!(matches!(claimed, Claimed::Scanned(_)), "{claimed:?}");
 }
+
+/// The reconciler is woken by a scan that stored a change, not by one that found nothing
+/// new (it would otherwise wait for its next tick to ask about new `unknown` effects).
+#[tokio::test]
+async fn a_scan_that_stored_a_change_wakes_the_reconciler_and_a_quiet_one_does_not() {
+    let (_db, l, s) = setup().await;
+    let tasks = TaskTracker::new();
+    let woken = |n: &std::sync::Arc<tokio::sync::Notify>| {
+        let n = n.clone();
+        async move {
+            tokio::time::timeout(std::time::Duration::from_millis(200), n.notified())
+                .await
+                .is_ok()
+        }
+    };
+    let now = reckon_domain::time::now();
+    s.step(now, &tasks).await.unwrap();
+    wait(&tasks).await;
+    assert!(woken(&s.changed).await, "the first scan stored the rows");
+
+    let at = l
+        .ledger
+        .source_by_name(l.tenant.id, SOURCE)
+        .await
+        .unwrap()
+        .last_scan_at
+        .unwrap();
+    let interval = l
+        .ledger
+        .source_by_name(l.tenant.id, SOURCE)
+        .await
+        .unwrap()
+        .scan_interval_secs as f64;
+    let started = s.step(at + interval + 1.0, &tasks).await.unwrap();
+    assert_eq!(started.len(), 1, "the rescan ran");
+    wait(&tasks).await;
+    assert!(
+        !woken(&s.changed).await,
+        "a rescan that changed nothing wakes nobody"
+    );
+}

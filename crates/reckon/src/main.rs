@@ -18,7 +18,8 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use config::{Overrides, Settings};
 use reckon_engine::commands;
-use reckon_engine::{ScanOptions, SourceInput, scan_source};
+use reckon_engine::schedule::{Claimed, ScanScheduler};
+use reckon_engine::{ScanOptions, SourceInput};
 use reckon_ledger::{Keyring, Ledger};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -482,7 +483,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             audit_cmd::run(ledger.clone(), args, egress).await?
         }
         Cmd::Source { cmd } => {
-            source_cmd(&*ledger, cmd, settings.egress_policy(&*ledger).await?).await?
+            source_cmd(&ledger, cmd, settings.egress_policy(&*ledger).await?).await?
         }
         Cmd::Keys { cmd } => keys::run(&*ledger, cmd, &settings).await?,
         Cmd::Provider { cmd } => {
@@ -523,7 +524,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn source_cmd(
-    ledger: &dyn Ledger,
+    ledger: &Arc<dyn Ledger>,
     cmd: SourceCmd,
     egress: reckon_sources::EgressPolicy,
 ) -> anyhow::Result<()> {
@@ -540,7 +541,7 @@ async fn source_cmd(
             full_scan_every,
         } => {
             let t = ledger.tenant_by_slug(&tenant).await?;
-            let ctx = operator(ledger, &egress, &t);
+            let ctx = operator(&**ledger, &egress, &t);
             let input = SourceInput {
                 name,
                 kind,
@@ -571,22 +572,28 @@ async fn source_cmd(
                 _ => ledger.all_scanned_sources().await?,
             };
             let mut failed = 0;
+            // The scheduler's own lease per source: a scan `reckon serve` (or another
+            // operator) is running now is left to it.
+            let scans = ScanScheduler::new(
+                ledger.clone(),
+                format!("cli-{}", std::process::id()),
+                reckon_web::metrics::Metrics::new(),
+                Arc::new(egress.clone()),
+            );
             for (t, s) in targets {
                 let bar = output::progress(&format!("{}/{}", t.slug, s.name));
                 let b = bar.clone();
                 let opts = ScanOptions {
                     full,
-                    egress: Arc::new(egress.clone()),
                     progress: Some(Arc::new(move |n| b.set_position(n))),
                     ..Default::default()
                 };
-                let result = scan_source(ledger, &t, &s, &opts).await;
+                let (slug, name) = (t.slug.clone(), s.name.clone());
+                let result = scans.scan_now(t, s, opts).await;
                 bar.finish_and_clear();
                 match result {
-                    Ok(r) => println!(
-                        "{}/{}: read {} rows: {} created, {} updated, {} unchanged, {} stale, {} quarantined{}{}",
-                        t.slug,
-                        s.name,
+                    Claimed::Scanned(r) => println!(
+                        "{slug}/{name}: read {} rows: {} created, {} updated, {} unchanged, {} stale, {} quarantined{}{}",
                         r.rows_read,
                         r.created,
                         r.updated,
@@ -604,9 +611,16 @@ async fn source_cmd(
                             String::new()
                         }
                     ),
-                    Err(e) => {
+                    Claimed::NotOurs => {
                         failed += 1;
-                        eprintln!("{}/{}: scan failed: {e}", t.slug, s.name);
+                        eprintln!(
+                            "{slug}/{name}: another process is scanning it now; try again when \
+                             that scan has finished"
+                        );
+                    }
+                    Claimed::Failed(e) => {
+                        failed += 1;
+                        eprintln!("{slug}/{name}: scan failed: {e}");
                     }
                 }
             }

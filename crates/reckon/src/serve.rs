@@ -68,13 +68,17 @@ pub async fn run_with(
     let work = CancellationToken::new();
     let tasks = TaskTracker::new();
     let owner = Arc::new(instance_id());
-    let scheduler = start_scheduler(
+    let scans = ScanScheduler::new(
         ledger.clone(),
-        work.clone(),
-        tasks.clone(),
-        owner.clone(),
+        owner.to_string(),
         metrics.instance.clone(),
         egress.clone(),
+    );
+    let scanned = scans.changed.clone();
+    let scheduler = start_scheduler(
+        scans,
+        work.clone(),
+        tasks.clone(),
         Duration::from_secs_f64(settings.audit_check_secs.clamp(0.1, 3600.0)),
     )
     .await?;
@@ -91,7 +95,7 @@ pub async fn run_with(
                 .with_egress(egress.clone())
                 .with_metrics(metrics.instance.clone())
         };
-        Some(start_reconciler(Arc::new(ctx), work.clone(), tasks.clone()).await?)
+        Some(start_reconciler(Arc::new(ctx), scanned, work.clone(), tasks.clone()).await?)
     } else {
         None
     };
@@ -182,11 +186,17 @@ async fn wait_for_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Run `step` every `period` (the first time one period from now) until `stop`. A step runs
+/// Run `step` every `period` (the first time one period from now), and at once when `wake`
+/// is notified, until `stop`. A step runs
 /// to its end before the next is counted: a slow one delays the next instead of overlapping
 /// it (steps that start long work spawn it on the `TaskTracker` themselves). Each step is a
 /// task of its own, so one that panics is logged and the next tick runs again.
-fn every<F, Fut>(period: Duration, stop: CancellationToken, mut step: F) -> JoinHandle<()>
+fn every<F, Fut>(
+    period: Duration,
+    stop: CancellationToken,
+    wake: Option<Arc<tokio::sync::Notify>>,
+    mut step: F,
+) -> JoinHandle<()>
 where
     F: FnMut() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -198,6 +208,12 @@ where
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
+                _ = async {
+                    match &wake {
+                        Some(w) => w.notified().await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
             }
             if let Err(e) = tokio::spawn(step()).await
                 && e.is_panic()
@@ -212,15 +228,13 @@ where
 /// step ([`ScanScheduler::step`]: each due source scanned in its own task, never twice at
 /// once).
 async fn start_scheduler(
-    ledger: Arc<dyn Ledger>,
+    scans: ScanScheduler,
     stop: CancellationToken,
     tasks: TaskTracker,
-    owner: Arc<String>,
-    metrics: reckon_web::metrics::Metrics,
-    egress: Arc<reckon_sources::EgressPolicy>,
     audit_every: Duration,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let mut loops = Vec::new();
+    let (ledger, owner) = (scans.ledger.clone(), scans.owner.clone());
     tracing::info!(instance = %owner, "scheduler started");
 
     // The nightly audit of yesterday, at each tenant's local audit_time, exactly once across
@@ -230,11 +244,11 @@ async fn start_scheduler(
     {
         let mut ctx = reckon_engine::audit::AuditCtx::new(ledger.clone());
         ctx.owner = format!("{owner}-audit");
-        ctx.metrics = Some(metrics.clone());
-        ctx.egress = egress.clone();
+        ctx.metrics = Some(scans.metrics.clone());
+        ctx.egress = scans.egress.clone();
         // A run that outlasts the interval delays the next check (`every`), so one replica
         // never runs the schedule twice at once.
-        loops.push(every(audit_every, stop.clone(), move || {
+        loops.push(every(audit_every, stop.clone(), None, move || {
             let ctx = ctx.clone();
             async move {
                 match reckon_engine::audit::run_due(&ctx, time::now()).await {
@@ -254,7 +268,7 @@ async fn start_scheduler(
     // hour replaces that hour's row.
     {
         let ledger = ledger.clone();
-        loops.push(every(SNAPSHOT_EVERY, stop.clone(), move || {
+        loops.push(every(SNAPSHOT_EVERY, stop.clone(), None, move || {
             let ledger = ledger.clone();
             async move {
                 if let Err(e) = reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await {
@@ -263,8 +277,7 @@ async fn start_scheduler(
             }
         }));
     }
-    let scans = ScanScheduler::new(ledger, owner.to_string(), metrics, egress);
-    loops.push(every(TICK, stop.clone(), move || {
+    loops.push(every(TICK, stop.clone(), None, move || {
         let (scans, stop, tasks) = (scans.clone(), stop.clone(), tasks.clone());
         async move {
             if stop.is_cancelled() {
@@ -278,20 +291,22 @@ async fn start_scheduler(
     Ok(loops)
 }
 
-/// The reconciler: every tick, each tenant without a running loop gets one, which claims
+/// The reconciler: every tick, and as soon as a scan stored a change, each tenant without a
+/// running loop gets one, which claims
 /// due effects with a lease, looks them up, classifies, records and releases
 /// (`reconcile_until`) until nothing is due. Replicas share the work through the claims (PostgreSQL
 /// `FOR UPDATE SKIP LOCKED`): no effect is looked up by two at once, and a replica that dies
 /// loses its claims when their leases expire.
 async fn start_reconciler(
     ctx: Arc<ReconcileCtx>,
+    scanned: Arc<tokio::sync::Notify>,
     stop: CancellationToken,
     tasks: TaskTracker,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let running: Arc<Mutex<HashSet<i64>>> = Arc::default();
     let last_writeback: Arc<Mutex<std::collections::HashMap<i64, std::time::Instant>>> =
         Arc::default();
-    let ticks = every(TICK, stop.clone(), move || {
+    let ticks = every(TICK, stop.clone(), Some(scanned), move || {
         let (ctx, running, stop, tasks) =
             (ctx.clone(), running.clone(), stop.clone(), tasks.clone());
         let last_writeback = last_writeback.clone();

@@ -411,3 +411,100 @@ async fn people_changed_from_the_cli_are_in_the_audit_log_of_each_of_their_tenan
     let member = log.iter().find(|a| a.action == "member.set").unwrap();
     assert_eq!(member.detail["role"], "finance");
 }
+
+/// `reckon source scan` takes the scheduler's lease on the source: while another process
+/// holds it (a `reckon serve` replica mid-scan) the command leaves the source alone and
+/// says so, instead of racing that scan over the same keys; once it is free, it scans.
+#[tokio::test]
+async fn a_cli_scan_leaves_a_source_another_process_is_scanning_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let stores = dir.path().join("stores");
+    std::fs::create_dir_all(stores.join("acme")).unwrap();
+    let store = stores.join("acme/shop.db");
+    let made = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3, sys, time\n\
+             c = sqlite3.connect(sys.argv[1])\n\
+             c.execute('CREATE TABLE justonce_keys (key TEXT PRIMARY KEY, state TEXT NOT NULL, \
+             request_hash TEXT NOT NULL, response TEXT, attempts INTEGER NOT NULL DEFAULT 1, \
+             created_at REAL NOT NULL, updated_at REAL NOT NULL, expires_at REAL)')\n\
+             t = time.time()\n\
+             c.execute(\"INSERT INTO justonce_keys VALUES ('charge:v1:ORD-1', 'unknown', '1:ab', \
+             NULL, 1, ?, ?, NULL)\", (t - 2, t - 1))\n\
+             c.commit()\n",
+        )
+        .arg(&store)
+        .output()
+        .expect("python3");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let out = reckon(&data, &["tenant", "create", "acme"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let keyring = reckon_ledger::Keyring::load_file(&data.join("master.key"))
+        .unwrap()
+        .expect("the key file the CLI made");
+    let ledger = reckon_ledger::connect(None, &data, keyring).await.unwrap();
+    let acme = ledger.tenant_by_slug("acme").await.unwrap();
+    let source = ledger
+        .add_source(
+            acme.id,
+            reckon_ledger::NewSource {
+                name: "shop".into(),
+                kind: reckon_ledger::SourceKind::Sqlite,
+                dsn: Some(store.display().to_string().into()),
+                dsn_display: Some(store.display().to_string()),
+                table_name: "justonce_keys".into(),
+                scan_interval_secs: 60,
+                abandoned_after_secs: 300.0,
+                overlap_secs: 5.0,
+                full_scan_every_secs: 3600,
+            },
+        )
+        .await
+        .unwrap();
+    let scan = || {
+        Command::new(env!("CARGO_BIN_EXE_reckon"))
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--config")
+            .arg(data.with_extension("no-such.toml"))
+            .args(["source", "scan", "--tenant", "acme", "--name", "shop"])
+            .env("RECKON_LOG", "warn")
+            .env("RECKON_SQLITE_SOURCE_DIR", &stores)
+            .env_remove("RECKON_DATABASE_URL")
+            .env_remove("RECKON_MASTER_KEY")
+            .env_remove("RECKON_DATA_DIR")
+            .output()
+            .expect("run reckon")
+    };
+    let held = ledger
+        .try_lease(&format!("scan:{}", source.id), "replica-b", 60.0)
+        .await
+        .unwrap()
+        .expect("the lease is free");
+    let out = scan();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("acme/shop: another process is scanning it now"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        ledger
+            .get_effect(acme.id, "shop", "charge:v1:ORD-1")
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing was scanned"
+    );
+
+    ledger.release_lease(&held).await.unwrap();
+    let out = scan();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("acme/shop: read 1 rows: 1 created"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
