@@ -36,7 +36,8 @@ struct Args {
     /// Replicas in the second run.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
-    /// Lookups in flight per replica (`RECKON_RECONCILE_CONCURRENCY`; serve's default is 8).
+    /// Lookups in flight per replica, fixed (`RECKON_RECONCILE_CONCURRENCY` and
+    /// `RECKON_RECONCILE_CONCURRENCY_MAX`).
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
     /// A PostgreSQL server (a fresh database is created there per run and dropped).
@@ -53,6 +54,50 @@ struct Run {
     secs: f64,
     rate: f64,
     resolutions: i64,
+    /// Where the time went: the machine's CPU busy share over the run (of all cores)...
+    busy: f64,
+    /// ...the replicas' own CPU seconds...
+    reckon_cpu: f64,
+    /// ...and the ledger's transactions (commits and rollbacks in the run's database).
+    transactions: i64,
+}
+
+/// Busy and total jiffies of all cores, from /proc/stat (zeros where there is none).
+fn cpu_jiffies() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().next() else {
+        return (0, 0);
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// A process's user + system CPU seconds so far (Linux; 0 elsewhere).
+fn process_cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| f.get(*i).and_then(|x| x.parse::<f64>().ok()))
+        .sum();
+    ticks / 100.0
+}
+
+async fn transactions(db: &mut sqlx::PgConnection) -> anyhow::Result<i64> {
+    Ok(sqlx::query_scalar(
+        "SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database \
+         WHERE datname = current_database()",
+    )
+    .fetch_one(db)
+    .await?)
 }
 
 struct Children(Vec<Child>);
@@ -102,8 +147,16 @@ async fn main() -> anyhow::Result<()> {
 
 fn report(r: &Run) {
     println!(
-        "{} replica(s): {} lookups in {:.2} s = {:.1} lookups/s; {} resolutions",
-        r.replicas, r.lookups, r.secs, r.rate, r.resolutions
+        "{} replica(s): {} lookups in {:.2} s = {:.1} lookups/s; {} resolutions; machine CPU \
+         {:.0} % busy; reckon {:.2} ms CPU and {:.2} ledger transactions per lookup",
+        r.replicas,
+        r.lookups,
+        r.secs,
+        r.rate,
+        r.resolutions,
+        r.busy * 100.0,
+        r.reckon_cpu * 1000.0 / r.lookups as f64,
+        r.transactions as f64 / r.lookups as f64,
     );
 }
 
@@ -166,6 +219,8 @@ async fn measure(
             .await?;
     }
 
+    let mut db = sqlx::PgConnection::connect(url).await?;
+    let xacts_before = transactions(&mut db).await?;
     let mut children = Children(Vec::new());
     for i in 0..replicas {
         children.0.push(
@@ -178,6 +233,12 @@ async fn measure(
                 .env("RECKON_MASTER_KEY", MASTER_KEY)
                 .env("RECKON_EGRESS_ALLOW", r#"["127.0.0.1/32"]"#)
                 .env("RECKON_RECONCILE_CONCURRENCY", args.concurrency.to_string())
+                // A fixed limit per replica: the question is whether replicas add up, not
+                // how far one replica's adaptive limit climbs.
+                .env(
+                    "RECKON_RECONCILE_CONCURRENCY_MAX",
+                    args.concurrency.to_string(),
+                )
                 .stdout(Stdio::null())
                 .stderr(Stdio::inherit())
                 .spawn()
@@ -187,12 +248,13 @@ async fn measure(
     // The provider's count, polled: the clock starts at the first lookup answered and
     // stops at the one that completes the set.
     let deadline = Instant::now() + Duration::from_secs(1800);
-    let (mut first, mut first_count) = (None, 0);
+    let (mut first, mut first_count, mut cpu_first) = (None, 0, (0, 0));
     let done = loop {
         let c = demo.lookups();
         if c > 0 && first.is_none() {
             first = Some(Instant::now());
             first_count = c;
+            cpu_first = cpu_jiffies();
         }
         if c >= n as u64 {
             break Instant::now();
@@ -207,13 +269,15 @@ async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    let cpu_done = cpu_jiffies();
+    let busy = (cpu_done.0 - cpu_first.0) as f64 / (cpu_done.1 - cpu_first.1).max(1) as f64;
+    let reckon_cpu: f64 = children.0.iter().map(|c| process_cpu_secs(c.id())).sum();
     let first = first.context("no lookup")?;
     let secs = (done - first).as_secs_f64();
     let rate = (n as u64 - first_count) as f64 / secs;
 
     // Done once: every effect resolved exactly once (the last records land just after the
     // last lookup), and no effect looked up twice.
-    let mut db = sqlx::PgConnection::connect(url).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     let resolutions: i64 = loop {
         let r: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM resolution")
@@ -226,6 +290,9 @@ async fn measure(
     };
     drop(children);
     server.abort();
+    // The server publishes its statistics within a second of a transaction's end.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let transactions = transactions(&mut db).await? - xacts_before;
     db.close().await?;
     let lookups = demo.lookups();
     if resolutions != n as i64 || lookups != n as u64 {
@@ -239,6 +306,9 @@ async fn measure(
         secs,
         rate,
         resolutions,
+        busy,
+        reckon_cpu,
+        transactions,
     })
 }
 
