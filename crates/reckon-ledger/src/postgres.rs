@@ -137,8 +137,11 @@ impl Driver for Pg {
         plan: &IngestPlan,
         optimistic: bool,
     ) -> Result<bool> {
-        if optimistic && plan.updates.is_empty() && plan.creates.len() >= COPY_FROM {
-            return copy_creates(tx, tenant, source_id, batch, plan).await;
+        if plan.updates.is_empty()
+            && plan.events.len() == plan.creates.len()
+            && plan.events.iter().all(|e| e.kind == "first_seen")
+        {
+            return insert_first_seen(tx, tenant, source_id, batch, plan, optimistic).await;
         }
         let now = batch.observed_at;
         let mut ids: HashMap<String, i64> = HashMap::new();
@@ -336,10 +339,6 @@ impl PgLedger {
     }
 }
 
-/// Below this many new effects a batch goes through the array-bound `INSERT` (one
-/// statement); from it, through `COPY` (three), which costs less per row.
-const COPY_FROM: usize = 256;
-
 /// The lookup parts of multi-part subjects (`effect_key_part`) of newly inserted effects.
 async fn insert_key_parts(
     tx: &mut PgConnection,
@@ -369,112 +368,94 @@ async fn insert_key_parts(
     Ok(())
 }
 
-/// A first scan's batch of new effects: the rows and their first-sight history go to
-/// this session's staging tables by `COPY`, then one statement inserts both server-side.
-/// PostgreSQL parses `COPY` text far cheaper than a statement's array parameters, and the
-/// history rows never travel back and forth for their effect ids.
-///
-/// The staging tables are temporary (private to the connection, named through `pg_temp`
-/// so no schema on the search path can stand in for them) and `ON COMMIT DELETE ROWS`: a
-/// commit truncates them, a rollback takes their rows with it, and nothing is ever
-/// deleted row by row. They hold no tenant's rows beyond the transaction that wrote them.
-async fn copy_creates(
+/// A batch of new effects only, each with nothing but its first-seen event (every batch
+/// of a first scan): one statement inserts the effects and derives their history rows
+/// from what it inserted, server-side. A first-seen event is the new row's own state,
+/// attempts and `updated_at`, so sending it again as seven more arrays, and the effect ids
+/// back for it, cost a quarter of a first scan for nothing.
+async fn insert_first_seen(
     tx: &mut PgConnection,
     tenant: TenantId,
     source_id: i64,
     batch: &IngestBatch,
     plan: &IngestPlan,
+    optimistic: bool,
 ) -> Result<bool> {
-    sqlx::raw_sql(
-        "SET LOCAL client_min_messages = warning; \
-         CREATE TEMP TABLE IF NOT EXISTS effect_stage (ord int4, key text, operation text, \
-         key_version text, subject text, state text, request_hash text, response text, \
-         attempts int8, created_at float8, updated_at float8, expires_at float8, \
-         abandoned_at float8) ON COMMIT DELETE ROWS; \
-         CREATE TEMP TABLE IF NOT EXISTS effect_event_stage (ord int4, key text, kind text, \
-         from_state text, to_state text, attempts int8, source_updated_at float8, \
-         detail text) ON COMMIT DELETE ROWS",
-    )
-    .execute(&mut *tx)
-    .await?;
-
-    let mut rows = CopyText::default();
-    for (i, w) in plan.creates.iter().enumerate() {
-        let r = &w.record;
-        rows.int(i as i64);
-        rows.text(Some(&r.key));
-        rows.text(w.operation.as_deref());
-        rows.text(w.key_version.as_deref());
-        rows.text(w.subject.as_deref());
-        rows.text(Some(r.state.as_str()));
-        rows.text(Some(&r.request_hash));
-        rows.text(r.response.as_deref());
-        rows.int(r.attempts);
-        rows.float(Some(r.created_at));
-        rows.float(Some(r.updated_at));
-        rows.float(r.expires_at);
-        rows.float(w.abandoned_at);
-        rows.end_row();
-    }
-    let mut events = CopyText::default();
-    for (i, ev) in plan.events.iter().enumerate() {
-        events.int(i as i64);
-        events.text(Some(&ev.key));
-        events.text(Some(ev.kind));
-        events.text(ev.from_state);
-        events.text(ev.to_state);
-        match ev.attempts {
-            Some(a) => events.int(a),
-            None => events.text(None),
-        }
-        events.float(ev.source_updated_at);
-        events.text(ev.detail.as_deref());
-        events.end_row();
-    }
-    for (table, data) in [
-        ("pg_temp.effect_stage", rows.0),
-        ("pg_temp.effect_event_stage", events.0),
-    ] {
-        let mut copy = tx.copy_in_raw(&format!("COPY {table} FROM STDIN")).await?;
-        copy.send(data).await?;
-        copy.finish().await?;
-    }
-
-    let parts = plan.creates.iter().any(|w| !w.extra_parts.is_empty());
-    let inserted = sqlx::query(AssertSqlSafe(format!(
-        "WITH ins AS (INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
-         subject, state, request_hash, response, attempts, created_at, updated_at, expires_at, \
-         abandoned_at, first_seen_at, last_changed_at) \
-         SELECT $1, $2, key, operation, key_version, subject, state, request_hash, response, \
-         attempts, created_at, updated_at, expires_at, abandoned_at, $3, $3 \
-         FROM pg_temp.effect_stage ORDER BY ord RETURNING id, key), \
-         ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
-         from_state, to_state, attempts, source_updated_at, detail) \
-         SELECT $1, ins.id, $3, $4, s.kind, s.from_state, s.to_state, s.attempts, \
-         s.source_updated_at, s.detail FROM pg_temp.effect_event_stage s \
-         JOIN ins USING (key) ORDER BY s.ord) \
-         {}",
-        if parts {
+    let c = &plan.creates;
+    let parts = c.iter().any(|w| !w.extra_parts.is_empty());
+    let inserted = sqlx::query(if parts {
+        concat!(
+            "WITH ins AS (INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
+             subject, state, request_hash, response, attempts, created_at, updated_at, \
+             expires_at, abandoned_at, first_seen_at, last_changed_at) \
+             SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], \
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], \
+             $12::float8[], $13::float8[], $14::float8[]) AS u \
+             RETURNING id, key, state, attempts, updated_at), \
+             ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
+             from_state, to_state, attempts, source_updated_at, detail) \
+             SELECT $1, id, $15, $16, 'first_seen', NULL, state, attempts, updated_at, NULL \
+             FROM ins ORDER BY id) ",
             "SELECT id, key FROM ins"
-        } else {
-            "SELECT 0::int8 AS id, ''::text AS key FROM ins LIMIT 0"
-        }
-    )))
+        )
+    } else {
+        concat!(
+            "WITH ins AS (INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
+             subject, state, request_hash, response, attempts, created_at, updated_at, \
+             expires_at, abandoned_at, first_seen_at, last_changed_at) \
+             SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], \
+             $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], \
+             $12::float8[], $13::float8[], $14::float8[]) AS u \
+             RETURNING id, key, state, attempts, updated_at), \
+             ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
+             from_state, to_state, attempts, source_updated_at, detail) \
+             SELECT $1, id, $15, $16, 'first_seen', NULL, state, attempts, updated_at, NULL \
+             FROM ins ORDER BY id) ",
+            "SELECT count(*) AS n FROM ins"
+        )
+    })
     .bind(tenant.0)
     .bind(source_id)
+    .bind(c.iter().map(|w| w.record.key.as_str()).collect::<Vec<_>>())
+    .bind(c.iter().map(|w| w.operation.as_deref()).collect::<Vec<_>>())
+    .bind(
+        c.iter()
+            .map(|w| w.key_version.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(c.iter().map(|w| w.subject.as_deref()).collect::<Vec<_>>())
+    .bind(
+        c.iter()
+            .map(|w| w.record.state.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        c.iter()
+            .map(|w| w.record.request_hash.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        c.iter()
+            .map(|w| w.record.response.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(c.iter().map(|w| w.record.attempts).collect::<Vec<_>>())
+    .bind(c.iter().map(|w| w.record.created_at).collect::<Vec<_>>())
+    .bind(c.iter().map(|w| w.record.updated_at).collect::<Vec<_>>())
+    .bind(c.iter().map(|w| w.record.expires_at).collect::<Vec<_>>())
+    .bind(c.iter().map(|w| w.abandoned_at).collect::<Vec<_>>())
     .bind(batch.observed_at)
     .bind(batch.origin.as_str())
-    // Planned per execution: the staging tables have no statistics a cached plan could
-    // keep up with.
-    .persistent(false)
     .fetch_all(&mut *tx)
     .await;
     let inserted = match inserted {
-        // As in the array-bound path: a key the ledger already held fails the statement
-        // and the transaction; the caller plans the batch again against the stored keys.
+        // As in the general path: under the first-scan hint a key the ledger already held
+        // fails the statement and the transaction; the caller plans the batch again
+        // against the stored keys.
         Err(e)
-            if e.as_database_error()
-                .is_some_and(|d| d.is_unique_violation()) =>
+            if optimistic
+                && e.as_database_error()
+                    .is_some_and(|d| d.is_unique_violation()) =>
         {
             return Ok(false);
         }
@@ -488,59 +469,7 @@ async fn copy_creates(
                 row.try_get::<i64, _>("id")?,
             );
         }
-        insert_key_parts(tx, tenant, &plan.creates, &ids).await?;
+        insert_key_parts(tx, tenant, c, &ids).await?;
     }
     Ok(true)
-}
-
-/// Rows in `COPY`'s text format: tab between columns, `\N` for NULL, backslash escapes.
-#[derive(Default)]
-struct CopyText(Vec<u8>, bool);
-
-impl CopyText {
-    fn sep(&mut self) {
-        if self.1 {
-            self.0.push(b'\t');
-        }
-        self.1 = true;
-    }
-
-    fn text(&mut self, v: Option<&str>) {
-        self.sep();
-        let Some(v) = v else {
-            self.0.extend_from_slice(b"\\N");
-            return;
-        };
-        for b in v.bytes() {
-            match b {
-                b'\\' => self.0.extend_from_slice(b"\\\\"),
-                b'\t' => self.0.extend_from_slice(b"\\t"),
-                b'\n' => self.0.extend_from_slice(b"\\n"),
-                b'\r' => self.0.extend_from_slice(b"\\r"),
-                b => self.0.push(b),
-            }
-        }
-    }
-
-    fn int(&mut self, v: i64) {
-        self.sep();
-        self.0.extend_from_slice(v.to_string().as_bytes());
-    }
-
-    /// Rust's shortest round-trip form, which PostgreSQL reads back to the same double
-    /// (`NaN`, `inf` and `-inf` included).
-    fn float(&mut self, v: Option<f64>) {
-        match v {
-            Some(f) => {
-                self.sep();
-                self.0.extend_from_slice(f.to_string().as_bytes());
-            }
-            None => self.text(None),
-        }
-    }
-
-    fn end_row(&mut self) {
-        self.0.push(b'\n');
-        self.1 = false;
-    }
 }

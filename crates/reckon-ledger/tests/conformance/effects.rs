@@ -947,11 +947,12 @@ pub(crate) async fn story_list_filters(ledger: Arc<dyn Ledger>) {
     );
 }
 
-/// A first scan's batch as large as a scanner sends (PostgreSQL writes these through
-/// `COPY`): every byte and number comes back as given, whatever a text format would have
-/// to escape (backslashes, `\N`, tabs, newlines, carriage returns, quotes), with NULLs kept
-/// NULL, the first-seen history of each effect, and the extra key parts indexed; a wrong
-/// hint in a batch of that size still comes out as an ordinary batch would.
+/// A first scan's batch as large as a scanner sends (PostgreSQL inserts these and derives
+/// their history in one statement): every byte and number comes back as given, whatever a
+/// text encoding would have to escape (backslashes, `\N`, tabs, newlines, carriage
+/// returns, quotes), with NULLs kept NULL, the first-seen history of each effect, and the
+/// extra key parts indexed; a wrong hint in a batch of that size still comes out as an
+/// ordinary batch would.
 pub(crate) async fn story_ingest_expect_new_large(ledger: Arc<dyn Ledger>) {
     let (t, src) = tenant_and_source(&*ledger, "acme", "shop").await;
     let hinted = |records| IngestBatch {
