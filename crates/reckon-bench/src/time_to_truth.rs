@@ -303,7 +303,11 @@ async fn measure(
     for s in &seen {
         let i: usize = s.key.trim_start_matches("charge:v1:TT-").parse()?;
         let (outcome, at) = s.verdict.clone().context("verdict")?;
-        let want = if i % 2 == 0 { "applied" } else { "not_applied" };
+        let want = if i.is_multiple_of(2) {
+            "applied"
+        } else {
+            "not_applied"
+        };
         if outcome != want {
             bail!("{}: the verdict is {outcome}, the world's is {want}", s.key);
         }
@@ -314,7 +318,7 @@ async fn measure(
             answered.push(a - t0);
         }
         over.push(at - t0 - floor);
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             charged.push(at - t0)
         } else {
             missing.push(at - t0)
