@@ -147,42 +147,13 @@ impl Driver for Pg {
         let mut ids: HashMap<String, i64> = HashMap::new();
         if !plan.creates.is_empty() {
             let c = &plan.creates;
-            let inserted = sqlx::query(
-                "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, \
-                 state, request_hash, response, attempts, created_at, updated_at, expires_at, \
-                 abandoned_at, first_seen_at, last_changed_at) \
-                 SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], \
-                 $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], \
-                 $12::float8[], $13::float8[], $14::float8[]) AS u \
-                 RETURNING id, key",
+            let inserted = bind_creates(
+                sqlx::query(AssertSqlSafe(format!("{INSERT_EFFECTS} RETURNING id, key"))),
+                tenant,
+                source_id,
+                c,
+                now,
             )
-            .bind(tenant.0)
-            .bind(source_id)
-            .bind(c.iter().map(|w| w.record.key.clone()).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.operation.clone()).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.key_version.clone()).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.subject.clone()).collect::<Vec<_>>())
-            .bind(
-                c.iter()
-                    .map(|w| w.record.state.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                c.iter()
-                    .map(|w| w.record.request_hash.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                c.iter()
-                    .map(|w| w.record.response.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(c.iter().map(|w| w.record.attempts).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.record.created_at).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.record.updated_at).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.record.expires_at).collect::<Vec<_>>())
-            .bind(c.iter().map(|w| w.abandoned_at).collect::<Vec<_>>())
-            .bind(now)
             .fetch_all(&mut *tx)
             .await;
             let inserted = match inserted {
@@ -339,6 +310,56 @@ impl PgLedger {
     }
 }
 
+/// New effects from arrays, one per column: `$1` tenant, `$2` source, `$3`..`$14` the
+/// rows, `$15` the time they were first seen (bound by [`bind_creates`]).
+const INSERT_EFFECTS: &str = "INSERT INTO effect (tenant_id, source_id, key, operation, \
+     key_version, subject, state, request_hash, response, attempts, created_at, updated_at, \
+     expires_at, abandoned_at, first_seen_at, last_changed_at) \
+     SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], \
+     $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], $12::float8[], \
+     $13::float8[], $14::float8[]) AS u";
+
+/// Bind [`INSERT_EFFECTS`]'s parameters.
+fn bind_creates<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    tenant: TenantId,
+    source_id: i64,
+    c: &'q [reckon_domain::ingest::EffectWrite],
+    now: f64,
+) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+    q.bind(tenant.0)
+        .bind(source_id)
+        .bind(c.iter().map(|w| w.record.key.as_str()).collect::<Vec<_>>())
+        .bind(c.iter().map(|w| w.operation.as_deref()).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|w| w.key_version.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(c.iter().map(|w| w.subject.as_deref()).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|w| w.record.state.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|w| w.record.request_hash.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|w| w.record.response.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(c.iter().map(|w| w.record.attempts).collect::<Vec<_>>())
+        .bind(c.iter().map(|w| w.record.created_at).collect::<Vec<_>>())
+        .bind(c.iter().map(|w| w.record.updated_at).collect::<Vec<_>>())
+        .bind(c.iter().map(|w| w.record.expires_at).collect::<Vec<_>>())
+        .bind(c.iter().map(|w| w.abandoned_at).collect::<Vec<_>>())
+        .bind(now)
+}
+
 /// The lookup parts of multi-part subjects (`effect_key_part`) of newly inserted effects.
 async fn insert_key_parts(
     tx: &mut PgConnection,
@@ -383,68 +404,26 @@ async fn insert_first_seen(
 ) -> Result<bool> {
     let c = &plan.creates;
     let parts = c.iter().any(|w| !w.extra_parts.is_empty());
-    let inserted = sqlx::query(if parts {
-        concat!(
-            "WITH ins AS (INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
-             subject, state, request_hash, response, attempts, created_at, updated_at, \
-             expires_at, abandoned_at, first_seen_at, last_changed_at) \
-             SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], \
-             $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], \
-             $12::float8[], $13::float8[], $14::float8[]) AS u \
-             RETURNING id, key, state, attempts, updated_at), \
-             ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
-             from_state, to_state, attempts, source_updated_at, detail) \
-             SELECT $1, id, $15, $16, 'first_seen', NULL, state, attempts, updated_at, NULL \
-             FROM ins ORDER BY id) ",
+    // A first-seen event is the new row's own state, attempts and `updated_at`.
+    let sql = format!(
+        "WITH ins AS ({INSERT_EFFECTS} RETURNING id, key, state, attempts, updated_at), \
+         ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
+         from_state, to_state, attempts, source_updated_at, detail) \
+         SELECT $1, id, $15, $16, 'first_seen', NULL, state, attempts, updated_at, NULL \
+         FROM ins ORDER BY id) {}",
+        if parts {
             "SELECT id, key FROM ins"
-        )
-    } else {
-        concat!(
-            "WITH ins AS (INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
-             subject, state, request_hash, response, attempts, created_at, updated_at, \
-             expires_at, abandoned_at, first_seen_at, last_changed_at) \
-             SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], \
-             $6::text[], $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], \
-             $12::float8[], $13::float8[], $14::float8[]) AS u \
-             RETURNING id, key, state, attempts, updated_at), \
-             ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
-             from_state, to_state, attempts, source_updated_at, detail) \
-             SELECT $1, id, $15, $16, 'first_seen', NULL, state, attempts, updated_at, NULL \
-             FROM ins ORDER BY id) ",
+        } else {
             "SELECT count(*) AS n FROM ins"
-        )
-    })
-    .bind(tenant.0)
-    .bind(source_id)
-    .bind(c.iter().map(|w| w.record.key.as_str()).collect::<Vec<_>>())
-    .bind(c.iter().map(|w| w.operation.as_deref()).collect::<Vec<_>>())
-    .bind(
-        c.iter()
-            .map(|w| w.key_version.as_deref())
-            .collect::<Vec<_>>(),
+        }
+    );
+    let inserted = bind_creates(
+        sqlx::query(AssertSqlSafe(sql)),
+        tenant,
+        source_id,
+        c,
+        batch.observed_at,
     )
-    .bind(c.iter().map(|w| w.subject.as_deref()).collect::<Vec<_>>())
-    .bind(
-        c.iter()
-            .map(|w| w.record.state.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        c.iter()
-            .map(|w| w.record.request_hash.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        c.iter()
-            .map(|w| w.record.response.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(c.iter().map(|w| w.record.attempts).collect::<Vec<_>>())
-    .bind(c.iter().map(|w| w.record.created_at).collect::<Vec<_>>())
-    .bind(c.iter().map(|w| w.record.updated_at).collect::<Vec<_>>())
-    .bind(c.iter().map(|w| w.record.expires_at).collect::<Vec<_>>())
-    .bind(c.iter().map(|w| w.abandoned_at).collect::<Vec<_>>())
-    .bind(batch.observed_at)
     .bind(batch.origin.as_str())
     .fetch_all(&mut *tx)
     .await;
