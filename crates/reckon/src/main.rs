@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use config::{Overrides, Settings};
 use reckon_engine::commands;
-use reckon_engine::schedule::{Claimed, ScanScheduler};
+use reckon_engine::schedule::{Claimed, SCAN_LEASE_SECS, ScanScheduler};
 use reckon_engine::{ScanOptions, SourceInput};
 use reckon_ledger::{Keyring, Ledger};
 use std::path::PathBuf;
@@ -523,6 +523,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long `reckon source scan` waits for another process's scan of the same source.
+const CLI_SCAN_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 async fn source_cmd(
     ledger: &Arc<dyn Ledger>,
     cmd: SourceCmd,
@@ -589,7 +592,29 @@ async fn source_cmd(
                     ..Default::default()
                 };
                 let (slug, name) = (t.slug.clone(), s.name.clone());
-                let result = scans.scan_now(t, s, opts).await;
+                // A scan another process runs now is waited for, then this one runs: a
+                // replica's scan ends and hands its lease back, and a process that died
+                // loses it within the lease's term.
+                let until = std::time::Instant::now() + CLI_SCAN_WAIT;
+                let mut waiting = false;
+                let result = loop {
+                    match scans.scan_now(t.clone(), s.clone(), opts.clone()).await {
+                        Claimed::NotOurs if std::time::Instant::now() < until => {
+                            if !waiting {
+                                bar.suspend(|| {
+                                    eprintln!(
+                                        "{slug}/{name}: another process is scanning it now; \
+                                         waiting for that scan to end (a process that died \
+                                         frees it within {SCAN_LEASE_SECS:.0} s)"
+                                    )
+                                });
+                                waiting = true;
+                            }
+                            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                        }
+                        other => break other,
+                    }
+                };
                 bar.finish_and_clear();
                 match result {
                     Claimed::Scanned(r) => println!(
@@ -614,8 +639,9 @@ async fn source_cmd(
                     Claimed::NotOurs => {
                         failed += 1;
                         eprintln!(
-                            "{slug}/{name}: another process is scanning it now; try again when \
-                             that scan has finished"
+                            "{slug}/{name}: another process has been scanning it for {} s; \
+                             try again when that scan has finished",
+                            CLI_SCAN_WAIT.as_secs()
                         );
                     }
                     Claimed::Failed(e) => {

@@ -413,10 +413,11 @@ async fn people_changed_from_the_cli_are_in_the_audit_log_of_each_of_their_tenan
 }
 
 /// `reckon source scan` takes the scheduler's lease on the source: while another process
-/// holds it (a `reckon serve` replica mid-scan) the command leaves the source alone and
-/// says so, instead of racing that scan over the same keys; once it is free, it scans.
+/// holds it (a `reckon serve` replica mid-scan) the command waits, says so, and scans
+/// nothing, instead of racing that scan over the same keys; once the lease is free, it
+/// scans.
 #[tokio::test]
-async fn a_cli_scan_leaves_a_source_another_process_is_scanning_alone() {
+async fn a_cli_scan_waits_for_a_scan_another_process_is_running() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let stores = dir.path().join("stores");
@@ -463,45 +464,44 @@ async fn a_cli_scan_leaves_a_source_another_process_is_scanning_alone() {
         )
         .await
         .unwrap();
-    let scan = || {
-        Command::new(env!("CARGO_BIN_EXE_reckon"))
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--config")
-            .arg(data.with_extension("no-such.toml"))
-            .args(["source", "scan", "--tenant", "acme", "--name", "shop"])
-            .env("RECKON_LOG", "warn")
-            .env("RECKON_SQLITE_SOURCE_DIR", &stores)
-            .env_remove("RECKON_DATABASE_URL")
-            .env_remove("RECKON_MASTER_KEY")
-            .env_remove("RECKON_DATA_DIR")
-            .output()
-            .expect("run reckon")
-    };
     let held = ledger
         .try_lease(&format!("scan:{}", source.id), "replica-b", 60.0)
         .await
         .unwrap()
         .expect("the lease is free");
-    let out = scan();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("acme/shop: another process is scanning it now"),
-        "{}",
-        stderr(&out)
-    );
+    let scan = Command::new(env!("CARGO_BIN_EXE_reckon"))
+        .arg("--data-dir")
+        .arg(&data)
+        .arg("--config")
+        .arg(data.with_extension("no-such.toml"))
+        .args(["source", "scan", "--tenant", "acme", "--name", "shop"])
+        .env("RECKON_LOG", "warn")
+        .env("RECKON_SQLITE_SOURCE_DIR", &stores)
+        .env_remove("RECKON_DATABASE_URL")
+        .env_remove("RECKON_MASTER_KEY")
+        .env_remove("RECKON_DATA_DIR")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run reckon");
+    // Held by the other process: nothing is scanned while it holds it.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert!(
         ledger
             .get_effect(acme.id, "shop", "charge:v1:ORD-1")
             .await
             .unwrap()
             .is_none(),
-        "nothing was scanned"
+        "nothing was scanned while another process held the scan"
     );
-
     ledger.release_lease(&held).await.unwrap();
-    let out = scan();
+    let out = scan.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("acme/shop: another process is scanning it now; waiting"),
+        "{}",
+        stderr(&out)
+    );
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("acme/shop: read 1 rows: 1 created"),
         "{}",
