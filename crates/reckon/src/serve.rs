@@ -187,10 +187,10 @@ async fn wait_for_signal() {
 }
 
 /// Run `step` every `period` (the first time one period from now), and at once when `wake`
-/// is notified, until `stop`. A step runs
-/// to its end before the next is counted: a slow one delays the next instead of overlapping
-/// it (steps that start long work spawn it on the `TaskTracker` themselves). Each step is a
-/// task of its own, so one that panics is logged and the next tick runs again.
+/// is notified, until `stop`. A step runs to its end before the next is counted: a slow one
+/// delays the next instead of overlapping it (steps that start long work spawn it on the
+/// `TaskTracker` themselves). Each step is a task of its own, so one that panics is logged
+/// and the next tick runs again.
 fn every<F, Fut>(
     period: Duration,
     stop: CancellationToken,
