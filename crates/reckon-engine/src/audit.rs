@@ -349,6 +349,7 @@ pub async fn audit_day(
     let routes = ledger.list_routes(tenant).await?;
     let audited: HashMap<i64, &ProviderRow> = providers.iter().map(|p| (p.id, p)).collect();
     let mut effects: Vec<AuditEffect> = Vec::new();
+    let mut ids: Vec<i64> = Vec::new();
     for e in ledger
         .effects_created_between(tenant, from, to, now)
         .await?
@@ -360,20 +361,26 @@ pub async fn audit_day(
         else {
             continue;
         };
-        let mut a = audit_effect(e, Some(&row.settings));
-        // An effect reckon (or a person) resolved is no longer unresolved, whatever its
-        // source row says: its outcome is known. (One lookup per unknown effect of the
-        // day, which are few; their matching to charges is unchanged.)
-        if a.unresolved.is_some()
-            && ledger
-                .reconcile_view(tenant, e.id)
-                .await?
-                .resolution
-                .is_some()
-        {
+        effects.push(audit_effect(e, Some(&row.settings)));
+        ids.push(e.id);
+    }
+    // An effect reckon (or a person) resolved is no longer unresolved, whatever its source
+    // row says: its outcome is known (its matching to charges is unchanged).
+    let unresolved: Vec<i64> = effects
+        .iter()
+        .zip(&ids)
+        .filter(|(a, _)| a.unresolved.is_some())
+        .map(|(_, id)| *id)
+        .collect();
+    let resolved: std::collections::HashSet<i64> = ledger
+        .resolved_among(tenant, &unresolved)
+        .await?
+        .into_iter()
+        .collect();
+    for (a, id) in effects.iter_mut().zip(&ids) {
+        if resolved.contains(id) {
             a.unresolved = None;
         }
-        effects.push(a);
     }
     let mut charges = Vec::new();
     for p in providers {

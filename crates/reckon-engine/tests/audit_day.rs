@@ -595,6 +595,34 @@ async fn the_planted_day_through_the_whole_pipeline(w: World) {
     assert_eq!(back, run);
     let (n, breaks) = verify(w.ledger.as_ref(), t).await.unwrap();
     assert_eq!((n, breaks.len()), (1, 0));
+
+    // An unknown effect resolved since (here by hand) is no longer unresolved, whatever
+    // its source row still says; the abandoned claim still is.
+    let unk = w
+        .ledger
+        .get_effect(t, "shop", "charge:v1:UNK-1")
+        .await
+        .unwrap()
+        .unwrap()
+        .effect;
+    w.ledger
+        .resolve_by_hand(
+            t,
+            unk.id,
+            reckon_ledger::NewResolution {
+                outcome: reckon_ledger::Outcome::NotApplied,
+                author: "user:finance@acme.test".into(),
+                note: Some("no charge in the provider's dashboard".into()),
+                evidence: json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    let again = run_audit(&ctx(w.ledger.clone()), t, &request(DAY), None)
+        .await
+        .unwrap();
+    assert_eq!(found(&again, "unresolved"), set(&["charge:v1:ABN-1"]));
+    assert_eq!(found(&again, "duplicate").len(), 3, "the rest as before");
     w.finish().await;
 }
 

@@ -373,3 +373,70 @@ pub(crate) async fn story_rc_resolution_unique(ledger: Arc<dyn Ledger>) {
         Err(LedgerError::NotFound(_) | LedgerError::Conflict(_))
     ));
 }
+
+pub(crate) async fn story_rc_resolved_among(ledger: Arc<dyn Ledger>) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 100.0),
+                rec("charge:v1:o2", State::Unknown, now - 100.0),
+                rec("charge:v1:o3", State::Unknown, now - 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    let id = |key: &str| {
+        let ledger = ledger.clone();
+        let key = key.to_owned();
+        async move { effect(&*ledger, t.id, "shop", &key).await.id }
+    };
+    let (o1, o2, o3) = (
+        id("charge:v1:o1").await,
+        id("charge:v1:o2").await,
+        id("charge:v1:o3").await,
+    );
+    // One resolved by the reconciler, one by hand, one not at all.
+    ledger.claim_due(t.id, "w1", now, 30.0, 10).await.unwrap();
+    ledger
+        .record_attempt(t.id, o3, "w1", attempt("applied", now, now + 60.0, true))
+        .await
+        .unwrap();
+    ledger
+        .resolve_by_hand(
+            t.id,
+            o1,
+            reckon_ledger::NewResolution {
+                outcome: reckon_ledger::Outcome::NotApplied,
+                author: "alice".into(),
+                note: Some("refunded in the dashboard".into()),
+                evidence: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.resolved_among(t.id, &[o3, o2, o1]).await.unwrap(),
+        vec![o1, o3],
+        "the resolved ones, in id order"
+    );
+    assert!(ledger.resolved_among(t.id, &[]).await.unwrap().is_empty());
+    assert!(
+        ledger
+            .resolved_among(other.id, &[o1, o2, o3])
+            .await
+            .unwrap()
+            .is_empty(),
+        "another tenant's resolutions are not found"
+    );
+    // More ids than one statement binds: every chunk is read.
+    let mut many: Vec<i64> = (1..=reckon_ledger::IDS_PER_STATEMENT as i64 + 5)
+        .map(|n| o3 + 1000 + n)
+        .collect();
+    many.push(o3);
+    assert_eq!(ledger.resolved_among(t.id, &many).await.unwrap(), vec![o3]);
+}
