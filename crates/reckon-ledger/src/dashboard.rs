@@ -92,15 +92,26 @@ pub struct ProviderHealth {
     pub last_error_at: Option<f64>,
 }
 
-/// `$1` tenant, `$2` window start. Per provider, a range of `reconcile_attempt_recent`
-/// and the last entry of `reconcile_attempt_failed` (migration 0015): the cost is the
-/// window's lookups, never the tenant's history.
+/// The width of a `provider_lookups` bucket (migration 0021: the trigger's expression).
+pub(crate) const LOOKUP_BUCKET_SECS: f64 = 600.0;
+
+/// `$1` tenant, `$2` window start, `$3` the first bucket that starts at or after it. Per
+/// provider, the buckets of `provider_lookups` from `$3` on (the trigger of migration 0021
+/// counts every attempt as it is recorded) and, for the part of the window before `$3`, a
+/// range of `reconcile_attempt_recent` (under ten minutes of lookups); the newest error is
+/// the last entry of `reconcile_attempt_failed` (migration 0015). The cost is the buckets
+/// of the window and ten minutes of lookups, never the day's lookups or the history.
 pub(crate) const PROVIDER_HEALTH_SQL: &str = "\
 SELECT p.name, \
-  (SELECT COUNT(*) FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
-     AND a.provider_id = p.id AND a.finished_at >= $2) AS lookups, \
-  (SELECT COUNT(*) FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
-     AND a.provider_id = p.id AND a.finished_at >= $2 AND a.outcome = 'indeterminate') AS indeterminate, \
+  CAST(COALESCE((SELECT SUM(l.lookups) FROM provider_lookups l WHERE l.tenant_id = p.tenant_id \
+     AND l.provider_id = p.id AND l.bucket >= $3), 0) AS BIGINT) \
+  + (SELECT COUNT(*) FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id AND a.finished_at >= $2 AND a.finished_at < $3) AS lookups, \
+  CAST(COALESCE((SELECT SUM(l.indeterminate) FROM provider_lookups l \
+     WHERE l.tenant_id = p.tenant_id AND l.provider_id = p.id AND l.bucket >= $3), 0) AS BIGINT) \
+  + (SELECT COUNT(*) FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id AND a.finished_at >= $2 AND a.finished_at < $3 \
+     AND a.outcome = 'indeterminate') AS indeterminate, \
   (SELECT a.error FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
      AND a.provider_id = p.id AND a.error IS NOT NULL ORDER BY a.finished_at DESC LIMIT 1) AS last_error, \
   (SELECT a.finished_at FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
@@ -403,6 +414,7 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         let rows = sqlx::query(PROVIDER_HEALTH_SQL)
             .bind(tenant.0)
             .bind(since)
+            .bind((since / LOOKUP_BUCKET_SECS).ceil() * LOOKUP_BUCKET_SECS)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;

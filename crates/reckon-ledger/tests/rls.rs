@@ -272,6 +272,7 @@ async fn a_raw_query_as_the_app_role_sees_and_writes_nothing_of_another_tenant()
             "provider_route",
             "reconcile_state",
             "reconcile_attempt",
+            "provider_lookups",
             "resolution",
             "resolution_retracted",
             // audit
@@ -449,6 +450,7 @@ async fn weakening_any_tenant_tables_row_level_security_is_caught_by_the_raw_que
                 "provider_route",
                 "reconcile_state",
                 "reconcile_attempt",
+                "provider_lookups",
                 "resolution",
                 "resolution_retracted",
                 "provider_charge",

@@ -575,6 +575,25 @@ pub(crate) async fn story_dash_provider_health(ledger: Arc<dyn Ledger>) {
     // A wider window counts the old lookup too.
     let all = ledger.provider_health(t.id, 0.0).await.unwrap();
     assert_eq!((all[1].lookups, all[1].indeterminate), (4, 3));
+    // Counts are kept in ten-minute buckets: a window starting on, just before or just
+    // after any lookup or any bucket's edge counts exactly the lookups finished at or after
+    // its start.
+    let mut starts = Vec::new();
+    for (_, at, _, _) in plan {
+        let edge = (at / 600.0).floor() * 600.0;
+        starts.extend([at - 0.5, at, at + 0.5, edge - 0.25, edge, edge + 600.0]);
+    }
+    for since in starts {
+        let health = ledger.provider_health(t.id, since).await.unwrap();
+        let got = health.iter().find(|h| h.provider == "pay").unwrap();
+        let after: Vec<_> = plan.iter().filter(|p| p.1 >= since).collect();
+        let indeterminate = after.iter().filter(|p| p.2 == "indeterminate").count();
+        assert_eq!(
+            (got.lookups, got.indeterminate),
+            (after.len() as i64, indeterminate as i64),
+            "the window from {since} (now {now})"
+        );
+    }
     // The other tenant has none of it.
     add(other.id, "pay").await;
     let theirs = ledger.provider_health(other.id, 0.0).await.unwrap();
