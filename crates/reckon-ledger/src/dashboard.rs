@@ -180,13 +180,20 @@ impl ReplayClosing {
 }
 
 /// `$1` tenant, `$2` now, `$3` replay window opened after, `$4` replay closing before.
+/// The counts read the covering index of the unresolved effects alone (migration 0021);
+/// those parked for a person are counted apart, from the partial index of parked states
+/// (migration 0010), so neither read joins every unresolved effect to its reconcile state.
 pub(crate) fn summary_sql() -> String {
     format!(
-        "SELECT e.state, COUNT(*) AS n, MIN({SINCE}) AS oldest, \
-           SUM(CASE WHEN COALESCE(rs.needs_attention, FALSE) THEN 1 ELSE 0 END) AS attention, \
-           SUM(CASE WHEN e.created_at > $3 AND e.created_at <= $4 THEN 1 ELSE 0 END) AS replay \
-         FROM effect e LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
-         WHERE {UNRESOLVED_WHERE} GROUP BY e.state ORDER BY e.state DESC"
+        "SELECT k.state, k.n, k.oldest, COALESCE(a.attention, 0) AS attention, k.replay \
+         FROM (SELECT e.state, COUNT(*) AS n, MIN({SINCE}) AS oldest, \
+                 SUM(CASE WHEN e.created_at > $3 AND e.created_at <= $4 THEN 1 ELSE 0 END) AS replay \
+               FROM effect e WHERE {UNRESOLVED_WHERE} GROUP BY e.state) k \
+         LEFT JOIN (SELECT e.state, COUNT(*) AS attention \
+               FROM reconcile_state rs JOIN effect e ON e.id = rs.effect_id \
+               WHERE rs.tenant_id = $1 AND rs.needs_attention AND {UNRESOLVED_WHERE} \
+               GROUP BY e.state) a ON a.state = k.state \
+         ORDER BY k.state DESC"
     )
 }
 
