@@ -1,20 +1,24 @@
 //! `audit`: the double-charge audit of one day, import excluded, against its
 //! anchor, in one run.
 //!
-//! Goal: a day of D effects and D provider charges in a PostgreSQL ledger of L effects is
-//! audited in <= 30 s (D = 1,000,000, L = 10,000,000), and the cost grows with the day, not
-//! the ledger: the same day in a ledger of L_small effects (1,000,000) takes at least 0.8x as
-//! long (the anchor, measured in the same run).
+//! Goal: a day of D effects of one tenant in a PostgreSQL ledger of L effects is audited in
+//! <= 30 s (D = 1,000,000, L = 10,000,000), and the cost grows with the day, not the ledger:
+//! the same day in a ledger of only that day (the anchor, measured in the same run) takes at
+//! least 0.8x as long.
 //!
-//! Setup bulk-loads with SQL `generate_series` (not through ingest): the day's effects (one
-//! charge each, matched by the key in metadata; every 1,000th effect has none = `missing`,
-//! and one extra charge per 1,000 = `orphan`), and the rest of the ledger's effects spread
-//! over the year before the day. Each ledger is its own database, dropped at the end.
-//! A missed goal is a measurement, not an error.
+//! The large ledger looks like a real one: `--tenants` tenants, each with its source,
+//! provider and route, share the table; the audited day's rows are interleaved with the
+//! other days' and the other tenants' (one row in L / D is the day's), so the day is spread
+//! over the whole heap as backfills and many tenants leave it; one effect in
+//! `--unknown-every` is `unknown` (half of them charged at the provider, half not), and
+//! every other effect of every day has its provider charge but every 1,000th (`missing`),
+//! with one orphan charge per 1,000 effects. Rows are bulk-loaded with SQL
+//! `generate_series` (not through ingest). Each ledger is its own database, dropped at the
+//! end. A missed goal is a measurement, not an error.
 
 use anyhow::Context;
 use clap::Parser;
-use reckon_audit::DayWindow;
+use reckon_audit::{AuditReport, DayWindow, FindingKind};
 use reckon_ledger::{Keyring, Ledger, NewProvider, NewSource, SourceKind, TenantId};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection};
 use std::sync::Arc;
@@ -32,6 +36,12 @@ struct Args {
     /// Effects in the anchor's ledger (the day included).
     #[arg(long, default_value_t = 1_000_000)]
     small_ledger: u64,
+    /// Tenants sharing the large ledger (the audited one among them).
+    #[arg(long, default_value_t = 100)]
+    tenants: u64,
+    /// One effect in this many is `unknown`.
+    #[arg(long, default_value_t = 100)]
+    unknown_every: u64,
     /// Audits timed per ledger (the best is reported).
     #[arg(long, default_value_t = 2)]
     repeat: u32,
@@ -56,7 +66,7 @@ struct Loaded {
     load_secs: f64,
 }
 
-/// A fresh database with `total` effects, `day` of them (and their charges) in the day.
+/// A fresh database with `total` effects, `day` of them the audited tenant's day.
 async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
     let name = format!("reckon_bench_audit_{label}_{}", std::process::id());
     let mut admin = PgConnection::connect(&args.admin_url).await?;
@@ -72,95 +82,122 @@ async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
     let ledger = reckon_ledger::connect(Some(&url), std::env::temp_dir().as_path(), keyring)
         .await
         .context("opening the benchmark ledger")?;
-    let tenant = ledger.create_tenant("bench").await?.id;
-    let source = ledger
-        .add_source(
-            tenant,
-            NewSource {
-                name: "shop".into(),
-                kind: SourceKind::Push,
-                dsn: None,
-                dsn_display: None,
-                table_name: "justonce_keys".into(),
-                scan_interval_secs: 60,
-                abandoned_after_secs: 300.0,
-                overlap_secs: 5.0,
-                full_scan_every_secs: 3600,
-            },
-        )
-        .await?;
-    let provider = ledger
-        .add_provider(
-            tenant,
-            NewProvider {
-                name: "pay".into(),
-                kind: "demo".into(),
-                secret: None,
-                // Never contacted: the benchmark measures the audit, import excluded.
-                settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
-            },
-        )
-        .await?;
-    ledger
-        .set_route(tenant, "shop", "charge", Some("pay"))
-        .await?;
+    // Tenant ids 1..=tenants, each with source and provider of the same id (a fresh
+    // database numbers them in creation order); the first is the audited one.
+    let tenants = if total > args.day {
+        args.tenants.max(1)
+    } else {
+        1
+    };
+    let mut audited = None;
+    for n in 1..=tenants {
+        let tenant = ledger.create_tenant(&format!("bench{n}")).await?.id;
+        let source = ledger
+            .add_source(
+                tenant,
+                NewSource {
+                    name: "shop".into(),
+                    kind: SourceKind::Push,
+                    dsn: None,
+                    dsn_display: None,
+                    table_name: "justonce_keys".into(),
+                    scan_interval_secs: 60,
+                    abandoned_after_secs: 300.0,
+                    overlap_secs: 5.0,
+                    full_scan_every_secs: 3600,
+                },
+            )
+            .await?;
+        let provider = ledger
+            .add_provider(
+                tenant,
+                NewProvider {
+                    name: "pay".into(),
+                    kind: "demo".into(),
+                    secret: None,
+                    // Never contacted: the benchmark measures the audit, import excluded.
+                    settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
+                },
+            )
+            .await?;
+        anyhow::ensure!(
+            tenant.get() == n as i64 && source.id == n as i64 && provider.id == n as i64,
+            "the fresh database numbered tenant {n} differently"
+        );
+        ledger
+            .set_route(tenant, "shop", "charge", Some("pay"))
+            .await?;
+        audited.get_or_insert(tenant);
+    }
+    let tenant = audited.context("no tenant")?;
     let w = DayWindow::new(DAY, "UTC")?;
     let d = args.day.min(total);
-    let rest = total - d;
     let t0 = Instant::now();
     // As the tables' owner, outside row-level security: a bulk load, not the application.
     let mut c = PgConnection::connect(&url).await?;
-    let (tid, sid, pid) = (tenant.get(), source.id, provider.id);
+    // Row g is the day's when g % stride = 0 (its n-th row, n = g / stride, created in
+    // order through the day); any other row is of a pseudo-random tenant, created at a
+    // pseudo-random moment of the 60 days before the day (the audited tenant's) or of those
+    // days and the day itself (the others'). Each pseudo-random choice is a multiplicative
+    // hash of g modulo a prime, so neighbouring rows differ in tenant and day.
+    let stride = (total / d.max(1)).max(1);
     let day_span = (w.end - w.start) / d.max(1) as f64;
+    let before = 60.0 * 86_400.0;
     c.execute(AssertSqlSafe(format!(
         "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, state, \
          request_hash, response, attempts, created_at, updated_at, first_seen_at, last_changed_at) \
-         SELECT {tid}, {sid}, 'charge:v1:D' || g, 'charge', 'v1', 'D' || g, 'succeeded', \
-                '1:bench', NULL, 1, {start} + g * {day_span}, {start} + g * {day_span} + 1, \
-                {start}, {start} \
-         FROM generate_series(0, {d} - 1) g",
-        start = w.start
+         SELECT t, t, 'charge:v1:' || t || '-' || g, 'charge', 'v1', t || '-' || g, \
+                CASE WHEN u % {unknown} = 0 THEN 'unknown' ELSE 'succeeded' END, \
+                '1:bench', NULL, 1, at, at + 1, at, at \
+         FROM (SELECT g, t, u, CASE \
+                 WHEN g % {stride} = 0 THEN {start} + (g / {stride}) * {day_span} \
+                 WHEN t = 1 THEN {start} - {margin} - h * ({before} - {margin}) \
+                 ELSE {start} - {before} + h * ({before} + 86400) END AS at \
+               FROM (SELECT g, \
+                       CASE WHEN g % {stride} = 0 THEN 1 \
+                            ELSE 1 + ((g * 40503) % 999983) % {tenants} END AS t, \
+                       ((g * 2654435761) % 1000003) / 1000003.0 AS h, \
+                       (g * 48271) % 1000033 AS u \
+                     FROM generate_series(0::bigint, {last}) g) x) y \
+         ORDER BY g",
+        unknown = args.unknown_every.max(1),
+        start = w.start,
+        margin = reckon_audit::MARGIN_SECS,
+        last = total - 1,
     )))
     .await?;
-    // The rest of the ledger: the year before the day.
-    if rest > 0 {
-        let span = 365.0 * 86_400.0 / rest as f64;
-        c.execute(AssertSqlSafe(format!(
-            "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, \
-             state, request_hash, response, attempts, created_at, updated_at, first_seen_at, \
-             last_changed_at) \
-             SELECT {tid}, {sid}, 'charge:v1:O' || g, 'charge', 'v1', 'O' || g, 'succeeded', \
-                    '1:bench', NULL, 1, {from} + g * {span}, {from} + g * {span} + 1, {from}, {from} \
-             FROM generate_series(0, {rest} - 1) g",
-            from = w.start - 365.0 * 86_400.0 - 7200.0
-        )))
-        .await?;
-    }
-    // One charge per effect of the day but every 1,000th; one orphan per 1,000.
-    c.execute(AssertSqlSafe(format!(
+    // Every effect's charge at its tenant's provider, half a second after it, but one in
+    // 1,000 (missing) and half of the unknown ones (the provider never saw them); one in
+    // 1,000 effects has an orphan charge beside it (a charge no effect explains). `m` is a
+    // hash of the effect's id, as above.
+    c.execute(AssertSqlSafe(
         "INSERT INTO provider_charge (tenant_id, provider_id, charge_id, payment_intent, amount, \
          currency, status, amount_captured, amount_refunded, refunds, metadata, idempotency_key, \
          customer, created, raw, imported_at) \
-         SELECT {tid}, {pid}, 'ch_' || g, NULL, 1000 + g % 500, \
-                CASE WHEN g % 3 = 0 THEN 'eur' ELSE 'usd' END, 'succeeded', 1000 + g % 500, 0, \
-                '[]', '{{\"idempotency_key\":\"charge:v1:D' || g || '\"}}', NULL, NULL, \
-                {start} + g * {day_span} + 0.5, '{{}}', 0 \
-         FROM generate_series(0, {d} - 1) g WHERE g % 1000 <> 999",
-        start = w.start
-    )))
+         SELECT tenant_id, tenant_id, 'ch_' || id, NULL, 1000 + id % 500, \
+                CASE WHEN id % 3 = 0 THEN 'eur' ELSE 'usd' END, 'succeeded', 1000 + id % 500, 0, \
+                '[]', '{\"idempotency_key\":\"' || key || '\"}', NULL, NULL, \
+                created_at + 0.5, '{}', 0 \
+         FROM (SELECT *, ((id * 69621) % 1000037) % 1000 AS m FROM effect) e \
+         WHERE m <> 999 AND (state <> 'unknown' OR m < 500) ORDER BY id"
+            .to_owned(),
+    ))
     .await?;
-    c.execute(AssertSqlSafe(format!(
+    c.execute(AssertSqlSafe(
         "INSERT INTO provider_charge (tenant_id, provider_id, charge_id, payment_intent, amount, \
          currency, status, amount_captured, amount_refunded, refunds, metadata, idempotency_key, \
          customer, created, raw, imported_at) \
-         SELECT {tid}, {pid}, 'ch_orphan_' || g, NULL, 777, 'usd', 'succeeded', 777, 0, '[]', \
-                '{{}}', NULL, NULL, {start} + g * 1000 * {day_span} + 0.7, '{{}}', 0 \
-         FROM generate_series(0, {d} / 1000 - 1) g",
-        start = w.start
-    )))
+         SELECT tenant_id, tenant_id, 'ch_orphan_' || id, NULL, 777, 'usd', 'succeeded', 777, 0, \
+                '[]', '{}', NULL, NULL, created_at + 0.7, '{}', 0 \
+         FROM (SELECT *, ((id * 69621) % 1000037) % 1000 AS m FROM effect) e \
+         WHERE m = 500 ORDER BY id"
+            .to_owned(),
+    ))
     .await?;
-    c.execute("ANALYZE effect").await?;
-    c.execute("ANALYZE provider_charge").await?;
+    // As autovacuum would (it is off on the test server): statistics and the visibility map.
+    c.execute("VACUUM ANALYZE effect").await?;
+    c.execute("VACUUM ANALYZE provider_charge").await?;
+    c.execute("CHECKPOINT").await?;
     c.close().await?;
     Ok(Loaded {
         ledger,
@@ -170,12 +207,35 @@ async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
     })
 }
 
-/// The best of `repeat` audits of the day: (seconds, findings, effects, charges).
-async fn time_audit(l: &Loaded, repeat: u32) -> anyhow::Result<(f64, usize, usize, usize)> {
+/// The best of `repeat` audits of the day, and the last one's report.
+async fn time_audit(l: &Loaded, repeat: u32) -> anyhow::Result<(f64, AuditReport)> {
     let w = DayWindow::new(DAY, "UTC")?;
     let providers = l.ledger.list_providers(l.tenant).await?;
+    // Where the time goes: the two reads on their own, then the whole audit.
+    let (from, to) = (
+        w.start - reckon_audit::MARGIN_SECS,
+        w.end + reckon_audit::MARGIN_SECS,
+    );
+    let now = reckon_domain::time::now();
+    let t0 = Instant::now();
+    let effects = l
+        .ledger
+        .effects_created_between(l.tenant, from, to, now)
+        .await?
+        .len();
+    let t_effects = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let charges = l
+        .ledger
+        .provider_charges(l.tenant, None, from, to)
+        .await?
+        .len();
+    println!(
+        "  reads: {effects} effects {t_effects:.2} s, {charges} charges {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
     let mut best = f64::INFINITY;
-    let mut shape = (0, 0, 0);
+    let mut last = None;
     for _ in 0..repeat.max(1) {
         let t0 = Instant::now();
         let report = reckon_engine::audit::audit_day(
@@ -187,13 +247,22 @@ async fn time_audit(l: &Loaded, repeat: u32) -> anyhow::Result<(f64, usize, usiz
         )
         .await?;
         best = best.min(t0.elapsed().as_secs_f64());
-        shape = (
-            report.findings.len(),
-            report.effects_in_day,
-            report.charges_in_day,
-        );
+        last = Some(report);
     }
-    Ok((best, shape.0, shape.1, shape.2))
+    Ok((best, last.context("no audit ran")?))
+}
+
+/// The report's shape: effects and charges of the day, and findings by kind.
+fn shape(r: &AuditReport) -> String {
+    let kinds = FindingKind::ALL
+        .iter()
+        .map(|k| format!("{} {:?}", r.count(*k), k).to_lowercase())
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{} effects, {} charges; findings: {kinds}",
+        r.effects_in_day, r.charges_in_day
+    )
 }
 
 async fn drop_db(args: &Args, l: Loaded) -> anyhow::Result<()> {
@@ -220,16 +289,18 @@ async fn main() -> anyhow::Result<()> {
         args.day, args.ledger, args.small_ledger
     );
     let big = load(&args, args.ledger, "big").await?;
-    println!("loaded the large ledger in {:.1} s", big.load_secs);
-    let (t_big, findings, effects, charges) = time_audit(&big, args.repeat).await?;
+    println!(
+        "loaded the large ledger ({} tenants) in {:.1} s",
+        args.tenants, big.load_secs
+    );
+    let (t_big, report) = time_audit(&big, args.repeat).await?;
     drop_db(&args, big).await?;
     let small = load(&args, args.small_ledger, "small").await?;
     println!("loaded the anchor's ledger in {:.1} s", small.load_secs);
-    let (t_small, f2, _, _) = time_audit(&small, args.repeat).await?;
+    let (t_small, anchor) = time_audit(&small, args.repeat).await?;
     drop_db(&args, small).await?;
-    println!(
-        "day: {effects} effects, {charges} charges, {findings} findings ({f2} in the anchor's)"
-    );
+    println!("the day, large ledger: {}", shape(&report));
+    println!("the day, anchor's:     {}", shape(&anchor));
     println!(
         "audit, ledger of {:>11} effects: {t_big:8.2} s   (goal <= 30 s: {})",
         args.ledger,
@@ -240,6 +311,12 @@ async fn main() -> anyhow::Result<()> {
         args.small_ledger
     );
     let ratio = t_small / t_big;
+    println!(
+        "load average: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
     println!(
         "anchor / large = {ratio:.2}   (goal >= 0.8, cost grows with the day: {})",
         if ratio >= 0.8 { "met" } else { "MISSED" }
