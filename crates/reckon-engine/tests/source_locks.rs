@@ -108,6 +108,45 @@ async fn a_locked_postgres_table_fails_the_scan_in_seconds_and_leaves_nothing_wa
     db.drop_db().await;
 }
 
+/// The first FETCH of a scan's cursor sorts every row it reads (justonce's only index is
+/// not the scan's order): for a first scan of millions of rows that takes longer than the
+/// 30 s each statement may run, and no first scan of such a table could ever start. Here
+/// the table's rows take 31 s to come (a view over a function that sleeps first), as a
+/// sort of ten million rows does; the scan still stores them.
+#[tokio::test]
+async fn a_postgres_table_slower_to_sort_than_the_statement_limit_is_still_scanned() {
+    let db = SourceDb::fresh(Kind::Postgres).await;
+    db.writer(&["populate"]);
+    let l = TestLedger::new().await;
+    l.add_source("shop", "postgres", &db.source_dsn).await;
+    let mut app = sqlx::PgConnection::connect(&db.source_dsn).await.unwrap();
+    sqlx::raw_sql(
+        "ALTER TABLE justonce_keys RENAME TO justonce_keys_data; \
+         CREATE FUNCTION slow_keys() RETURNS SETOF justonce_keys_data LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(31); RETURN QUERY SELECT * FROM justonce_keys_data; END $$; \
+         CREATE VIEW justonce_keys AS SELECT * FROM slow_keys()",
+    )
+    .execute(&mut app)
+    .await
+    .unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM justonce_keys_data")
+        .fetch_one(&mut app)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let report = l.scan("shop", false).await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(31),
+        "the rows came before the sleep ended: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.created as i64, rows, "{report:?}");
+    let s = l.source("shop").await;
+    assert_eq!(s.consecutive_failures, 0, "{s:?}");
+    app.close().await.ok();
+    db.drop_db().await;
+}
+
 #[tokio::test]
 async fn a_locked_mysql_table_fails_the_scan_in_seconds() {
     let db = SourceDb::fresh(Kind::Mysql).await;

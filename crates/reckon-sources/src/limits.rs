@@ -22,6 +22,14 @@ use std::time::Duration;
 /// PostgreSQL, for the read-only transaction of a scan or a probe.
 pub(crate) const PG_TIMEOUTS_LOCAL: &str =
     "SET LOCAL lock_timeout = '5s'; SET LOCAL statement_timeout = '30s'";
+/// PostgreSQL, for the first FETCH of a scan's cursor: it sorts every row the scan reads
+/// (justonce's only index is (state, updated_at), the scan's order is (updated_at, key)),
+/// which for a first scan of ten million rows takes longer than the per-statement limit
+/// above, so a first scan of a large table could never start. Later FETCHes run under
+/// [`PG_FETCH_TIMEOUT_LOCAL`] again.
+pub(crate) const PG_SORT_TIMEOUT_LOCAL: &str = "SET LOCAL statement_timeout = '15min'";
+/// PostgreSQL: back to the per-statement limit after the first FETCH.
+pub(crate) const PG_FETCH_TIMEOUT_LOCAL: &str = "SET LOCAL statement_timeout = '30s'";
 /// PostgreSQL, for a write-back session (autocommit).
 pub(crate) const PG_TIMEOUTS_SESSION: &str =
     "SET lock_timeout = '5s'; SET statement_timeout = '30s'";

@@ -294,7 +294,11 @@ impl SourceConn {
                      SELECT {PG_COLUMNS} FROM {table} {filter} ORDER BY updated_at, key"
                 );
                 futures::stream::try_unfold((c, Some(declare)), move |(c, declare)| async move {
+                    let first = declare.is_some();
                     if let Some(sql) = declare {
+                        c.execute(crate::limits::PG_SORT_TIMEOUT_LOCAL)
+                            .await
+                            .map_err(query_err)?;
                         let q = sqlx::query(AssertSqlSafe(sql));
                         let q = match since {
                             Some(s) if states => {
@@ -309,6 +313,11 @@ impl SourceConn {
                         .fetch_all(&mut *c)
                         .await
                         .map_err(query_err)?;
+                    if first {
+                        c.execute(crate::limits::PG_FETCH_TIMEOUT_LOCAL)
+                            .await
+                            .map_err(query_err)?;
+                    }
                     if rows.is_empty() {
                         c.execute("CLOSE reckon_rows").await.map_err(query_err)?;
                         return Ok(None);
