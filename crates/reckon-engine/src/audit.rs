@@ -349,7 +349,8 @@ pub async fn audit_day(
     let routes = ledger.list_routes(tenant).await?;
     let audited: HashMap<i64, &ProviderRow> = providers.iter().map(|p| (p.id, p)).collect();
     let mut effects: Vec<AuditEffect> = Vec::new();
-    let mut ids: Vec<i64> = Vec::new();
+    // (index in `effects`, effect id) of the ones whose source row says unresolved.
+    let mut unresolved: Vec<(usize, i64)> = Vec::new();
     for e in ledger
         .effects_created_between(tenant, from, to, now)
         .await?
@@ -361,25 +362,19 @@ pub async fn audit_day(
         else {
             continue;
         };
-        effects.push(audit_effect(e, Some(&row.settings)));
-        ids.push(e.id);
+        let a = audit_effect(e, Some(&row.settings));
+        if a.unresolved.is_some() {
+            unresolved.push((effects.len(), e.id));
+        }
+        effects.push(a);
     }
     // An effect reckon (or a person) resolved is no longer unresolved, whatever its source
     // row says: its outcome is known (its matching to charges is unchanged).
-    let unresolved: Vec<i64> = effects
-        .iter()
-        .zip(&ids)
-        .filter(|(a, _)| a.unresolved.is_some())
-        .map(|(_, id)| *id)
-        .collect();
-    let resolved: std::collections::HashSet<i64> = ledger
-        .resolved_among(tenant, &unresolved)
-        .await?
-        .into_iter()
-        .collect();
-    for (a, id) in effects.iter_mut().zip(&ids) {
-        if resolved.contains(id) {
-            a.unresolved = None;
+    let ids: Vec<i64> = unresolved.iter().map(|&(_, id)| id).collect();
+    let resolved = ledger.resolved_among(tenant, &ids).await?;
+    for (i, id) in unresolved {
+        if resolved.binary_search(&id).is_ok() {
+            effects[i].unresolved = None;
         }
     }
     let mut charges = Vec::new();
