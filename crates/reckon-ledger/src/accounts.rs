@@ -257,7 +257,6 @@ pub trait Accounts: Send + Sync {
 #[apply(sql!)]
 #[async_trait::async_trait]
 impl<B: Driver> Accounts for SqlLedger<B> {
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn create_user(
         &self,
         email: &str,
@@ -289,8 +288,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             created_at: now,
         })
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn user_by_email(
         &self,
         email: &str,
@@ -332,8 +329,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             generation: row.try_get("auth_generation")?,
         }))
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_membership(
         &self,
         tenant: crate::TenantId,
@@ -355,8 +350,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         .await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn memberships(&self, user_id: i64) -> crate::Result<Vec<(crate::Tenant, crate::Role)>> {
         let mut tx = B::begin(self, crate::accounts::Scope::User(user_id), false).await?;
         let rows = sqlx::query(
@@ -376,8 +369,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             })
             .collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn members(
         &self,
         tenant: crate::model::TenantId,
@@ -406,8 +397,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             })
             .collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_password(&self, user_id: i64, password_hash: &str) -> crate::Result<()> {
         let n = self
             .exec(
@@ -425,8 +414,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         }
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> crate::Result<()> {
         let at = disabled.then(reckon_domain::time::now);
         let n = self
@@ -445,8 +432,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         }
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> crate::Result<()> {
         let sealed = secret.map(|s| self.keyring.seal(&crate::accounts::totp_aad(user_id), s));
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
@@ -458,8 +443,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn use_totp_step(&self, user_id: i64, step: i64) -> crate::Result<bool> {
         let n = self
             .exec(
@@ -474,8 +457,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             .await?;
         Ok(n == 1)
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn create_session(
         &self,
         tenant: crate::TenantId,
@@ -499,8 +480,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         .await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn session(
         &self,
         id_hash: &str,
@@ -577,8 +556,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(grant)
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn delete_session(&self, id_hash: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Session(id_hash), true).await?;
         sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
@@ -588,8 +565,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_failures(
         &self,
         scope: &str,
@@ -610,8 +585,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(n.unwrap_or(0))
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_record_failure(
         &self,
         scope: &str,
@@ -638,8 +611,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_admit(
         &self,
         account: &str,
@@ -723,8 +694,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(Admission::Admitted)
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_succeeded(&self, account: &str, address: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
@@ -742,8 +711,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn throttle_reset(&self, scope: &str, key: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = $1 AND key = $2")
@@ -754,8 +721,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn create_token_by(
         &self,
         tenant: crate::TenantId,
@@ -815,8 +780,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(id)
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_tokens(
         &self,
         tenant: crate::TenantId,
@@ -846,8 +809,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             })
             .collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn revoke_token(&self, tenant: crate::TenantId, token_id: i64) -> crate::Result<bool> {
         let n = self
             .exec(
@@ -863,8 +824,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             .await?;
         Ok(n == 1)
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn create_token(
         &self,
         tenant: TenantId,
@@ -887,8 +846,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(id)
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn authenticate_token(
         &self,
         token_hash: &str,

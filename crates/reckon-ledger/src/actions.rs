@@ -10,7 +10,6 @@ use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, Row};
-use tracing::instrument;
 
 /// One action, as recorded.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -81,7 +80,6 @@ fn action<DB: Database>(r: &DB::Row) -> Result<Action> {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> ActionLog for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn record_action(&self, tenant: TenantId, a: NewAction) -> Result<()> {
         self.exec(
             Scope::Tenant(tenant),
@@ -100,8 +98,6 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
         .await?;
         Ok(())
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_actions(
         &self,
         tenant: TenantId,
@@ -121,8 +117,6 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(action::<B::DB>).collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn actions_on(
         &self,
         tenant: TenantId,

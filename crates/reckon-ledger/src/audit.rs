@@ -298,7 +298,6 @@ impl<B: Driver> SqlLedger<B> {
 #[apply(sql!)]
 #[async_trait::async_trait]
 impl<B: Driver> Audits for SqlLedger<B> {
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_settings(
         &self,
         tenant: crate::model::TenantId,
@@ -316,8 +315,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
             audit_time: row.try_get(1)?,
         })
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn set_audit_settings(
         &self,
         tenant: crate::model::TenantId,
@@ -334,8 +331,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn store_provider_charges(
         &self,
         tenant: crate::model::TenantId,
@@ -385,8 +380,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         Ok(n)
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn provider_charges(
         &self,
         tenant: crate::model::TenantId,
@@ -410,8 +403,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(Self::charge_row).collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn charges_by_ids_or_keys(
         &self,
         tenant: crate::model::TenantId,
@@ -462,8 +453,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(Self::charge_row).collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn effects_created_between(
         &self,
         tenant: crate::model::TenantId,
@@ -488,8 +477,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
             .map(|r| crate::rows::effect::<B::DB>(r, now))
             .collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn record_audit_run(
         &self,
         tenant: crate::model::TenantId,
@@ -580,8 +567,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         }
         Err(last_err.unwrap_or_else(|| crate::LedgerError::Conflict("audit run chain".into())))
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn list_audit_runs(
         &self,
         tenant: crate::model::TenantId,
@@ -603,8 +588,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(Self::audit_run_row).collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn get_audit_run(
         &self,
         tenant: crate::model::TenantId,
@@ -622,8 +605,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         row.as_ref().map(Self::audit_run_row).transpose()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_chain(
         &self,
         tenant: crate::model::TenantId,
@@ -644,8 +625,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(Self::audit_run_row).collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn scheduled_audit_done(
         &self,
         tenant: crate::model::TenantId,
@@ -666,8 +645,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         Ok(done.is_some())
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_metric(
         &self,
         tenant: crate::model::TenantId,
@@ -689,8 +666,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
             findings: crate::audit::finding_counts_of(&counts),
         }))
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_links(
         &self,
         tenant: crate::model::TenantId,
@@ -716,8 +691,6 @@ impl<B: Driver> Audits for SqlLedger<B> {
             })
             .collect()
     }
-
-    #[tracing::instrument(level = "debug", skip_all)]
     async fn audit_glance(
         &self,
         tenant: crate::model::TenantId,

@@ -16,7 +16,6 @@ use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::AssertSqlSafe;
-use tracing::instrument;
 
 /// Filters and page of [`crate::Ledger::unresolved_queue`]. Pages are keyed by
 /// (unresolved since, effect id): oldest first, stable while effects come and go.
@@ -330,12 +329,9 @@ pub trait Dashboard: Send + Sync {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> Dashboard for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
         B::metrics_snapshot(self, q).await
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(AssertSqlSafe(queue_sql()))
@@ -355,8 +351,6 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(|r| queue_row::<B::DB>(r, q.now)).collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn unresolved_summary(
         &self,
         tenant: TenantId,
@@ -374,8 +368,6 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(kind_row::<B::DB>).collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
         // One transaction: the row written is the count this transaction read.
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
@@ -402,8 +394,6 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         tx.commit().await?;
         Ok(snap)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(SNAPSHOTS_SQL)
@@ -414,8 +404,6 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(snapshot_row::<B::DB>).collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(PROVIDER_HEALTH_SQL)

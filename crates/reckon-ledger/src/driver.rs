@@ -167,9 +167,43 @@ pub struct Pg {
 /// `impl<B: Driver> Aggregate for SqlLedger<B>` (before its `#[async_trait]`) or an
 /// `impl<B: Driver> SqlLedger<B>` of helpers. Higher-ranked bounds on other types are not
 /// implied by a trait, so each impl must state them; this macro holds no SQL, only them.
+///
+/// In an aggregate's impl every `async fn` also gets its span (`debug`, arguments skipped),
+/// which is how the bench times ledger calls and the tests count them: a method cannot be
+/// left out by forgetting an attribute. A method whose span records fields names its own
+/// `#[instrument(...)]` as its first attribute, and keeps it instead.
 macro_rules! sql {
     ($(#[$m:meta])* impl<B: Driver> $tr:ident for SqlLedger<B> { $($body:tt)* }) => {
-        $crate::driver::sql! { @where [$(#[$m])* impl<B: Driver> $tr for SqlLedger<B>] $($body)* }
+        $crate::driver::sql! {
+            @spans [$(#[$m])* impl<B: Driver> $tr for SqlLedger<B>] [] $($body)*
+        }
+    };
+    (@spans $head:tt [$($done:tt)*]
+        #[instrument $args:tt] $(#[$fm:meta])*
+        async fn $name:ident $params:tt -> $ret:ty $body:block $($rest:tt)*) => {
+        $crate::driver::sql! {
+            @spans $head [$($done)*
+                #[::tracing::instrument $args] $(#[$fm])* async fn $name $params -> $ret $body
+            ] $($rest)*
+        }
+    };
+    (@spans $head:tt [$($done:tt)*]
+        $(#[$fm:meta])* async fn $name:ident $params:tt -> $ret:ty $body:block $($rest:tt)*) => {
+        $crate::driver::sql! {
+            @spans $head [$($done)*
+                #[::tracing::instrument(level = "debug", skip_all)]
+                $(#[$fm])* async fn $name $params -> $ret $body
+            ] $($rest)*
+        }
+    };
+    (@spans $head:tt [$($done:tt)*]
+        $(#[$fm:meta])* fn $name:ident $params:tt -> $ret:ty $body:block $($rest:tt)*) => {
+        $crate::driver::sql! {
+            @spans $head [$($done)* $(#[$fm])* fn $name $params -> $ret $body] $($rest)*
+        }
+    };
+    (@spans [$($head:tt)*] [$($done:tt)*]) => {
+        $crate::driver::sql! { @where [$($head)*] $($done)* }
     };
     ($(#[$m:meta])* impl<B: Driver> SqlLedger<B> { $($body:tt)* }) => {
         $crate::driver::sql! { @where [$(#[$m])* impl<B: Driver> SqlLedger<B>] $($body)* }

@@ -17,7 +17,6 @@ use reckon_domain::{Disappearance, State, time};
 use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
 use std::collections::HashMap;
 use tracing::field::Empty;
-use tracing::instrument;
 
 #[async_trait]
 pub trait Effects: Send + Sync {
@@ -188,8 +187,6 @@ impl<B: Driver> Effects for SqlLedger<B> {
         tx.commit().await?;
         Ok(out)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_effects(&self, tenant: TenantId, q: &EffectQuery) -> Result<Vec<Effect>> {
         let mut qb = QueryBuilder::<B::DB>::new(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.tenant_id = ",
@@ -205,8 +202,6 @@ impl<B: Driver> Effects for SqlLedger<B> {
             .map(|r| rows::effect::<B::DB>(r, q.now))
             .collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn get_effect(
         &self,
         tenant: TenantId,
@@ -247,7 +242,6 @@ impl<B: Driver> Effects for SqlLedger<B> {
     /// The key is matched per source, so the unique (tenant_id, source_id, key) index is
     /// probed once per source instead of scanned for the tenant (200 ms against well under
     /// 1 ms at 1,000,000 effects).
-    #[instrument(level = "debug", skip_all)]
     async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>> {
         let now = time::now();
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
@@ -271,8 +265,6 @@ impl<B: Driver> Effects for SqlLedger<B> {
             .map(|r| rows::effect::<B::DB>(r, now))
             .collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let found = sqlx::query(
@@ -295,8 +287,6 @@ impl<B: Driver> Effects for SqlLedger<B> {
             })
             .collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_quarantine(
         &self,
         tenant: TenantId,

@@ -12,7 +12,6 @@ use crate::{Lease, LedgerError, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use sqlx::{AssertSqlSafe, Database, Decode, Encode, Row, Type};
-use tracing::instrument;
 
 /// Leases: work that exactly one replica does at a time.
 #[async_trait]
@@ -35,7 +34,6 @@ pub trait Leases: Send + Sync {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> Leases for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
@@ -70,8 +68,6 @@ impl<B: Driver> Leases for SqlLedger<B> {
             expires_at: r.get(1),
         }))
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
@@ -93,8 +89,6 @@ impl<B: Driver> Leases for SqlLedger<B> {
             ..lease.clone()
         }))
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         // Expire rather than delete: the term must keep growing across owners.
         let now = B::NOW;
@@ -111,8 +105,6 @@ impl<B: Driver> Leases for SqlLedger<B> {
         .await?;
         Ok(())
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn count_leases(&self, prefix: &str) -> Result<i64> {
         // substr, not LIKE: a name may hold `_` or `%`.
         let now = B::NOW;
@@ -127,8 +119,6 @@ impl<B: Driver> Leases for SqlLedger<B> {
         tx.commit().await?;
         Ok(n)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
         let now = B::NOW;
         let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;

@@ -12,7 +12,6 @@ use reckon_domain::time;
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, Row};
-use tracing::instrument;
 
 /// A provider account. The secret (API key or auth header) is never part of this type.
 #[derive(Debug, Clone, Serialize)]
@@ -120,7 +119,6 @@ pub trait Providers: Send + Sync {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> Providers for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider> {
         check_name("provider name", &new.name)?;
         let sealed = new.secret.as_ref().map(|s| {
@@ -149,8 +147,6 @@ impl<B: Driver> Providers for SqlLedger<B> {
         tx.commit().await?;
         provider_row::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn update_provider(
         &self,
         tenant: TenantId,
@@ -179,8 +175,6 @@ impl<B: Driver> Providers for SqlLedger<B> {
         tx.commit().await?;
         provider_row::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(AssertSqlSafe(format!(
@@ -192,18 +186,12 @@ impl<B: Driver> Providers for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(provider_row::<B::DB>).collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider> {
         self.provider_where(tenant, Some(name), None).await
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider> {
         self.provider_where(tenant, None, Some(id)).await
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn provider_secret(
         &self,
         tenant: TenantId,
@@ -229,8 +217,6 @@ impl<B: Driver> Providers for SqlLedger<B> {
         let text = String::from_utf8(clear).map_err(|_| LedgerError::Decrypt)?;
         Ok(Some(SecretString::from(text)))
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn set_route(
         &self,
         tenant: TenantId,
@@ -274,8 +260,6 @@ impl<B: Driver> Providers for SqlLedger<B> {
             source_id,
         })
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let rows = sqlx::query(

@@ -112,7 +112,6 @@ use macro_rules_attribute::apply;
 use reckon_domain::time;
 use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
 use std::collections::HashMap;
-use tracing::instrument;
 
 /// `(id), (id), ...` for a `VALUES` list or an `IN`.
 fn push_ids<DB: Database>(qb: &mut QueryBuilder<DB>, ids: &[i64])
@@ -259,7 +258,6 @@ pub trait Reconciliation: Send + Sync {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> Reconciliation for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn claim_due(
         &self,
         tenant: TenantId,
@@ -286,8 +284,6 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         tx.commit().await?;
         Ok(out)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn claim_effect(
         &self,
         tenant: TenantId,
@@ -312,8 +308,6 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         tx.commit().await?;
         Ok(c.into_iter().next())
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn defer(
         &self,
         tenant: TenantId,
@@ -338,8 +332,6 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         .await?;
         Ok(())
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn record_attempt(
         &self,
         tenant: TenantId,
@@ -428,8 +420,6 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
             resolved_now,
         })
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn resolve_by_hand(
         &self,
         tenant: TenantId,
@@ -487,8 +477,6 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         resolved.sort_unstable();
         Ok(resolved)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn reconcile_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let state = sqlx::query(AssertSqlSafe(format!(
@@ -519,8 +507,6 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
             resolution,
         })
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn requeue_indeterminate(
         &self,
         tenant: TenantId,

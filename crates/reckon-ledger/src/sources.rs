@@ -13,7 +13,6 @@ use reckon_domain::time;
 use reckon_keyring::dsn_aad;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::AssertSqlSafe;
-use tracing::instrument;
 
 #[async_trait]
 pub trait Tenants: Send + Sync {
@@ -68,7 +67,6 @@ pub trait Sources: Send + Sync {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> Tenants for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         check_name("tenant slug", slug)?;
         let mut tx = B::begin(self, Scope::Global, true).await?;
@@ -87,8 +85,6 @@ impl<B: Driver> Tenants for SqlLedger<B> {
         tx.commit().await?;
         rows::tenant::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
         let mut tx = B::begin(self, Scope::Global, false).await?;
         let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE slug = $1")
@@ -99,8 +95,6 @@ impl<B: Driver> Tenants for SqlLedger<B> {
         tx.commit().await?;
         rows::tenant::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant> {
         let mut tx = B::begin(self, Scope::Global, false).await?;
         let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE id = $1")
@@ -111,8 +105,6 @@ impl<B: Driver> Tenants for SqlLedger<B> {
         tx.commit().await?;
         rows::tenant::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_tenants(&self) -> Result<Vec<Tenant>> {
         let mut tx = B::begin(self, Scope::Global, false).await?;
         let found = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY slug")
@@ -126,7 +118,6 @@ impl<B: Driver> Tenants for SqlLedger<B> {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> Sources for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
         check_name("source name", &new.name)?;
         let sealed = new.dsn.as_ref().map(|d| {
@@ -160,8 +151,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         rows::source::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let found = sqlx::query(AssertSqlSafe(format!(
@@ -174,8 +163,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         found.iter().map(rows::source::<B::DB>).collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let row = sqlx::query(AssertSqlSafe(format!(
@@ -190,8 +177,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         rows::source::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn update_source(
         &self,
         tenant: TenantId,
@@ -220,8 +205,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         rows::source::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
         let tenants = self.list_tenants().await?;
         let mut out = Vec::new();
@@ -234,8 +217,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
         }
         Ok(out)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let sealed: Option<Vec<u8>> = sqlx::query_scalar(
@@ -256,8 +237,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
             .map(SecretString::from)
             .map_err(|_| LedgerError::Decrypt)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn record_scan_success(
         &self,
         tenant: TenantId,
@@ -282,8 +261,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn record_scan_failure(
         &self,
         tenant: TenantId,
@@ -307,8 +284,6 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn request_scan(
         &self,
         tenant: TenantId,

@@ -19,7 +19,6 @@ use crate::{Backend, Keyring, PoolStatus, Result};
 use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
-use tracing::instrument;
 
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -66,15 +65,11 @@ impl<B: Driver> Store for SqlLedger<B> {
     fn backend(&self) -> Backend {
         B::KIND
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn migrate(&self) -> Result<()> {
         B::migrate_schema(self).await?;
         self.backfill_charge_terms().await?;
         self.scrub_pending().await
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn ping(&self) -> Result<()> {
         // One round trip on a pooled connection: no tenant data, so no scope.
         let mut conn = self.pool.acquire().await?;
@@ -85,8 +80,6 @@ impl<B: Driver> Store for SqlLedger<B> {
     fn pool_status(&self) -> PoolStatus {
         PoolStatus::of(&self.pool)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn instance_identity(&self) -> Result<String> {
         let mut conn = self.pool.acquire().await?;
         Ok(
@@ -95,8 +88,6 @@ impl<B: Driver> Store for SqlLedger<B> {
                 .await?,
         )
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn check_keyring(&self) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let sealed: Option<Vec<u8>> =
@@ -128,8 +119,6 @@ impl<B: Driver> Store for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn rotate_keyring(
         &self,
         new: &crate::Keyring,

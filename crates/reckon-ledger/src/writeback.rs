@@ -15,7 +15,6 @@ use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::Row;
-use tracing::instrument;
 
 /// What write-back does with a `not_applied` resolution (`applied` always becomes
 /// `succeeded`).
@@ -267,7 +266,6 @@ pub trait Writebacks: Send + Sync {
 #[apply(sql!)]
 #[async_trait]
 impl<B: Driver> Writebacks for SqlLedger<B> {
-    #[instrument(level = "debug", skip_all)]
     async fn set_source_writeback(
         &self,
         tenant: crate::TenantId,
@@ -296,8 +294,6 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         tx.commit().await?;
         Ok(source)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn writeback_candidates(
         &self,
         tenant: crate::TenantId,
@@ -327,8 +323,6 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
             .map(crate::writeback::candidate_row::<B::DB>)
             .collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn list_writebacks(
         &self,
         tenant: crate::TenantId,
@@ -364,8 +358,6 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
             .map(crate::writeback::writeback_row::<B::DB>)
             .collect()
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn begin_writeback(
         &self,
         tenant: crate::TenantId,
@@ -418,8 +410,6 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         tx.commit().await?;
         crate::writeback::writeback_row::<B::DB>(&row)
     }
-
-    #[instrument(level = "debug", skip_all)]
     async fn finish_writeback(
         &self,
         tenant: crate::TenantId,
