@@ -446,8 +446,16 @@ impl AuditSettings {
         let t = self.audit_time.as_bytes();
         let ok = t.len() == 5
             && t[2] == b':'
-            && self.audit_time[..2].parse::<u8>().is_ok_and(|h| h < 24)
-            && self.audit_time[3..].parse::<u8>().is_ok_and(|m| m < 60);
+            && self
+                .audit_time
+                .get(..2)
+                .and_then(|h| h.parse::<u8>().ok())
+                .is_some_and(|h| h < 24)
+            && self
+                .audit_time
+                .get(3..)
+                .and_then(|m| m.parse::<u8>().ok())
+                .is_some_and(|m| m < 60);
         if !ok {
             return Err(format!(
                 "audit time {:?} (use HH:MM, 24-hour, local to the tenant's zone)",

@@ -600,11 +600,10 @@ fn duplicates(
         let refunded = active.len() < 2;
         let what = match order_ref(&charges[group[0]], rules) {
             Some(o) => format!("order {o}"),
-            None => effect_ids
-                .iter()
-                .next()
-                .map(|&e| format!("key {}", effects[e].key))
-                .unwrap_or_else(|| "one payment".into()),
+            None => effect_ids.iter().next().map_or_else(
+                || "one payment".into(),
+                |&e| format!("key {}", effects[e].key),
+            ),
         };
         let summary = if refunded {
             format!(
@@ -684,7 +683,7 @@ impl Leads {
                 continue;
             }
             let Some(r) = &ef.response else { continue };
-            let amount = r.get("amount").and_then(|v| v.as_i64());
+            let amount = r.get("amount").and_then(serde_json::Value::as_i64);
             let currency = r.get("currency").and_then(|v| v.as_str());
             let customer = r.get("customer").and_then(|v| v.as_str());
             if let (Some(a), Some(cur), Some(cus)) = (amount, currency, customer) {

@@ -223,7 +223,7 @@ fn keys_of(report: &reckon_audit::AuditReport, kind: FindingKind) -> BTreeSet<St
 }
 
 fn set(items: &[&str]) -> BTreeSet<String> {
-    items.iter().map(|s| s.to_string()).collect()
+    items.iter().map(std::string::ToString::to_string).collect()
 }
 
 #[test]

@@ -194,7 +194,7 @@ fn mem_kib() -> anyhow::Result<(u64, u64)> {
             .lines()
             .find(|l| l.starts_with(name))
             .with_context(|| format!("{name} missing from /proc/self/status"))?;
-        line[name.len()..]
+        line.trim_start_matches(name)
             .trim()
             .trim_end_matches("kB")
             .trim()
@@ -589,13 +589,11 @@ fn print_breakdown(calls: &[Call], start: Instant, wall: Duration) {
     // any) runs from there until record_scan_success.
     let incr_end = scan_ingests
         .last()
-        .map(|c| c.start + c.dur - start)
-        .unwrap_or(Duration::ZERO);
+        .map_or(Duration::ZERO, |c| c.start + c.dur - start);
     let success_start = calls
         .iter()
         .find(|c| c.method == "record_scan_success")
-        .map(|c| c.start - start)
-        .unwrap_or(wall);
+        .map_or(wall, |c| c.start - start);
     println!("  breakdown of {:.3} s wall:", secs(wall));
     if let Some(first) = scan_ingests.first() {
         println!(
@@ -803,7 +801,7 @@ async fn run(
                     .await?;
                 eprintln!("(ledger ANALYZE took {:.2} s)", secs(t.elapsed()));
             }
-            #[allow(unreachable_code)]
+            #[allow(unreachable_code, reason = "the loop ends only by `?`; the Ok after it names the error type for the `?`s")]
             Ok::<(), sqlx::Error>(())
         })
     });
@@ -966,7 +964,7 @@ async fn run(
             "(host: {} cpus; 1-min load average {load_start} before the anchor, {load_scan} \
              after the initial scan, {} at the end; server autovacuum {autovacuum}, \
              {analyze_note})",
-            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
             load1()
         ),
     ])

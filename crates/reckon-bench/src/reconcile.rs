@@ -72,7 +72,12 @@ struct Arrivals(Arc<Mutex<Vec<Instant>>>);
 
 impl Arrivals {
     fn take(&self) -> Vec<Instant> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }
 
@@ -301,7 +306,7 @@ async fn main() -> anyhow::Result<()> {
             counted
                 .0
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push(Instant::now());
             next.run(req)
         },
@@ -450,6 +455,5 @@ async fn main() -> anyhow::Result<()> {
 fn rand_u32() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() ^ std::process::id())
-        .unwrap_or(0)
+        .map_or(0, |d| d.subsec_nanos() ^ std::process::id())
 }

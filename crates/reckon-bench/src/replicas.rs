@@ -82,7 +82,7 @@ fn cpu_jiffies() -> (u64, u64) {
 fn process_cpu_secs(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // The fields after the parenthesised command name; utime and stime are the 12th and 13th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = [11, 12]
         .iter()

@@ -65,7 +65,7 @@ async fn get(port: u16, token: &str) -> anyhow::Result<String> {
     anyhow::ensure!(
         raw.starts_with("HTTP/1.1 200"),
         "scrape failed: {}",
-        &raw[..raw.len().min(200)]
+        raw.chars().take(200).collect::<String>()
     );
     Ok(raw)
 }

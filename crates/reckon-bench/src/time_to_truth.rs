@@ -319,9 +319,9 @@ async fn measure(
         }
         over.push(at - t0 - floor);
         if i.is_multiple_of(2) {
-            charged.push(at - t0)
+            charged.push(at - t0);
         } else {
-            missing.push(at - t0)
+            missing.push(at - t0);
         }
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

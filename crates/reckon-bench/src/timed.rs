@@ -190,10 +190,10 @@ impl Visit for Fields {
         // `summary` and `db.statement` may arrive as Debug if recorded without a str hint.
         match field.name() {
             "summary" if self.summary.is_empty() => {
-                self.summary = format!("{value:?}").trim_matches('"').to_owned()
+                self.summary = format!("{value:?}").trim_matches('"').to_owned();
             }
             "db.statement" if self.statement.is_empty() => {
-                self.statement = format!("{value:?}").trim_matches('"').replace("\\n", " ")
+                self.statement = format!("{value:?}").trim_matches('"').replace("\\n", " ");
             }
             _ => {}
         }

@@ -121,7 +121,7 @@ async fn world(seed: u64, n: usize, t: &mut Tally) -> anyhow::Result<()> {
         1 => json!(["payment_intents"]),
         _ => json!([]),
     };
-    let events = lists.as_array().is_some_and(|l| l.is_empty()) || rng.random();
+    let events = lists.as_array().is_some_and(std::vec::Vec::is_empty) || rng.random();
     let p = provider(
         &sim,
         json!({"list_objects": lists, "use_events": events, "use_search": rng.random::<bool>()}),

@@ -32,8 +32,9 @@ impl OperationKey {
         };
         let version_ok = version.len() >= 2
             && version.len() <= 10
-            && version.starts_with('v')
-            && version[1..].chars().all(|c| c.is_ascii_digit());
+            && version
+                .strip_prefix('v')
+                .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()));
         if !word(operation) || !version_ok || subject.is_empty() {
             return None;
         }

@@ -5,9 +5,10 @@
 //! defaulted or guessed: a row that is not exactly a record goes to quarantine with a reason,
 //! and the scan goes on (rule 7).
 
-// A rejected row carries its excerpt and fingerprint by value: rejection is the rare, cold path,
-// and boxing it would only add an allocation to every caller.
-#![allow(clippy::result_large_err)]
+#![allow(
+    clippy::result_large_err,
+    reason = "A rejected row carries its excerpt and fingerprint by value: rejection is the rare, cold path, and boxing it would only add an allocation to every caller"
+)]
 
 use crate::state::State;
 use serde::Serialize;
@@ -191,8 +192,7 @@ pub fn validate_row(row: &RawRow, limits: &Limits) -> Result<SourceRecord, Rejec
         key_excerpt: row
             .key
             .as_deref()
-            .map(|k| lossy_excerpt(k, 200))
-            .unwrap_or_else(|| "NULL".into()),
+            .map_or_else(|| "NULL".into(), |k| lossy_excerpt(k, 200)),
         key_bytes: row
             .key
             .as_ref()

@@ -105,6 +105,10 @@ impl Redactor {
 
 /// Replace each `prefix` followed by at least 8 token characters: the credential (and,
 /// unless `keep_prefix`, the prefix) becomes [`MARK`].
+#[allow(
+    clippy::string_slice,
+    reason = "every index is where `find` found the prefix, plus whole characters' lengths"
+)]
 fn replace_tokens(s: &str, prefix: &str, keep_prefix: bool) -> String {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;

@@ -1042,23 +1042,21 @@ fn judge_unasked(f: &Facts<'_>, paid: &[&ChargeFact], now: f64, tz: &TimeZone) -
             true,
         );
     }
-    let next = f
-        .view
-        .state
-        .as_ref()
-        .map(|s| {
+    let next = f.view.state.as_ref().map_or_else(
+        || {
+            format!(
+                " reckon asks {} on its next run.",
+                f.provider.as_deref().unwrap_or("the provider")
+            )
+        },
+        |s| {
             format!(
                 " reckon asks {} at {}.",
                 f.provider.as_deref().unwrap_or("the provider"),
                 Moment::new(s.next_attempt_at, tz).text
             )
-        })
-        .unwrap_or_else(|| {
-            format!(
-                " reckon asks {} on its next run.",
-                f.provider.as_deref().unwrap_or("the provider")
-            )
-        });
+        },
+    );
     (
         Verdict::Unknown,
         false,

@@ -351,10 +351,9 @@ pub async fn audit_day(
     let mut effects: Vec<AuditEffect> = Vec::new();
     // (index in `effects`, effect id) of the ones whose source row says unresolved.
     let mut unresolved: Vec<(usize, i64)> = Vec::new();
-    for e in ledger
+    for e in &ledger
         .effects_created_between(tenant, from, to, now)
         .await?
-        .iter()
     {
         let Some(row) = route_of(&routes, e)
             .and_then(|r| r.provider_id)
@@ -399,11 +398,11 @@ pub async fn audit_day(
 }
 
 fn counts(report: Option<&reckon_audit::AuditReport>, imported: u64) -> Value {
-    let n = |f: fn(&reckon_audit::AuditReport) -> usize| report.map(f).unwrap_or(0) as i64;
+    let n = |f: fn(&reckon_audit::AuditReport) -> usize| report.map_or(0, f) as i64;
     let counts = reckon_audit::chain::RunCounts {
         findings: reckon_audit::FindingKind::ALL
             .into_iter()
-            .map(|k| (k, report.map(|r| r.count(k) as i64).unwrap_or(0)))
+            .map(|k| (k, report.map_or(0, |r| r.count(k) as i64)))
             .collect(),
         effects_in_day: n(|r| r.effects_in_day),
         charges_in_day: n(|r| r.charges_in_day),
@@ -573,9 +572,9 @@ pub fn latest_schedule(now: f64, time_zone: &str, audit_time: &str) -> Option<(f
     while hi - lo > 1.0 {
         let mid = ((lo + hi) / 2.0).floor();
         if due(mid).is_some() {
-            hi = mid
+            hi = mid;
         } else {
-            lo = mid
+            lo = mid;
         }
     }
     due(hi).map(|w| (hi, w))
@@ -681,8 +680,9 @@ pub async fn run_due(ctx: &AuditCtx, now: f64) -> Result<Vec<DueRun>, AuditRunEr
                     run,
                 });
             }
-            Some(Err(AuditRunError::Ledger(LedgerError::Conflict(_))))
-            | Some(Err(AuditRunError::Ledger(LedgerError::LeaseLost(_)))) => {}
+            Some(Err(AuditRunError::Ledger(
+                LedgerError::Conflict(_) | LedgerError::LeaseLost(_),
+            ))) => {}
             Some(Err(e)) => tracing::warn!(tenant = %t.slug, "scheduled audit: {e}"),
         }
     }
@@ -858,7 +858,7 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
         row[8] = t.net.to_string();
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }
-    let bytes = w.into_inner().map_err(|e| e.into_error())?;
+    let bytes = w.into_inner().map_err(csv::IntoInnerError::into_error)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
@@ -868,6 +868,10 @@ pub fn money(minor: i64, currency: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII"
+)]
 mod tests {
     use super::*;
 

@@ -355,14 +355,13 @@ pub struct Decision<'a> {
 /// (applied, not applied, a duplicate), a note saying how, and the evidence they decided on
 /// (the effect and its last lookup, frozen with the decision).
 pub async fn resolve(c: &Ctx<'_>, d: Decision<'_>) -> Result<Resolution, CommandError> {
-    let outcome = match Outcome::parse(d.outcome) {
-        Some(o @ (Outcome::Applied | Outcome::NotApplied | Outcome::Duplicate)) => o,
-        _ => {
-            return Err(CommandError::Invalid(format!(
-                "outcome {:?}: a person resolves with applied, not_applied or duplicate",
-                d.outcome
-            )));
-        }
+    let Some(outcome @ (Outcome::Applied | Outcome::NotApplied | Outcome::Duplicate)) =
+        Outcome::parse(d.outcome)
+    else {
+        return Err(CommandError::Invalid(format!(
+            "outcome {:?}: a person resolves with applied, not_applied or duplicate",
+            d.outcome
+        )));
     };
     let note = d.note.trim();
     if note.is_empty() {

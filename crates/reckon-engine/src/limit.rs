@@ -140,7 +140,10 @@ pub struct Limits {
 
 impl Limits {
     fn with<T>(&self, provider: i64, b: Bounds, f: impl FnOnce(&mut Limit) -> T) -> T {
-        let mut map = self.by_provider.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self
+            .by_provider
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let l = map.entry(provider).or_insert_with(|| Limit::new(b));
         // Bounds lowered since (a new setting) take effect at once.
         l.limit = l.limit.min(b.max as f64);
@@ -185,7 +188,10 @@ impl Limits {
     /// The sum of the limits of `providers` (those not seen yet at the initial limit): how
     /// many lookups a run over them can have in flight at once.
     pub fn total(&self, providers: impl IntoIterator<Item = i64>, bounds: Bounds) -> usize {
-        let map = self.by_provider.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self
+            .by_provider
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         providers
             .into_iter()
             .map(|p| {
@@ -225,7 +231,7 @@ impl Drop for Permit<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.limits.with(self.provider, self.bounds, |l| {
-                l.in_flight = l.in_flight.saturating_sub(1)
+                l.in_flight = l.in_flight.saturating_sub(1);
             });
         }
     }

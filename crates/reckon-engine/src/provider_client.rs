@@ -41,7 +41,7 @@ pub fn provider_client(base: &GetClient, egress: &Arc<EgressPolicy>) -> GetClien
     let mut kept = KEPT
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner());
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     kept.retain(|(w, _, _)| w.strong_count() > 0);
     let timeout = base.timeout();
     if let Some((_, _, c)) = kept

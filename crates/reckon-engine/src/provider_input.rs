@@ -102,10 +102,7 @@ pub async fn check_provider(
 /// for the kind's default.
 pub fn base_url(settings: &Value) -> Option<String> {
     let s = settings.get("base_url")?;
-    let text = s
-        .as_str()
-        .map(str::to_owned)
-        .unwrap_or_else(|| s.to_string());
+    let text = s.as_str().map_or_else(|| s.to_string(), str::to_owned);
     Some(url::Url::parse(&text).map_or(text, |u| u.to_string()))
 }
 

@@ -39,7 +39,7 @@ pub enum PushItemStatus {
 /// is not a valid record is answered `rejected` with its reason and costs the others nothing.
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
+#[allow(dead_code, reason = "never built: it exists only for its ToSchema")]
 pub struct PushRecord {
     key: String,
     #[schema(value_type = reckon_domain::State)]
@@ -144,7 +144,7 @@ pub async fn ingest_push(
                     status: "rejected",
                     reason: Some("malformed".into()),
                     error: Some(e),
-                })
+                });
             }
             Ok(raw) => match validate_row(&raw, &limits) {
                 Ok(rec) => records.push((index, rec)),

@@ -636,8 +636,7 @@ async fn process(
     out.outcome = outcome.as_str().to_owned();
     out.reason = class
         .as_ref()
-        .map(|c| c.reason.clone())
-        .unwrap_or_else(|| error.clone().unwrap_or_default());
+        .map_or_else(|| error.clone().unwrap_or_default(), |c| c.reason.clone());
     let recorded = ctx
         .ledger
         .record_attempt(

@@ -152,8 +152,8 @@ impl ScanScheduler {
                 let every = Duration::from_secs_f64(SCAN_LEASE_SECS / 3.0);
                 loop {
                     tokio::select! {
-                        _ = renewing.cancelled() => return,
-                        _ = tokio::time::sleep(every) => {}
+                        () = renewing.cancelled() => return,
+                        () = tokio::time::sleep(every) => {}
                     }
                     match ledger.renew_lease(&lease, SCAN_LEASE_SECS).await {
                         Ok(Some(_)) => {}
@@ -163,7 +163,7 @@ impl ScanScheduler {
                             return;
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, lease = %lease.name, "cannot renew lease")
+                            tracing::warn!(error = %e, lease = %lease.name, "cannot renew lease");
                         }
                     }
                 }

@@ -10,7 +10,10 @@
 //! The enums are checked against the ledger's own words by the tests below.
 //!
 //! These types are never built: they exist only for their `ToSchema`.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "these types are never built: they exist only for their ToSchema"
+)]
 
 use serde::Serialize;
 use serde_json::Value;

@@ -388,9 +388,9 @@ mod tests {
         let parsed = SourceDsn::parse(Dialect::Postgres, dsn.expose_secret()).unwrap();
         match parsed {
             SourceDsn::Network { password, .. } => {
-                assert_eq!(password.unwrap().expose_secret(), "n3w p@ss")
+                assert_eq!(password.unwrap().expose_secret(), "n3w p@ss");
             }
-            _ => panic!(),
+            SourceDsn::Sqlite { .. } => panic!(),
         }
     }
 

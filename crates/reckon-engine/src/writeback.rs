@@ -312,8 +312,7 @@ fn read_row(wb: &Writeback, row: Option<&RowNow>, resumed: bool) -> Reading {
              updated_at {}; nothing was changed",
             r.state,
             r.updated_at
-                .map(|u| u.to_string())
-                .unwrap_or_else(|| "(not a number)".into()),
+                .map_or_else(|| "(not a number)".into(), |u| u.to_string()),
             wb.seen_state,
             wb.seen_updated_at
         )),
@@ -364,13 +363,11 @@ pub async fn writeback_step(
     else {
         let holder = ctx.ledger.lease_holder(&lease_name(tenant)).await?;
         return Ok(WritebackStep::Busy {
-            holder: holder
-                .as_ref()
-                .map(|l| l.owner.clone())
-                .unwrap_or_else(|| "another run (it has just let go)".into()),
-            until: holder
-                .map(|l| l.expires_at)
-                .unwrap_or_else(reckon_domain::time::now),
+            holder: holder.as_ref().map_or_else(
+                || "another run (it has just let go)".into(),
+                |l| l.owner.clone(),
+            ),
+            until: holder.map_or_else(reckon_domain::time::now, |l| l.expires_at),
         });
     };
     let result = step_leased(ctx, tenant, source, &lease).await;

@@ -275,7 +275,7 @@ fn found(run: &AuditRun, kind: &str) -> BTreeSet<String> {
 }
 
 fn set(items: &[&str]) -> BTreeSet<String> {
-    items.iter().map(|s| s.to_string()).collect()
+    items.iter().map(std::string::ToString::to_string).collect()
 }
 
 // The planted day.

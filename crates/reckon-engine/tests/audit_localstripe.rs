@@ -289,7 +289,12 @@ async fn the_stripe_list_path_against_localstripe_finds_exactly_the_planted_prob
             })
             .collect()
     };
-    let set = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let set = |items: &[&str]| {
+        items
+            .iter()
+            .map(std::string::ToString::to_string)
+            .collect::<BTreeSet<_>>()
+    };
     assert_eq!(
         kinds("duplicate"),
         set(&["charge:v1:DUP-1", "charge:v1:DUP-2"])

@@ -4,7 +4,10 @@
 //! recognise (PostgreSQL), a server showing the identity row (MySQL), or a hard link to
 //! the ledger file (SQLite). Sources that are not reckon's database scan as before.
 
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 mod common;
 
 use common::{Kind, SourceDb, sqlite_root};

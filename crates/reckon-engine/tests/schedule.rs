@@ -3,7 +3,10 @@
 //! while another replica holds its lease.
 
 // The shared fixtures serve every test binary; this one needs only the SQLite source.
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 mod common;
 
 use common::{Kind, SOURCE, SourceDb, TestLedger, test_egress};

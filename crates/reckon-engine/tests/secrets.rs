@@ -3,7 +3,10 @@
 //!
 //! Run: `cargo test -p reckon-engine --test secrets` (PostgreSQL at 127.0.0.1:5432).
 
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 mod common;
 
 use common::{TestLedger, test_egress};

@@ -4,7 +4,10 @@
 //! held), and a connection reckon abandons mid-statement has that statement cancelled on
 //! the server.
 
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 mod common;
 
 use common::{Kind, SourceDb, TestLedger, test_egress};

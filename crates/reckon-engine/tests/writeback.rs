@@ -4,7 +4,10 @@
 //!
 //! A service that is down FAILS the test: nothing here skips a backend.
 
-#[allow(dead_code)]
+#[allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 mod common;
 
 use common::{Kind, SOURCE, SourceDb, TestLedger, test_egress};

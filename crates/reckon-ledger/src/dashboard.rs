@@ -236,10 +236,7 @@ pub fn snapshot_of(hour: f64, kinds: &[KindSummary]) -> Snapshot {
     Snapshot {
         hour,
         unresolved: kinds.iter().map(|k| k.count).sum(),
-        oldest_since: kinds
-            .iter()
-            .map(|k| k.oldest_since)
-            .min_by(|a, b| a.total_cmp(b)),
+        oldest_since: kinds.iter().map(|k| k.oldest_since).min_by(f64::total_cmp),
         needs_attention: kinds.iter().map(|k| k.needs_attention).sum(),
     }
 }

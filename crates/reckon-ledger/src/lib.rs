@@ -180,7 +180,7 @@ async fn open(url: Option<&str>, data_dir: &Path, keyring: Keyring) -> Result<Ar
             Ok(Arc::new(postgres::PgLedger::open(u, keyring).await?))
         }
         Some(u) => {
-            let scheme = u.split_once(':').map(|(s, _)| s).unwrap_or(u);
+            let scheme = u.split_once(':').map_or(u, |(s, _)| s);
             Err(LedgerError::UnsupportedScheme(scheme.to_owned()))
         }
     }

@@ -357,7 +357,7 @@ fn bind_creates<'q>(
 /// A new effect's insert refused because the ledger already holds its key.
 fn already_held(e: &sqlx::Error) -> bool {
     e.as_database_error()
-        .is_some_and(|d| d.is_unique_violation())
+        .is_some_and(sqlx::error::DatabaseError::is_unique_violation)
 }
 
 /// The lookup parts of multi-part subjects (`effect_key_part`) of newly inserted effects.

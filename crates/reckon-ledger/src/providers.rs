@@ -168,7 +168,12 @@ impl<B: Driver> Providers for SqlLedger<B> {
         .bind(tenant.0)
         .bind(name)
         .bind(sealed)
-        .bind(change.settings.as_ref().map(|v| v.to_string()))
+        .bind(
+            change
+                .settings
+                .as_ref()
+                .map(std::string::ToString::to_string),
+        )
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?;

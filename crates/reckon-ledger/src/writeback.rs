@@ -278,7 +278,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
              RETURNING {}",
             crate::rows::SOURCE_COLUMNS
         )))
-        .bind(policy.map(|p| p.as_str()))
+        .bind(policy.map(WritebackPolicy::as_str))
         .bind(tenant.0)
         .bind(name)
         .fetch_optional(&mut *tx)

@@ -108,7 +108,7 @@ fn objects(r: &LookupReport) -> (Vec<ProviderObject>, Vec<String>) {
                 Some((_, old)) => o.confirmed || !old.confirmed,
             };
             if replace {
-                let first = by_id.get(&o.id).map(|(i, _)| *i).unwrap_or(n);
+                let first = by_id.get(&o.id).map_or(n, |(i, _)| *i);
                 by_id.insert(o.id.clone(), (first, o.clone()));
             }
             if !methods.contains(&s.method) {
@@ -396,8 +396,8 @@ fn certificate(
              other object carries key {:?} as {absent}{}; the effect's window ended {:.0} s \
              before the check, more than the visibility lag of {} s",
             s.method,
-            s.window.map(|w| w.0).unwrap_or(f64::NEG_INFINITY),
-            s.window.map(|w| w.1).unwrap_or(f64::INFINITY),
+            s.window.map_or(f64::NEG_INFINITY, |w| w.0),
+            s.window.map_or(f64::INFINITY, |w| w.1),
             r.provider_key,
             if failed.is_empty() {
                 String::new()

@@ -139,7 +139,10 @@ impl GetClient {
         if rate_per_sec <= 0.0 || !rate_per_sec.is_finite() {
             return None;
         }
-        let mut map = self.budgets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .budgets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = format!("{account_key}|{rate_per_sec}");
         Some(
             map.entry(key)
@@ -352,7 +355,10 @@ impl Pace {
 
     /// The rate allowed now.
     pub fn rate(&self) -> f64 {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.recover(&mut st, std::time::Instant::now());
         st.rate
     }
@@ -368,7 +374,10 @@ impl Pace {
         let window = Duration::from_secs(1) + PACE_MARGIN;
         loop {
             let wait = {
-                let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut st = self
+                    .state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let now = std::time::Instant::now();
                 self.recover(&mut st, now);
                 while st
@@ -404,7 +413,10 @@ impl Pace {
 
     /// The provider refused for rate limiting: slow the whole account down.
     pub fn rate_limited(&self) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = std::time::Instant::now();
         self.recover(&mut st, now);
         st.rate = (st.rate / 2.0).max(self.budget * PACE_FLOOR).max(1.0);

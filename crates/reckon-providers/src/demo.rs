@@ -54,7 +54,10 @@ impl DemoState {
 
     /// Record a charge made with `key`.
     pub fn charge(&self, key: &str, amount: i64, currency: &str, created: f64) -> String {
-        let mut map = self.charges.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .charges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let n: usize = map.values().map(Vec::len).sum();
         let id = format!("demo_ch_{}", n + 1);
         map.entry(key.to_owned()).or_default().push(DemoCharge {
@@ -74,7 +77,10 @@ impl DemoState {
     /// Record a charge as given (its id is kept; `key` may be empty for a charge made
     /// without one, which the lookup endpoint then never finds).
     pub fn add(&self, c: DemoCharge) {
-        let mut map = self.charges.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self
+            .charges
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         map.entry(c.key.clone()).or_default().push(c);
     }
 }
@@ -117,7 +123,10 @@ async fn lookup(State(s): State<DemoState>, Query(q): Query<KeyQuery>) -> Json<V
         tokio::time::sleep(d).await;
     }
     s.lookups.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    let map = s.charges.lock().unwrap_or_else(|p| p.into_inner());
+    let map = s
+        .charges
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let objects: Vec<Value> = map.get(&q.key).into_iter().flatten().map(wire).collect();
     Json(json!({ "found": !objects.is_empty(), "complete": true, "objects": objects }))
 }
@@ -125,7 +134,10 @@ async fn lookup(State(s): State<DemoState>, Query(q): Query<KeyQuery>) -> Json<V
 /// Pages in (created, id) order, at most 100 objects each (fewer than reckon asks for, as a
 /// real server may answer, so clients page); the cursor is the offset of the next page.
 async fn charges(State(s): State<DemoState>, Query(q): Query<RangeQuery>) -> Json<Value> {
-    let map = s.charges.lock().unwrap_or_else(|p| p.into_inner());
+    let map = s
+        .charges
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut all: Vec<&DemoCharge> = map
         .values()
         .flatten()

@@ -132,17 +132,14 @@ fn money_of(status: &str) -> Option<Money> {
 
 impl WireObject {
     fn into_object(self, confirmed: bool) -> Result<ProviderObject, Fault> {
-        let money = match (self.money, money_of(&self.status)) {
-            (Some(m), _) | (None, Some(m)) => m,
-            (None, None) => {
-                return Err(Fault::new(
-                    FaultKind::Malformed,
-                    format!(
-                        "object {}: status {:?} does not say whether money moved (add `money`)",
-                        self.id, self.status
-                    ),
-                ));
-            }
+        let ((Some(money), _) | (None, Some(money))) = (self.money, money_of(&self.status)) else {
+            return Err(Fault::new(
+                FaultKind::Malformed,
+                format!(
+                    "object {}: status {:?} does not say whether money moved (add `money`)",
+                    self.id, self.status
+                ),
+            ));
         };
         // An object its provider calls not final has not settled, whatever the word.
         let money = if self.r#final { money } else { Money::Pending };

@@ -121,10 +121,7 @@ pub(crate) fn metadata(v: &Value) -> BTreeMap<String, String> {
             m.iter()
                 .filter(|(_, v)| !v.is_null())
                 .map(|(k, v)| {
-                    let s = v
-                        .as_str()
-                        .map(str::to_owned)
-                        .unwrap_or_else(|| v.to_string());
+                    let s = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
                     (k.clone(), s)
                 })
                 .collect()

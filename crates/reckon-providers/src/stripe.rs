@@ -218,8 +218,7 @@ impl StripeProvider {
                         Money::None,
                         Some(
                             text("/cancellation_reason")
-                                .map(|r| format!("canceled: {r}"))
-                                .unwrap_or_else(|| "canceled".into()),
+                                .map_or_else(|| "canceled".into(), |r| format!("canceled: {r}")),
                         ),
                     ),
                     // Back in requires_payment_method after a declined attempt: that
@@ -367,7 +366,7 @@ impl StripeProvider {
                     step.fault = Some(Fault::new(
                         FaultKind::Malformed,
                         format!("asked for {id}, answered {}", o.id),
-                    ))
+                    ));
                 }
                 Err(f) => step.fault = Some(f),
             }
@@ -579,11 +578,10 @@ impl StripeProvider {
                         item["metadata"][field.as_str()].as_str(),
                         item["created"].as_i64(),
                     ) {
-                        found.lock().unwrap_or_else(|p| p.into_inner()).push((
-                            k.to_owned(),
-                            c,
-                            item.clone(),
-                        ));
+                        found
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .push((k.to_owned(), c, item.clone()));
                     }
                     None
                 };
@@ -605,8 +603,11 @@ impl StripeProvider {
                         .or_else(|| Some(Fault::new(FaultKind::Truncated, "a list stopped early")));
                     // The pages read before the failure, and the spans read whole before,
                     // still name leads; this span is not remembered as read.
-                    let partial =
-                        std::mem::take(&mut *found.lock().unwrap_or_else(|p| p.into_inner()));
+                    let partial = std::mem::take(
+                        &mut *found
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner),
+                    );
                     let leads = partial
                         .into_iter()
                         .filter(|(k, c, _)| k == key && *c >= want.0 && *c <= want.1)
@@ -620,7 +621,12 @@ impl StripeProvider {
                     return step;
                 }
             }
-            m.add(gap, found.into_inner().unwrap_or_else(|p| p.into_inner()));
+            m.add(
+                gap,
+                found
+                    .into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
         }
         // Complete up to the second before now: the effect's objects were all created
         // before this lookup began (its call ended; the classifier also waits out the

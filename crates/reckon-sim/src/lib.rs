@@ -452,7 +452,9 @@ impl Sim {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Answer request number `n` (counted from 0, in arrival order) with `fault`.
@@ -528,7 +530,9 @@ async fn connection(mut stream: TcpStream, state: Arc<Mutex<State>>, counter: Ar
         let n = counter.fetch_add(1, Ordering::SeqCst);
         let at = Instant::now();
         let (fault, answer) = {
-            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             let fault = st.faults.get(&n).copied().filter(|_| st.faults_on);
             let limited = st.cfg.server_rate_limit.is_some_and(|limit| {
                 while st
@@ -645,9 +649,8 @@ fn not_found(what: &str) -> (u16, Value, Vec<(&'static str, &'static str)>) {
 
 /// The real answer to a GET.
 fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static str)>) {
-    let url = match url::Url::parse(&format!("http://sim{target}")) {
-        Ok(u) => u,
-        Err(_) => return not_found("path"),
+    let Ok(url) = url::Url::parse(&format!("http://sim{target}")) else {
+        return not_found("path");
     };
     let q: Vec<(String, String)> = url.query_pairs().into_owned().collect();
     let param = |k: &str| q.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
@@ -656,7 +659,7 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
     };
     let path: Vec<&str> = url.path().trim_matches('/').split('/').collect();
     match path.as_slice() {
-        ["v1", "payment_intents", "search"] | ["v1", "charges", "search"] => {
+        ["v1", "payment_intents" | "charges", "search"] => {
             let key = param("query").and_then(search_key);
             let data: Vec<Value> = if path[1] == "payment_intents" {
                 st.payments
@@ -736,14 +739,15 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
                             if !types.is_empty() && !types.contains(&kind) {
                                 continue;
                             }
-                            let id = format!("evt_{}_{i}", &p.pi[3..]);
+                            let pi = p.pi.strip_prefix("pi_").unwrap_or(&p.pi);
+                            let id = format!("evt_{pi}_{i}");
                             items.push((
                                 at,
                                 id.clone(),
                                 json!({"id": id, "object": "event", "type": kind,
                                        "created": at as i64, "livemode": false,
                                        "data": {"object": obj},
-                                       "request": {"id": format!("req_c{}", &p.pi[3..]),
+                                       "request": {"id": format!("req_c{pi}"),
                                                    "idempotency_key": key}}),
                             ));
                         }
@@ -783,7 +787,7 @@ fn list(
             None => return not_found("starting_after object"),
         }
     }
-    let limit = num("limit").map(|l| l as usize).unwrap_or(10).clamp(1, 100);
+    let limit = num("limit").map_or(10, |l| l as usize).clamp(1, 100);
     let size = limit.min(st.cfg.page_size.max(1));
     let has_more = items.len() > size;
     let data: Vec<Value> = items.into_iter().take(size).map(|(_, _, v)| v).collect();
@@ -797,9 +801,9 @@ fn list(
 /// The value of `metadata["..."]:"VALUE"` in a search query.
 fn search_key(query: &str) -> Option<String> {
     let start = query.find("]:\"")? + 3;
-    let rest = &query[start..];
+    let rest = query.get(start..)?;
     let end = rest.rfind('"')?;
-    Some(rest[..end].replace("\\\"", "\"").replace("\\\\", "\\"))
+    Some(rest.get(..end)?.replace("\\\"", "\"").replace("\\\\", "\\"))
 }
 
 /// A world of `n` effects drawn from `seed`, for soaks (the tests draw theirs with

@@ -226,7 +226,7 @@ impl SourceDsn {
 fn decode(s: &str) -> Result<String, DsnError> {
     percent_encoding::percent_decode_str(s)
         .decode_utf8()
-        .map(|c| c.into_owned())
+        .map(std::borrow::Cow::into_owned)
         .map_err(|_| DsnError("percent-encoded part is not UTF-8".into()))
 }
 

@@ -96,7 +96,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
                 }
             }
         },
-        v4 => v4,
+        v4 @ IpAddr::V4(_) => v4,
     }
 }
 

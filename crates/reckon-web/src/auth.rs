@@ -142,6 +142,10 @@ impl FromRequestParts<AppState> for Admin {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII"
+)]
 mod tests {
     use super::*;
 

@@ -68,18 +68,13 @@ pub async fn refuse_nul(State(state): State<AppState>, req: Request, next: Next)
     }
     // The body limit the handlers' extractors apply; over it, the handler answers 413 as
     // it would without this check.
-    let bytes = match axum::body::to_bytes(body, state.max_body_bytes).await {
-        Ok(b) => b,
-        Err(_) => {
-            return if api {
-                ApiError::PayloadTooLarge(
-                    "the request body is larger than this server accepts".into(),
-                )
+    let Ok(bytes) = axum::body::to_bytes(body, state.max_body_bytes).await else {
+        return if api {
+            ApiError::PayloadTooLarge("the request body is larger than this server accepts".into())
                 .into_response()
-            } else {
-                (StatusCode::PAYLOAD_TOO_LARGE, "the form is too large").into_response()
-            };
-        }
+        } else {
+            (StatusCode::PAYLOAD_TOO_LARGE, "the form is too large").into_response()
+        };
     };
     if form {
         for (name, value) in url::form_urlencoded::parse(&bytes) {

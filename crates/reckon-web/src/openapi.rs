@@ -11,7 +11,7 @@ use utoipa::openapi::{
 /// The whole document.
 pub fn document() -> OpenApi {
     let mut doc = crate::documented_router(crate::DEFAULT_REQUEST_TIMEOUT).into_openapi();
-    for (path, item) in doc.paths.paths.iter_mut() {
+    for (path, item) in &mut doc.paths.paths {
         let api = path.starts_with("/api/");
         for op in [
             &mut item.get,
@@ -65,7 +65,7 @@ fn shared_responses(op: &mut Operation, api: bool) {
             .entry(status.to_owned())
             .or_insert_with(|| RefOr::T(ResponseBuilder::new().description(description).build()));
     }
-    for (status, response) in op.responses.responses.iter_mut() {
+    for (status, response) in &mut op.responses.responses {
         let is_error = status.starts_with('4') || status.starts_with('5');
         if let (true, RefOr::T(response)) = (is_error, response)
             && response.content.is_empty()

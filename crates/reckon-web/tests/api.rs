@@ -1,4 +1,8 @@
 //! Router tests: the whole app driven in-process against a real SQLite ledger.
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 use axum::Router;
 use axum::body::Body;

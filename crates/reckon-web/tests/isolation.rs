@@ -203,11 +203,13 @@ async fn sweep(backend: Backend) {
                     matches!(
                         (spec.method, spec.path),
                         ("GET", _)
-                            | ("POST", "/api/v1/sources")
-                            | ("POST", "/api/v1/tokens")
-                            | ("POST", "/api/v1/providers")
-                            // B's own audit run
-                            | ("POST", "/api/v1/audits")
+                            | (
+                                "POST",
+                                "/api/v1/sources"
+                                    | "/api/v1/tokens"
+                                    | "/api/v1/providers"
+                                    | "/api/v1/audits"
+                            )
                     ),
                     "{} {uri} with {who} succeeded: {}",
                     spec.method,

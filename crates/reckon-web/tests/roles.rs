@@ -269,7 +269,7 @@ async fn every_route_lets_in_exactly_the_roles_the_policy_allows() {
         match (spec.access, least) {
             (Access::Public, None) => {}
             (Access::Token(p) | Access::Session(p), Some(role)) => {
-                assert_eq!(p.least_role(), role, "{} {}", spec.method, spec.path)
+                assert_eq!(p.least_role(), role, "{} {}", spec.method, spec.path);
             }
             (a, l) => panic!(
                 "{} {}: registry {a:?}, declared {l:?}",

@@ -1,5 +1,9 @@
 //! Dashboard sign-in, sessions, CSRF, headers, throttling, TOTP, and the API token
 //! lifecycle, through the real router on a real SQLite ledger (T17-T24 of the checklist).
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 mod common;
 

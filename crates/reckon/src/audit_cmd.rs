@@ -152,10 +152,9 @@ pub async fn run(
                     "id", "day", "provider", "by", "status", "findings", "finished", "reason",
                 ],
                 |r| {
-                    let total: i64 = r.run.counts["findings"]
-                        .as_object()
-                        .map(|m| m.values().filter_map(|v| v.as_i64()).sum())
-                        .unwrap_or(0);
+                    let total: i64 = r.run.counts["findings"].as_object().map_or(0, |m| {
+                        m.values().filter_map(serde_json::Value::as_i64).sum()
+                    });
                     vec![
                         r.id.to_string(),
                         r.run.day.clone(),

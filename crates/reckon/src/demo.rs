@@ -191,7 +191,7 @@ pub async fn write_store(path: &Path, seed: u64) -> anyhow::Result<Vec<Row>> {
         .bind(&r.key)
         .bind(r.state)
         .bind(request_hash(&r.payload))
-        .bind(r.response.as_ref().map(|v| v.to_string()))
+        .bind(r.response.as_ref().map(std::string::ToString::to_string))
         .bind(r.attempts)
         .bind(r.created_at)
         .bind(r.updated_at)

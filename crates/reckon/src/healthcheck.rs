@@ -11,7 +11,7 @@ pub async fn run(url: &str) -> anyhow::Result<()> {
         .strip_prefix("http://")
         .context("healthcheck URL must start with http:// (the probe stays on loopback)")?;
     let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
+        Some(i) => rest.split_at(i),
         None => (rest, "/"),
     };
     let probe = async {

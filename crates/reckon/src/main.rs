@@ -465,7 +465,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{token}");
             }
             TokenCmd::List { tenant, format } => {
-                users::list_tokens(&*ledger, &tenant, format).await?
+                users::list_tokens(&*ledger, &tenant, format).await?;
             }
             TokenCmd::Revoke { tenant, id } => {
                 let t = ledger.tenant_by_slug(&tenant).await?;
@@ -476,21 +476,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         },
         Cmd::User { cmd } => {
             let egress = settings.egress_policy(&*ledger).await?;
-            users::run(&*ledger, &egress, cmd).await?
+            users::run(&*ledger, &egress, cmd).await?;
         }
         Cmd::Audit(args) => {
             let egress = Arc::new(settings.egress_policy(&*ledger).await?);
-            audit_cmd::run(ledger.clone(), args, egress).await?
+            audit_cmd::run(ledger.clone(), args, egress).await?;
         }
         Cmd::Source { cmd } => {
-            source_cmd(&ledger, cmd, settings.egress_policy(&*ledger).await?).await?
+            source_cmd(&ledger, cmd, settings.egress_policy(&*ledger).await?).await?;
         }
         Cmd::Keys { cmd } => keys::run(&*ledger, cmd, &settings).await?,
         Cmd::Provider { cmd } => {
-            reconcile_cmd::provider(&*ledger, cmd, &settings.egress_policy(&*ledger).await?).await?
+            reconcile_cmd::provider(&*ledger, cmd, &settings.egress_policy(&*ledger).await?)
+                .await?;
         }
         Cmd::Route { cmd } => {
-            reconcile_cmd::route(&*ledger, cmd, &settings.egress_policy(&*ledger).await?).await?
+            reconcile_cmd::route(&*ledger, cmd, &settings.egress_policy(&*ledger).await?).await?;
         }
         Cmd::Reconcile {
             tenant,
@@ -499,7 +500,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             format,
         } => {
             let egress = Arc::new(settings.egress_policy(&*ledger).await?);
-            reconcile_cmd::reconcile(ledger, tenant, source, key, format, egress).await?
+            reconcile_cmd::reconcile(ledger, tenant, source, key, format, egress).await?;
         }
         Cmd::Writeback(args) => {
             writeback::run(
@@ -507,7 +508,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 args,
                 settings.egress_policy(&*ledger).await?,
             )
-            .await?
+            .await?;
         }
         Cmd::Lookup {
             tenant,
@@ -606,7 +607,7 @@ async fn source_cmd(
                                         "{slug}/{name}: another process is scanning it now; \
                                          waiting for that scan to end (a process that died \
                                          frees it within {SCAN_LEASE_SECS:.0} s)"
-                                    )
+                                    );
                                 });
                                 waiting = true;
                             }

@@ -206,9 +206,9 @@ where
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = stop.cancelled() => return,
+                () = stop.cancelled() => return,
                 _ = tick.tick() => {}
-                _ = async {
+                () = async {
                     match &wake {
                         Some(w) => w.notified().await,
                         None => std::future::pending().await,

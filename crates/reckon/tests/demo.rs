@@ -243,8 +243,10 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
         audit
             .split(&format!("data-kind=\"{kind}\""))
             .nth(1)
-            .map(|g| g.split("</section>").next().unwrap_or_default().to_owned())
-            .unwrap_or_else(|| panic!("no {kind} findings on the audit page: {audit}"))
+            .map_or_else(
+                || panic!("no {kind} findings on the audit page: {audit}"),
+                |g| g.split("</section>").next().unwrap_or_default().to_owned(),
+            )
     };
     assert!(group("duplicate").contains("ORD-1101"), "{audit}");
     assert!(group("orphan").contains("49.00"), "{audit}");

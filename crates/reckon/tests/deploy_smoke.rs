@@ -11,6 +11,10 @@
 //! each; here they share loopback) and the data directory (a volume mount there). A
 //! compose.yaml whose database URL lost its password fails here: the cluster refuses a
 //! connection without one.
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -54,7 +54,7 @@ fn a_fresh_data_directory_and_the_ledger_files_are_private() {
     // Every directory reckon made, and every file it made in it, while it runs (the -wal
     // and -shm files exist only while the ledger is open).
     let checks = [
-        (parent.clone(), 0o700),
+        (parent, 0o700),
         (data.clone(), 0o700),
         (data.join("reckon.db"), 0o600),
         (data.join("reckon.db-wal"), 0o600),

@@ -4,6 +4,10 @@
 //! `promtool check metrics`, `/metrics` is closed without its token, `/api/v1/metrics`
 //! shows a tenant only its own series, and when a source's database goes away its
 //! last-success timestamp stops moving and `reckon_source_up` drops to 0.
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 use sqlx::{AssertSqlSafe, Connection, Row};
 use std::collections::{BTreeMap, BTreeSet};

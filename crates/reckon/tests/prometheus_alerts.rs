@@ -11,6 +11,10 @@
 //! a test does not wait 5 to 15 minutes per alert. The 30 s ones (ReckonDown,
 //! ReckonMetricsCollectorDown) are kept, so "down within a minute" is the shipped rule's.
 //! Every expression is the shipped one, byte for byte.
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -250,7 +254,7 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
                     Ok(r) if r.status() == 200 => return,
                     Ok(r) => panic!("push: {} {:?}", r.status(), r.text().await),
                     Err(_) if Instant::now() < deadline => {
-                        tokio::time::sleep(Duration::from_millis(200)).await
+                        tokio::time::sleep(Duration::from_millis(200)).await;
                     }
                     Err(e) => panic!("push: {e}"),
                 }

@@ -3,6 +3,10 @@
 //! blocks), the alert's labels and the other variables the runbooks name are set to the
 //! demo's values, and `reckon` is the prefix the demo's banner prints. A step marked
 //! *read-only* must use a command that changes nothing.
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 mod support;
 

@@ -246,7 +246,9 @@ impl SourceDb {
                     sqlx::raw_sql(AssertSqlSafe(s.clone()))
                         .execute(&mut conn)
                         .await
-                        .unwrap_or_else(|e| panic!("{}: {e}", &s[..s.len().min(200)]));
+                        .unwrap_or_else(|e| {
+                            panic!("{}: {e}", s.chars().take(200).collect::<String>())
+                        });
                 }
                 conn.close().await.ok();
             }

@@ -278,7 +278,11 @@ pub(crate) async fn story_dash_charge_lookup(ledger: Arc<dyn Ledger>) {
         .store_provider_charges(b.id, &[b_keyed])
         .await
         .unwrap();
-    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let s = |v: &[&str]| {
+        v.iter()
+            .map(std::string::ToString::to_string)
+            .collect::<Vec<_>>()
+    };
     let got = ledger
         .charges_by_ids_or_keys(a.id, &s(&["ch_1"]), &s(&["charge:v1:ORD-9"]), 50)
         .await

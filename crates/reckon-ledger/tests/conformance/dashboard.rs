@@ -17,7 +17,7 @@ pub(crate) async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
             let unknown = rec(
                 &format!("charge:v1:ORD-{i}"),
                 State::Unknown,
-                1_700_000_000.0 + i as f64,
+                1_700_000_000.0 + f64::from(i),
             );
             let abandoned = claim("charge:v1:ORD-X", 1_700_000_000.0, 1_700_000_050.0);
             let live = claim("refund:v1:ORD-Y", now, now + 3600.0);

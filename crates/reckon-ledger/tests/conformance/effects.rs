@@ -566,13 +566,7 @@ pub(crate) async fn story_mark_gone(ledger: Arc<dyn Ledger>) {
         )
         .await
         .unwrap();
-    let before: Vec<String> = ledger
-        .present_keys(t.id, src.id, 0, 100)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|(_, k)| k)
-        .collect();
+    let before = ledger.present_keys(t.id, src.id, 0, 100).await.unwrap();
     assert_eq!(before.len(), 4);
 
     let at = now - 10.0;

@@ -5,6 +5,10 @@
 //! the server named by `RECKON_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`),
 //! dropped when the test passes and left behind for inspection when it fails. An unreachable
 //! PostgreSQL fails the test: the suite never skips a backend silently.
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 use reckon_ledger::{Keyring, Ledger};
 use sqlx::postgres::PgConnection;
@@ -31,7 +35,10 @@ pub enum RawDb {
 
 impl RawDb {
     /// Run `sql` (several statements) on the database directly, as its owner.
-    #[allow(dead_code)] // not every test binary that shares this module uses it
+    #[allow(
+        dead_code,
+        reason = "not every test binary that shares this module uses it"
+    )]
     pub async fn exec(&self, sql: &str) {
         match self {
             RawDb::Sqlite(path) => {
@@ -59,7 +66,10 @@ impl RawDb {
     }
 
     /// The ledger on this database opened again (migrations run as at any start).
-    #[allow(dead_code)] // not every test binary that shares this module uses it
+    #[allow(
+        dead_code,
+        reason = "not every test binary that shares this module uses it"
+    )]
     pub async fn reopen(&self) -> Arc<dyn Ledger> {
         match self {
             RawDb::Sqlite(path) => {
@@ -145,8 +155,14 @@ impl RawDb {
 }
 
 enum Cleanup {
-    Sqlite(#[allow(dead_code)] tempfile::TempDir),
-    Postgres { admin_url: String, database: String },
+    Sqlite(
+        #[allow(dead_code, reason = "held for its Drop, which removes the directory")]
+        tempfile::TempDir,
+    ),
+    Postgres {
+        admin_url: String,
+        database: String,
+    },
 }
 
 /// One fresh ledger for one test.
@@ -235,7 +251,7 @@ fn with_database(admin_url: &str, database: &str) -> String {
         Some((b, q)) => (b, Some(q)),
         None => (admin_url, None),
     };
-    let authority_start = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let authority_start = base.find("://").map_or(0, |i| i + 3);
     let base = match base[authority_start..].find('/') {
         Some(i) => &base[..authority_start + i],
         None => base,

@@ -47,8 +47,12 @@ fn date_shape(d: &str) -> Result<(), String> {
             .enumerate()
             .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
     let valid = ok
-        && d[5..7].parse::<u8>().is_ok_and(|m| (1..=12).contains(&m))
-        && d[8..].parse::<u8>().is_ok_and(|x| (1..=31).contains(&x));
+        && d.get(5..7)
+            .and_then(|m| m.parse::<u8>().ok())
+            .is_some_and(|m| (1..=12).contains(&m))
+        && d.get(8..)
+            .and_then(|x| x.parse::<u8>().ok())
+            .is_some_and(|x| (1..=31).contains(&x));
     if valid {
         Ok(())
     } else {
@@ -121,7 +125,10 @@ pub struct DetailParams {
 
 #[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // the words the handler checks, for the API document
+#[allow(
+    dead_code,
+    reason = "the words the handler checks, for the API document"
+)]
 pub enum DetailFormat {
     Json,
     Csv,

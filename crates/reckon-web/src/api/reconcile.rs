@@ -51,7 +51,7 @@ async fn find_effect(
         (status = 409, description = "Already resolved, or another worker is looking it up right now."),
     )
 )]
-#[allow(dead_code)] // only its description is used
+#[allow(dead_code, reason = "only its description is used")]
 pub fn reconcile_doc() {}
 
 /// Resolve one effect by hand, with a note that says why. A person concludes `applied`,
@@ -74,7 +74,7 @@ pub fn reconcile_doc() {}
         (status = 422, description = "Not an outcome a person may conclude, or no note; `error` says which."),
     )
 )]
-#[allow(dead_code)] // only its description is used
+#[allow(dead_code, reason = "only its description is used")]
 pub fn resolve_doc() {}
 
 /// `POST /api/v1/effects/{source}/{key}/reconcile` and `.../resolve` (described by
@@ -158,7 +158,10 @@ pub struct ResolveInput {
 /// The outcomes a person may conclude.
 #[derive(serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-#[allow(dead_code)] // the words the handler checks, for the API document
+#[allow(
+    dead_code,
+    reason = "the words the handler checks, for the API document"
+)]
 pub enum ManualOutcome {
     Applied,
     NotApplied,

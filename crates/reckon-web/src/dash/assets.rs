@@ -16,8 +16,9 @@ static FAVICON: &[u8] = include_bytes!("../../../../static/favicon.svg");
 
 /// `reckon.<first 12 hex of its sha256>.css`
 static CSS_NAME: LazyLock<String> = LazyLock::new(|| {
-    let h = hex::encode(Sha256::digest(CSS));
-    format!("reckon.{}.css", &h[..12])
+    let mut h = hex::encode(Sha256::digest(CSS));
+    h.truncate(12);
+    format!("reckon.{h}.css")
 });
 
 pub fn css_href() -> String {

@@ -35,9 +35,10 @@ pub(super) use csrf_form;
 /// Every state-changing form's first step, in one place: the form, or the page refusing
 /// it (400 when it does not parse or is too large, 403 when its CSRF token is not the
 /// session's). Nothing else is read or written before this passes.
-// The refusal is a whole response, returned at once, once per request: boxing it buys
-// nothing.
-#[allow(clippy::result_large_err)]
+#[allow(
+    clippy::result_large_err,
+    reason = "The refusal is a whole response, returned at once, once per request: boxing it buys nothing"
+)]
 pub(super) fn accept<F: HasCsrf>(
     s: &WebSession,
     form: Result<Form<F>, FormRejection>,

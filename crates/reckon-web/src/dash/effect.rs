@@ -127,7 +127,10 @@ pub fn state_words(e: &Effect, now: f64, tz: &TimeZone) -> String {
 
 #[derive(Deserialize)]
 pub struct EffectPath {
-    #[allow(dead_code)]
+    #[allow(
+        dead_code,
+        reason = "the route guard resolved the path's tenant into the session, which the handler reads"
+    )]
     tenant: String,
     source: String,
     key: String,
@@ -177,7 +180,10 @@ struct Flash {
     note: String,
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the page is built from each of its parts; a struct of them would only be unpacked again"
+)]
 fn effect_page(
     st: &AppState,
     tz: &TimeZone,

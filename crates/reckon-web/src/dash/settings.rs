@@ -134,7 +134,9 @@ async fn settings_response(
                 last_success: when_opt_in(x.last_success_at, tz),
                 last_error: x.last_error.clone().unwrap_or_default(),
                 failures: x.consecutive_failures,
-                writeback: x.writeback().map(|w| w.as_str()).unwrap_or("off"),
+                writeback: x
+                    .writeback()
+                    .map_or("off", reckon_ledger::WritebackPolicy::as_str),
                 can_writeback: x.kind.is_scanned(),
                 quarantine_href: format!(
                     "/t/{}/settings/sources/{}/quarantine",
@@ -357,7 +359,10 @@ pub async fn create_token(
 
 #[derive(Deserialize)]
 pub struct TokenPath {
-    #[allow(dead_code)]
+    #[allow(
+        dead_code,
+        reason = "the route guard resolved the path's tenant into the session, which the handler reads"
+    )]
     tenant: String,
     id: String,
 }
@@ -486,7 +491,10 @@ pub async fn set_route(
 
 #[derive(Deserialize)]
 pub struct SourcePath {
-    #[allow(dead_code)]
+    #[allow(
+        dead_code,
+        reason = "the route guard resolved the path's tenant into the session, which the handler reads"
+    )]
     tenant: String,
     name: String,
 }
@@ -552,7 +560,7 @@ pub async fn set_writeback(
         actor(&s),
         "source.writeback",
         Some(p.name.clone()),
-        json!({ "not_applied": policy.map(|x| x.as_str()), "via": "dashboard" }),
+        json!({ "not_applied": policy.map(reckon_ledger::WritebackPolicy::as_str), "via": "dashboard" }),
     )
     .await;
     Ok(back(&st, &s))

@@ -5,7 +5,10 @@
 //! Shared by the API, dashboard, browser and CLI tests, so every surface answers the same
 //! cases.
 
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 
 use reckon_domain::{SourceRecord, State, time};
 use reckon_engine::audit::{AuditCtx, AuditRequest, run_audit};

@@ -1,6 +1,13 @@
 //! Two tenants on a real ledger (SQLite file or a fresh PostgreSQL database), people with
 //! passwords, tokens, and a way to drive the whole app in-process like a browser would.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
+#![allow(
+    clippy::string_slice,
+    reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
+)]
 
 use axum::Router;
 use axum::body::Body;
@@ -48,7 +55,7 @@ pub fn with_database(admin_url: &str, database: &str) -> String {
         Some((b, q)) => (b, Some(q)),
         None => (admin_url, None),
     };
-    let start = base.find("://").map(|i| i + 3).unwrap_or(0);
+    let start = base.find("://").map_or(0, |i| i + 3);
     let base = match base[start..].find('/') {
         Some(i) => &base[..start + i],
         None => base,

@@ -1,7 +1,10 @@
 //! The request the route sweeps (`isolation.rs`: another tenant; `roles.rs`: every role of
 //! the same tenant) send to each route of the registry, with tenant A's (`acme`'s) names.
 //! A new route needs a request here or both sweeps fail: that is the point.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 
 use crate::common::{self, form};
 use axum::http::Method;

@@ -1,7 +1,10 @@
 //! A `reckon demo` for the CLI's tests: started on a data directory of the test's, with its
 //! banner read back, stopped when dropped.
 // Every test binary compiles this module and uses a part of it.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "a module shared by several test binaries; not each uses all of it"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
