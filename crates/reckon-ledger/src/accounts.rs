@@ -288,6 +288,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             created_at: now,
         })
     }
+
     async fn user_by_email(
         &self,
         email: &str,
@@ -296,15 +297,12 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         let Ok(email) = crate::accounts::normalise_email(email) else {
             return Ok(None);
         };
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
-        let row = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT id, email, password_hash, totp_secret, auth_generation, disabled_at, \
              created_at FROM app_user WHERE email = $1",
         )
-        .bind(&email)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(&email);
+        let row = self.read_opt(crate::accounts::Scope::Global, stmt).await?;
         let Some(row) = row else { return Ok(None) };
         let id: i64 = row.try_get("id")?;
         let sealed: Option<Vec<u8>> = row.try_get("totp_secret")?;
@@ -329,6 +327,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             generation: row.try_get("auth_generation")?,
         }))
     }
+
     async fn set_membership(
         &self,
         tenant: crate::TenantId,
@@ -350,16 +349,16 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         .await?;
         Ok(())
     }
+
     async fn memberships(&self, user_id: i64) -> crate::Result<Vec<(crate::Tenant, crate::Role)>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::User(user_id), false).await?;
-        let rows = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT t.id, t.slug, t.created_at, m.role FROM membership m \
              JOIN tenant t ON t.id = m.tenant_id WHERE m.user_id = $1 ORDER BY t.slug",
         )
-        .bind(user_id)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(user_id);
+        let rows = self
+            .read_all(crate::accounts::Scope::User(user_id), stmt)
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok((
@@ -369,20 +368,20 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             })
             .collect()
     }
+
     async fn members(
         &self,
         tenant: crate::model::TenantId,
     ) -> crate::Result<Vec<(crate::accounts::User, crate::Role)>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT u.id, u.email, u.disabled_at, u.created_at, m.role FROM membership m \
              JOIN app_user u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.email",
         )
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok((
@@ -397,6 +396,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             })
             .collect()
     }
+
     async fn set_password(&self, user_id: i64, password_hash: &str) -> crate::Result<()> {
         let n = self
             .exec(
@@ -414,6 +414,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         }
         Ok(())
     }
+
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> crate::Result<()> {
         let at = disabled.then(reckon_domain::time::now);
         let n = self
@@ -432,6 +433,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         }
         Ok(())
     }
+
     async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> crate::Result<()> {
         let sealed = secret.map(|s| self.keyring.seal(&crate::accounts::totp_aad(user_id), s));
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
@@ -443,6 +445,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn use_totp_step(&self, user_id: i64, step: i64) -> crate::Result<bool> {
         let n = self
             .exec(
@@ -457,6 +460,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             .await?;
         Ok(n == 1)
     }
+
     async fn create_session(
         &self,
         tenant: crate::TenantId,
@@ -480,6 +484,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         .await?;
         Ok(())
     }
+
     async fn session(
         &self,
         id_hash: &str,
@@ -556,6 +561,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(grant)
     }
+
     async fn delete_session(&self, id_hash: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Session(id_hash), true).await?;
         sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
@@ -565,6 +571,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn throttle_failures(
         &self,
         scope: &str,
@@ -585,6 +592,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(n.unwrap_or(0))
     }
+
     async fn throttle_record_failure(
         &self,
         scope: &str,
@@ -611,6 +619,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn throttle_admit(
         &self,
         account: &str,
@@ -694,6 +703,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(Admission::Admitted)
     }
+
     async fn throttle_succeeded(&self, account: &str, address: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
@@ -711,6 +721,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn throttle_reset(&self, scope: &str, key: &str) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = $1 AND key = $2")
@@ -721,6 +732,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn create_token_by(
         &self,
         tenant: crate::TenantId,
@@ -780,21 +792,21 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(id)
     }
+
     async fn list_tokens(
         &self,
         tenant: crate::TenantId,
     ) -> crate::Result<Vec<crate::accounts::TokenInfo>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT k.id, k.role, k.label, u.email, k.created_at, k.last_used_at, \
              k.revoked_at FROM api_token k LEFT JOIN app_user u ON u.id = k.created_by \
              WHERE k.tenant_id = $1 ORDER BY k.id",
         )
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(crate::accounts::TokenInfo {
@@ -809,6 +821,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             })
             .collect()
     }
+
     async fn revoke_token(&self, tenant: crate::TenantId, token_id: i64) -> crate::Result<bool> {
         let n = self
             .exec(
@@ -824,6 +837,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             .await?;
         Ok(n == 1)
     }
+
     async fn create_token(
         &self,
         tenant: TenantId,
@@ -846,6 +860,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         tx.commit().await?;
         Ok(id)
     }
+
     async fn authenticate_token(
         &self,
         token_hash: &str,

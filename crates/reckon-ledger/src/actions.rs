@@ -98,25 +98,24 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
         .await?;
         Ok(())
     }
+
     async fn list_actions(
         &self,
         tenant: TenantId,
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Action>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {ACTION_COLUMNS} FROM audit_log \
              WHERE tenant_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3"
         )))
         .bind(tenant.0)
         .bind(before_id.unwrap_or(i64::MAX))
-        .bind(limit.clamp(1, 1000))
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(limit.clamp(1, 1000));
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(action::<B::DB>).collect()
     }
+
     async fn actions_on(
         &self,
         tenant: TenantId,
@@ -124,18 +123,15 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
         before_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<Action>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {ACTION_COLUMNS} FROM audit_log \
              WHERE tenant_id = $1 AND target = $2 AND id < $3 ORDER BY id DESC LIMIT $4"
         )))
         .bind(tenant.0)
         .bind(target)
         .bind(before_id.unwrap_or(i64::MAX))
-        .bind(limit.clamp(1, 1000))
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(limit.clamp(1, 1000));
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(action::<B::DB>).collect()
     }
 }

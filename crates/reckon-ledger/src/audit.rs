@@ -211,11 +211,8 @@ impl<B: Driver> SqlLedger<B> {
 
     /// Every tenant, for the one-off jobs of migrate that go tenant by tenant.
     pub(crate) async fn all_tenants(&self) -> crate::Result<Vec<crate::model::Tenant>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
-        let rows = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY id")
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        let stmt = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY id");
+        let rows = self.read_all(crate::accounts::Scope::Global, stmt).await?;
         rows.iter().map(crate::rows::tenant::<B::DB>).collect()
     }
 
@@ -303,18 +300,18 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tenant: crate::model::TenantId,
     ) -> crate::Result<crate::audit::AuditSettings> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let row = sqlx::query("SELECT time_zone, audit_time FROM tenant WHERE id = $1")
-            .bind(tenant.0)
-            .fetch_optional(&mut *tx)
+        let stmt =
+            sqlx::query("SELECT time_zone, audit_time FROM tenant WHERE id = $1").bind(tenant.0);
+        let row = self
+            .read_opt(crate::accounts::Scope::Tenant(tenant), stmt)
             .await?
             .ok_or_else(|| crate::LedgerError::NotFound("tenant".into()))?;
-        tx.commit().await?;
         Ok(crate::audit::AuditSettings {
             time_zone: row.try_get(0)?,
             audit_time: row.try_get(1)?,
         })
     }
+
     async fn set_audit_settings(
         &self,
         tenant: crate::model::TenantId,
@@ -331,6 +328,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn store_provider_charges(
         &self,
         tenant: crate::model::TenantId,
@@ -380,6 +378,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         Ok(n)
     }
+
     async fn provider_charges(
         &self,
         tenant: crate::model::TenantId,
@@ -387,8 +386,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         from: f64,
         to: f64,
     ) -> crate::Result<Vec<crate::audit::StoredCharge>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM provider_charge WHERE tenant_id = $1 AND created >= $2 \
              AND created < $3 AND (provider_id = $4 OR $5) ORDER BY created, charge_id",
             crate::audit::CHARGE_COLUMNS
@@ -397,12 +395,13 @@ impl<B: Driver> Audits for SqlLedger<B> {
         .bind(from)
         .bind(to)
         .bind(provider_id.unwrap_or(-1))
-        .bind(provider_id.is_none())
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(provider_id.is_none());
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         rows.iter().map(Self::charge_row).collect()
     }
+
     async fn charges_by_ids_or_keys(
         &self,
         tenant: crate::model::TenantId,
@@ -453,6 +452,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         rows.iter().map(Self::charge_row).collect()
     }
+
     async fn effects_created_between(
         &self,
         tenant: crate::model::TenantId,
@@ -460,8 +460,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         to: f64,
         now: f64,
     ) -> crate::Result<Vec<crate::model::Effect>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
              WHERE e.tenant_id = $1 AND e.created_at >= $2 AND e.created_at < $3 \
              ORDER BY e.created_at, e.id",
@@ -469,14 +468,15 @@ impl<B: Driver> Audits for SqlLedger<B> {
         )))
         .bind(tenant.0)
         .bind(from)
-        .bind(to)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(to);
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         rows.iter()
             .map(|r| crate::rows::effect::<B::DB>(r, now))
             .collect()
     }
+
     async fn record_audit_run(
         &self,
         tenant: crate::model::TenantId,
@@ -567,14 +567,14 @@ impl<B: Driver> Audits for SqlLedger<B> {
         }
         Err(last_err.unwrap_or_else(|| crate::LedgerError::Conflict("audit run chain".into())))
     }
+
     async fn list_audit_runs(
         &self,
         tenant: crate::model::TenantId,
         day: Option<&str>,
         limit: i64,
     ) -> crate::Result<Vec<crate::audit::AuditRun>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM audit_run WHERE tenant_id = $1 AND (day = $2 OR $3) \
              ORDER BY seq DESC LIMIT $4",
             crate::audit::RUN_COLUMNS
@@ -582,49 +582,50 @@ impl<B: Driver> Audits for SqlLedger<B> {
         .bind(tenant.0)
         .bind(day.unwrap_or(""))
         .bind(day.is_none())
-        .bind(limit.clamp(1, 1000))
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(limit.clamp(1, 1000));
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         rows.iter().map(Self::audit_run_row).collect()
     }
+
     async fn get_audit_run(
         &self,
         tenant: crate::model::TenantId,
         id: i64,
     ) -> crate::Result<Option<crate::audit::AuditRun>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM audit_run WHERE tenant_id = $1 AND id = $2",
             crate::audit::RUN_COLUMNS
         )))
         .bind(tenant.0)
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(id);
+        let row = self
+            .read_opt(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         row.as_ref().map(Self::audit_run_row).transpose()
     }
+
     async fn audit_chain(
         &self,
         tenant: crate::model::TenantId,
         after_seq: i64,
         limit: i64,
     ) -> crate::Result<Vec<crate::audit::AuditRun>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
              ORDER BY seq LIMIT $3",
             crate::audit::RUN_COLUMNS
         )))
         .bind(tenant.0)
         .bind(after_seq)
-        .bind(limit.clamp(1, 10_000))
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(limit.clamp(1, 10_000));
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         rows.iter().map(Self::audit_run_row).collect()
     }
+
     async fn scheduled_audit_done(
         &self,
         tenant: crate::model::TenantId,
@@ -645,20 +646,20 @@ impl<B: Driver> Audits for SqlLedger<B> {
         tx.commit().await?;
         Ok(done.is_some())
     }
+
     async fn audit_metric(
         &self,
         tenant: crate::model::TenantId,
     ) -> crate::Result<Option<crate::audit::AuditMetric>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let row = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT finished_at, counts FROM audit_run WHERE tenant_id = $1 \
              AND status IN ('complete', 'partial') ORDER BY seq DESC LIMIT 1",
         )
-        .bind(tenant.0)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let row = self
+            .read_opt(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         let Some(row) = row else { return Ok(None) };
         let counts = crate::audit::parse_json("counts", &row.try_get::<String, _>(1)?)?;
         Ok(Some(crate::audit::AuditMetric {
@@ -666,20 +667,20 @@ impl<B: Driver> Audits for SqlLedger<B> {
             findings: crate::audit::finding_counts_of(&counts),
         }))
     }
+
     async fn audit_links(
         &self,
         tenant: crate::model::TenantId,
     ) -> crate::Result<Vec<crate::audit::ChainLink>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT id, seq, prev_digest, digest FROM audit_run WHERE tenant_id = $1 \
              ORDER BY seq",
         )
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(crate::audit::ChainLink {
@@ -691,6 +692,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
             })
             .collect()
     }
+
     async fn audit_glance(
         &self,
         tenant: crate::model::TenantId,

@@ -329,9 +329,9 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
     async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
         B::metrics_snapshot(self, q).await
     }
+
     async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(AssertSqlSafe(queue_sql()))
+        let stmt = sqlx::query(AssertSqlSafe(queue_sql()))
             .bind(tenant.0)
             .bind(q.now)
             .bind(q.source.as_deref())
@@ -342,29 +342,26 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
             .bind(q.needs_attention)
             .bind(q.after.map(|a| a.0))
             .bind(q.after.map_or(0, |a| a.1))
-            .bind(q.limit)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .bind(q.limit);
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(|r| queue_row::<B::DB>(r, q.now)).collect()
     }
+
     async fn unresolved_summary(
         &self,
         tenant: TenantId,
         now: f64,
         replay: crate::dashboard::ReplayClosing,
     ) -> Result<Vec<KindSummary>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(AssertSqlSafe(summary_sql()))
+        let stmt = sqlx::query(AssertSqlSafe(summary_sql()))
             .bind(tenant.0)
             .bind(now)
             .bind(replay.open_after)
-            .bind(replay.closing_before)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .bind(replay.closing_before);
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(kind_row::<B::DB>).collect()
     }
+
     async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
         // One transaction: the row written is the count this transaction read.
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
@@ -391,25 +388,19 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         tx.commit().await?;
         Ok(snap)
     }
+
     async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(SNAPSHOTS_SQL)
-            .bind(tenant.0)
-            .bind(since)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        let stmt = sqlx::query(SNAPSHOTS_SQL).bind(tenant.0).bind(since);
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(snapshot_row::<B::DB>).collect()
     }
+
     async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(PROVIDER_HEALTH_SQL)
+        let stmt = sqlx::query(PROVIDER_HEALTH_SQL)
             .bind(tenant.0)
             .bind(since)
-            .bind((since / LOOKUP_BUCKET_SECS).ceil() * LOOKUP_BUCKET_SECS)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+            .bind((since / LOOKUP_BUCKET_SECS).ceil() * LOOKUP_BUCKET_SECS);
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(provider_health_row::<B::DB>).collect()
     }
 }

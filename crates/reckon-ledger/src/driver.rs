@@ -127,6 +127,30 @@ impl<B: Driver> SqlLedger<B> {
         tx.commit().await?;
         Ok(n)
     }
+
+    /// One read in a transaction of its own, in `scope`: every row.
+    pub(crate) async fn read_all(
+        &self,
+        scope: Scope<'_>,
+        q: sqlx::query::Query<'_, B::DB, <B::DB as Database>::Arguments>,
+    ) -> Result<Vec<<B::DB as Database>::Row>> {
+        let mut tx = B::begin(self, scope, false).await?;
+        let rows = q.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    /// One read in a transaction of its own, in `scope`: the row, if there is one.
+    pub(crate) async fn read_opt(
+        &self,
+        scope: Scope<'_>,
+        q: sqlx::query::Query<'_, B::DB, <B::DB as Database>::Arguments>,
+    ) -> Result<Option<<B::DB as Database>::Row>> {
+        let mut tx = B::begin(self, scope, false).await?;
+        let row = q.fetch_optional(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
+    }
 }
 
 /// How many rows a statement changed.

@@ -110,8 +110,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
         after_id: i64,
         limit: i64,
     ) -> Result<Vec<(i64, String)>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let found = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT id, key FROM effect WHERE tenant_id = $1 AND source_id = $2 AND id > $3 \
              AND gone_at IS NULL ORDER BY id LIMIT $4",
         )
@@ -119,10 +118,8 @@ impl<B: Driver> Effects for SqlLedger<B> {
         .bind(source_id)
         .bind(after_id)
         .bind(limit)
-        .persistent(!B::PLAN_EACH_TIME)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .persistent(!B::PLAN_EACH_TIME);
+        let found = self.read_all(Scope::Tenant(tenant), stmt).await?;
         tracing::Span::current().record("items", found.len());
         found
             .iter()
@@ -187,6 +184,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
         tx.commit().await?;
         Ok(out)
     }
+
     async fn list_effects(&self, tenant: TenantId, q: &EffectQuery) -> Result<Vec<Effect>> {
         let mut qb = QueryBuilder::<B::DB>::new(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.tenant_id = ",
@@ -202,6 +200,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
             .map(|r| rows::effect::<B::DB>(r, q.now))
             .collect()
     }
+
     async fn get_effect(
         &self,
         tenant: TenantId,
@@ -244,8 +243,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
     /// 1 ms at 1,000,000 effects).
     async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>> {
         let now = time::now();
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let found = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.id IN ( \
                SELECT id FROM effect WHERE tenant_id = $1 AND key = $2 \
                  AND source_id IN (SELECT id FROM source WHERE tenant_id = $1) \
@@ -256,26 +254,22 @@ impl<B: Driver> Effects for SqlLedger<B> {
         )))
         .bind(tenant.0)
         .bind(text)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(limit);
+        let found = self.read_all(Scope::Tenant(tenant), stmt).await?;
         found
             .iter()
             .map(|r| rows::effect::<B::DB>(r, now))
             .collect()
     }
+
     async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let found = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT s.name, q.reason, COUNT(*) AS n FROM quarantine q \
              JOIN source s ON s.id = q.source_id WHERE q.tenant_id = $1 \
              GROUP BY s.name, q.reason ORDER BY s.name, q.reason",
         )
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let found = self.read_all(Scope::Tenant(tenant), stmt).await?;
         found
             .iter()
             .map(|r| {
@@ -287,23 +281,21 @@ impl<B: Driver> Effects for SqlLedger<B> {
             })
             .collect()
     }
+
     async fn list_quarantine(
         &self,
         tenant: TenantId,
         source_id: i64,
         limit: i64,
     ) -> Result<Vec<QuarantineEntry>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let found = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM quarantine WHERE tenant_id = $1 AND source_id = $2 ORDER BY id LIMIT $3",
             rows::QUARANTINE_COLUMNS
         )))
         .bind(tenant.0)
         .bind(source_id)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(limit);
+        let found = self.read_all(Scope::Tenant(tenant), stmt).await?;
         found.iter().map(rows::quarantine::<B::DB>).collect()
     }
 }

@@ -68,6 +68,7 @@ impl<B: Driver> Leases for SqlLedger<B> {
             expires_at: r.get(1),
         }))
     }
+
     async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
@@ -89,6 +90,7 @@ impl<B: Driver> Leases for SqlLedger<B> {
             ..lease.clone()
         }))
     }
+
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         // Expire rather than delete: the term must keep growing across owners.
         let now = B::NOW;
@@ -105,6 +107,7 @@ impl<B: Driver> Leases for SqlLedger<B> {
         .await?;
         Ok(())
     }
+
     async fn count_leases(&self, prefix: &str) -> Result<i64> {
         // substr, not LIKE: a name may hold `_` or `%`.
         let now = B::NOW;
@@ -119,16 +122,14 @@ impl<B: Driver> Leases for SqlLedger<B> {
         tx.commit().await?;
         Ok(n)
     }
+
     async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
         let now = B::NOW;
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT owner, term, expires_at FROM work_lease WHERE name = $1 AND expires_at > {now}"
         )))
-        .bind(name)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(name);
+        let row = self.read_opt(crate::accounts::Scope::Global, stmt).await?;
         Ok(row.map(|r| Lease {
             name: name.to_owned(),
             owner: r.get(0),

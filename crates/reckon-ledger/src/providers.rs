@@ -147,6 +147,7 @@ impl<B: Driver> Providers for SqlLedger<B> {
         tx.commit().await?;
         provider_row::<B::DB>(&row)
     }
+
     async fn update_provider(
         &self,
         tenant: TenantId,
@@ -180,23 +181,24 @@ impl<B: Driver> Providers for SqlLedger<B> {
         tx.commit().await?;
         provider_row::<B::DB>(&row)
     }
+
     async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 ORDER BY name"
         )))
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(provider_row::<B::DB>).collect()
     }
+
     async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider> {
         self.provider_where(tenant, Some(name), None).await
     }
+
     async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider> {
         self.provider_where(tenant, None, Some(id)).await
     }
+
     async fn provider_secret(
         &self,
         tenant: TenantId,
@@ -222,6 +224,7 @@ impl<B: Driver> Providers for SqlLedger<B> {
         let text = String::from_utf8(clear).map_err(|_| LedgerError::Decrypt)?;
         Ok(Some(SecretString::from(text)))
     }
+
     async fn set_route(
         &self,
         tenant: TenantId,
@@ -265,18 +268,16 @@ impl<B: Driver> Providers for SqlLedger<B> {
             source_id,
         })
     }
+
     async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT r.id, s.name AS source_name, r.operation, p.name AS provider_name, \
              r.provider_id, r.source_id FROM provider_route r \
              JOIN source s ON s.id = r.source_id LEFT JOIN provider p ON p.id = r.provider_id \
              WHERE r.tenant_id = $1 ORDER BY s.name, r.operation",
         )
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter()
             .map(|r| {
                 Ok(Route {
@@ -300,21 +301,20 @@ impl<B: Driver> SqlLedger<B> {
         name: Option<&str>,
         id: Option<i64>,
     ) -> Result<Provider> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {PROVIDER_COLUMNS} FROM provider WHERE tenant_id = $1 \
              AND (name = $2 OR id = $3)"
         )))
         .bind(tenant.0)
         .bind(name)
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| match name {
-            Some(n) => LedgerError::NotFound(format!("provider {n:?}")),
-            None => LedgerError::NotFound(format!("provider #{}", id.unwrap_or_default())),
-        })?;
-        tx.commit().await?;
+        .bind(id);
+        let row = self
+            .read_opt(Scope::Tenant(tenant), stmt)
+            .await?
+            .ok_or_else(|| match name {
+                Some(n) => LedgerError::NotFound(format!("provider {n:?}")),
+                None => LedgerError::NotFound(format!("provider #{}", id.unwrap_or_default())),
+            })?;
         provider_row::<B::DB>(&row)
     }
 }

@@ -284,6 +284,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         tx.commit().await?;
         Ok(out)
     }
+
     async fn claim_effect(
         &self,
         tenant: TenantId,
@@ -308,6 +309,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         tx.commit().await?;
         Ok(c.into_iter().next())
     }
+
     async fn defer(
         &self,
         tenant: TenantId,
@@ -332,6 +334,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         .await?;
         Ok(())
     }
+
     async fn record_attempt(
         &self,
         tenant: TenantId,
@@ -420,6 +423,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
             resolved_now,
         })
     }
+
     async fn resolve_by_hand(
         &self,
         tenant: TenantId,
@@ -477,6 +481,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         resolved.sort_unstable();
         Ok(resolved)
     }
+
     async fn reconcile_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let state = sqlx::query(AssertSqlSafe(format!(
@@ -507,6 +512,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
             resolution,
         })
     }
+
     async fn requeue_indeterminate(
         &self,
         tenant: TenantId,

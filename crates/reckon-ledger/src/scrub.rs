@@ -143,15 +143,14 @@ impl<B: Driver> SqlLedger<B> {
         tenant: crate::model::TenantId,
     ) -> crate::Result<Option<reckon_domain::Redactor>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let rows = sqlx::query(
+        let stmt = sqlx::query(
             "SELECT name, secret_ciphertext FROM provider \
              WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
         )
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let rows = self
+            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
+            .await?;
         let mut secrets = Vec::new();
         for row in rows {
             let name: String = row.try_get(0)?;

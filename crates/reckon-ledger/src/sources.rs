@@ -85,32 +85,30 @@ impl<B: Driver> Tenants for SqlLedger<B> {
         tx.commit().await?;
         rows::tenant::<B::DB>(&row)
     }
+
     async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
-        let mut tx = B::begin(self, Scope::Global, false).await?;
-        let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE slug = $1")
-            .bind(slug)
-            .fetch_optional(&mut *tx)
+        let stmt =
+            sqlx::query("SELECT id, slug, created_at FROM tenant WHERE slug = $1").bind(slug);
+        let row = self
+            .read_opt(Scope::Global, stmt)
             .await?
             .ok_or_else(|| LedgerError::NotFound(format!("tenant {slug:?}")))?;
-        tx.commit().await?;
         rows::tenant::<B::DB>(&row)
     }
+
     async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant> {
-        let mut tx = B::begin(self, Scope::Global, false).await?;
-        let row = sqlx::query("SELECT id, slug, created_at FROM tenant WHERE id = $1")
-            .bind(tenant.0)
-            .fetch_optional(&mut *tx)
+        let stmt =
+            sqlx::query("SELECT id, slug, created_at FROM tenant WHERE id = $1").bind(tenant.0);
+        let row = self
+            .read_opt(Scope::Global, stmt)
             .await?
             .ok_or_else(|| LedgerError::NotFound(format!("tenant {}", tenant.0)))?;
-        tx.commit().await?;
         rows::tenant::<B::DB>(&row)
     }
+
     async fn list_tenants(&self) -> Result<Vec<Tenant>> {
-        let mut tx = B::begin(self, Scope::Global, false).await?;
-        let found = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY slug")
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        let stmt = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY slug");
+        let found = self.read_all(Scope::Global, stmt).await?;
         found.iter().map(rows::tenant::<B::DB>).collect()
     }
 }
@@ -151,32 +149,31 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         rows::source::<B::DB>(&row)
     }
+
     async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let found = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM source WHERE tenant_id = $1 ORDER BY name",
             rows::SOURCE_COLUMNS
         )))
-        .bind(tenant.0)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(tenant.0);
+        let found = self.read_all(Scope::Tenant(tenant), stmt).await?;
         found.iter().map(rows::source::<B::DB>).collect()
     }
+
     async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM source WHERE tenant_id = $1 AND name = $2",
             rows::SOURCE_COLUMNS
         )))
         .bind(tenant.0)
-        .bind(name)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
-        tx.commit().await?;
+        .bind(name);
+        let row = self
+            .read_opt(Scope::Tenant(tenant), stmt)
+            .await?
+            .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
         rows::source::<B::DB>(&row)
     }
+
     async fn update_source(
         &self,
         tenant: TenantId,
@@ -205,6 +202,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         rows::source::<B::DB>(&row)
     }
+
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
         let tenants = self.list_tenants().await?;
         let mut out = Vec::new();
@@ -217,6 +215,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
         }
         Ok(out)
     }
+
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let sealed: Option<Vec<u8>> = sqlx::query_scalar(
@@ -237,6 +236,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
             .map(SecretString::from)
             .map_err(|_| LedgerError::Decrypt)
     }
+
     async fn record_scan_success(
         &self,
         tenant: TenantId,
@@ -261,6 +261,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn record_scan_failure(
         &self,
         tenant: TenantId,
@@ -284,6 +285,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn request_scan(
         &self,
         tenant: TenantId,

@@ -65,11 +65,13 @@ impl<B: Driver> Store for SqlLedger<B> {
     fn backend(&self) -> Backend {
         B::KIND
     }
+
     async fn migrate(&self) -> Result<()> {
         B::migrate_schema(self).await?;
         self.backfill_charge_terms().await?;
         self.scrub_pending().await
     }
+
     async fn ping(&self) -> Result<()> {
         // One round trip on a pooled connection: no tenant data, so no scope.
         let mut conn = self.pool.acquire().await?;
@@ -80,6 +82,7 @@ impl<B: Driver> Store for SqlLedger<B> {
     fn pool_status(&self) -> PoolStatus {
         PoolStatus::of(&self.pool)
     }
+
     async fn instance_identity(&self) -> Result<String> {
         let mut conn = self.pool.acquire().await?;
         Ok(
@@ -88,6 +91,7 @@ impl<B: Driver> Store for SqlLedger<B> {
                 .await?,
         )
     }
+
     async fn check_keyring(&self) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let sealed: Option<Vec<u8>> =
@@ -119,6 +123,7 @@ impl<B: Driver> Store for SqlLedger<B> {
         tx.commit().await?;
         Ok(())
     }
+
     async fn rotate_keyring(
         &self,
         new: &crate::Keyring,

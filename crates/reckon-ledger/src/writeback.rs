@@ -294,6 +294,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         tx.commit().await?;
         Ok(source)
     }
+
     async fn writeback_candidates(
         &self,
         tenant: crate::TenantId,
@@ -323,6 +324,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
             .map(crate::writeback::candidate_row::<B::DB>)
             .collect()
     }
+
     async fn list_writebacks(
         &self,
         tenant: crate::TenantId,
@@ -358,6 +360,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
             .map(crate::writeback::writeback_row::<B::DB>)
             .collect()
     }
+
     async fn begin_writeback(
         &self,
         tenant: crate::TenantId,
@@ -410,6 +413,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         tx.commit().await?;
         crate::writeback::writeback_row::<B::DB>(&row)
     }
+
     async fn finish_writeback(
         &self,
         tenant: crate::TenantId,
