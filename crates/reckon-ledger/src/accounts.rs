@@ -7,11 +7,13 @@
 //! (`set_config('reckon.tenant' | 'reckon.token' | 'reckon.session' | 'reckon.user', ...,
 //! true)`), SQLite has no RLS and ignores it.
 
+use crate::LedgerError;
 use crate::Result;
 use crate::driver::{Driver, SqlLedger, sql};
 use crate::model::{Role, Tenant, TenantId};
-use async_trait::async_trait;
+use crate::rows;
 use macro_rules_attribute::apply;
+use reckon_domain::time;
 use serde::Serialize;
 
 /// What a transaction may see under PostgreSQL row-level security.
@@ -162,109 +164,18 @@ pub(crate) fn normalise_email(email: &str) -> Result<String> {
     if ok {
         Ok(e)
     } else {
-        Err(crate::LedgerError::Invalid(format!(
+        Err(LedgerError::Invalid(format!(
             "{email:?} is not an email address"
         )))
     }
 }
 
-#[async_trait]
-pub trait Accounts: Send + Sync {
-    async fn create_user(&self, email: &str, password_hash: &str) -> Result<User>;
-    async fn user_by_email(&self, email: &str) -> Result<Option<UserCredentials>>;
-    /// Add or change a person's role in a tenant.
-    async fn set_membership(&self, tenant: TenantId, user_id: i64, role: Role) -> Result<()>;
-    async fn memberships(&self, user_id: i64) -> Result<Vec<(Tenant, Role)>>;
-    /// The people of a tenant with their role there, by email.
-    async fn members(&self, tenant: TenantId) -> Result<Vec<(User, Role)>>;
-    /// New password: every session and token of the user ends.
-    async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()>;
-    /// Disabling (or enabling) ends every session and token of the user.
-    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> Result<()>;
-    /// Turn the second factor on (`Some`) or off.
-    async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()>;
-
-    /// Take TOTP time step `step` for the person: true only when it is later than the last
-    /// step taken (one conditional UPDATE, so two replicas cannot both accept one code).
-    async fn use_totp_step(&self, user_id: i64, step: i64) -> Result<bool>;
-
-    async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<()>;
-    /// The live session with this id hash: not expired, its user enabled and of the same
-    /// generation, still a member. Moves `last_seen_at` and the inactivity deadline.
-    async fn session(
-        &self,
-        id_hash: &str,
-        now: f64,
-        idle_secs: f64,
-    ) -> Result<Option<SessionGrant>>;
-    async fn delete_session(&self, id_hash: &str) -> Result<()>;
-
-    /// Failures counted for (scope, key) in the current window.
-    async fn throttle_failures(&self, scope: &str, key: &str, now: f64, window: f64)
-    -> Result<i64>;
-    async fn throttle_record_failure(
-        &self,
-        scope: &str,
-        key: &str,
-        now: f64,
-        window: f64,
-    ) -> Result<()>;
-    async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()>;
-
-    /// Admit one sign-in attempt of `account` from `address`, or refuse it, and count it,
-    /// in one ledger transaction: an admitted attempt counts as a failure from the start
-    /// (the account's consecutive failures, and an attempt of the address's window), so
-    /// however many attempts race, on however many replicas, at most
-    /// `policy.account_free` of an unlocked account are admitted before it locks. The
-    /// account's lock is `policy.lock_after(failures)`. Nothing is counted for a refusal.
-    async fn throttle_admit(
-        &self,
-        account: &str,
-        address: &str,
-        now: f64,
-        policy: &ThrottlePolicy,
-    ) -> Result<Admission>;
-
-    /// An admitted attempt signed in: the account's failures and lock are cleared, and the
-    /// address gets its attempt back.
-    async fn throttle_succeeded(&self, account: &str, address: &str) -> Result<()>;
-
-    /// A token made by `creator`. A person may not make a token above their own role.
-    async fn create_token_by(
-        &self,
-        tenant: TenantId,
-        role: Role,
-        token_hash: &str,
-        label: &str,
-        creator: TokenCreator,
-    ) -> Result<i64>;
-    /// An operator's token (no person behind it): `reckon token create`.
-    async fn create_token(
-        &self,
-        tenant: TenantId,
-        role: Role,
-        token_hash: &str,
-        label: &str,
-    ) -> Result<i64>;
-    /// The tenant and role of a live token with this hash, if any. A person's token acts
-    /// with at most their current role, and dies with their generation.
-    async fn authenticate_token(&self, token_hash: &str) -> Result<Option<crate::TokenGrant>>;
-    async fn list_tokens(&self, tenant: TenantId) -> Result<Vec<TokenInfo>>;
-    /// `false` when no live token of this tenant has that id.
-    async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool>;
-}
-
 #[apply(sql!)]
-#[async_trait::async_trait]
 impl<B: Driver> Accounts for SqlLedger<B> {
-    async fn create_user(
-        &self,
-        email: &str,
-        password_hash: &str,
-    ) -> crate::Result<crate::accounts::User> {
-        let email = crate::accounts::normalise_email(email)?;
-        let now = reckon_domain::time::now();
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+    async fn create_user(&self, email: &str, password_hash: &str) -> Result<User> {
+        let email = normalise_email(email)?;
+        let now = time::now();
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO app_user (email, password_hash, created_at) VALUES ($1, $2, $3) \
              RETURNING id",
@@ -274,14 +185,12 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         .bind(now)
         .fetch_one(&mut *tx)
         .await
-        .map_err(|e| match crate::LedgerError::from(e) {
-            crate::LedgerError::Conflict(_) => {
-                crate::LedgerError::Conflict(format!("user {email:?}"))
-            }
+        .map_err(|e| match LedgerError::from(e) {
+            LedgerError::Conflict(_) => LedgerError::Conflict(format!("user {email:?}")),
             other => other,
         })?;
         tx.commit().await?;
-        Ok(crate::accounts::User {
+        Ok(User {
             id,
             email,
             disabled: false,
@@ -289,12 +198,9 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         })
     }
 
-    async fn user_by_email(
-        &self,
-        email: &str,
-    ) -> crate::Result<Option<crate::accounts::UserCredentials>> {
+    async fn user_by_email(&self, email: &str) -> Result<Option<UserCredentials>> {
         use sqlx::Row;
-        let Ok(email) = crate::accounts::normalise_email(email) else {
+        let Ok(email) = normalise_email(email) else {
             return Ok(None);
         };
         let stmt = sqlx::query(
@@ -302,7 +208,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
              created_at FROM app_user WHERE email = $1",
         )
         .bind(&email);
-        let row = self.read_opt(crate::accounts::Scope::Global, stmt).await?;
+        let row = self.read_opt(Scope::Global, stmt).await?;
         let Some(row) = row else { return Ok(None) };
         let id: i64 = row.try_get("id")?;
         let sealed: Option<Vec<u8>> = row.try_get("totp_secret")?;
@@ -310,13 +216,13 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             None => None,
             Some(s) => Some(secrecy::SecretBox::new(Box::new(
                 self.keyring
-                    .open(&crate::accounts::totp_aad(id), &s)
-                    .ok_or(crate::LedgerError::Decrypt)?,
+                    .open(&totp_aad(id), &s)
+                    .ok_or(LedgerError::Decrypt)?,
             ))),
         };
         let disabled_at: Option<f64> = row.try_get("disabled_at")?;
-        Ok(Some(crate::accounts::UserCredentials {
-            user: crate::accounts::User {
+        Ok(Some(UserCredentials {
+            user: User {
                 id,
                 email: row.try_get("email")?,
                 disabled: disabled_at.is_some(),
@@ -328,14 +234,10 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         }))
     }
 
-    async fn set_membership(
-        &self,
-        tenant: crate::TenantId,
-        user_id: i64,
-        role: crate::Role,
-    ) -> crate::Result<()> {
+    /// Add or change a person's role in a tenant.
+    async fn set_membership(&self, tenant: TenantId, user_id: i64, role: Role) -> Result<()> {
         self.exec(
-            crate::accounts::Scope::Tenant(tenant),
+            Scope::Tenant(tenant),
             sqlx::query(
                 "INSERT INTO membership (user_id, tenant_id, role, created_at) \
              VALUES ($1, $2, $3, $4) \
@@ -344,63 +246,53 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             .bind(user_id)
             .bind(tenant.0)
             .bind(role.as_str())
-            .bind(reckon_domain::time::now()),
+            .bind(time::now()),
         )
         .await?;
         Ok(())
     }
 
-    async fn memberships(&self, user_id: i64) -> crate::Result<Vec<(crate::Tenant, crate::Role)>> {
+    async fn memberships(&self, user_id: i64) -> Result<Vec<(Tenant, Role)>> {
         let stmt = sqlx::query(
             "SELECT t.id, t.slug, t.created_at, m.role FROM membership m \
              JOIN tenant t ON t.id = m.tenant_id WHERE m.user_id = $1 ORDER BY t.slug",
         )
         .bind(user_id);
-        let rows = self
-            .read_all(crate::accounts::Scope::User(user_id), stmt)
-            .await?;
+        let rows = self.read_all(Scope::User(user_id), stmt).await?;
         rows.iter()
-            .map(|r| {
-                Ok((
-                    crate::rows::tenant::<B::DB>(r)?,
-                    crate::rows::role::<B::DB>(r)?,
-                ))
-            })
+            .map(|r| Ok((rows::tenant::<B::DB>(r)?, rows::role::<B::DB>(r)?)))
             .collect()
     }
 
-    async fn members(
-        &self,
-        tenant: crate::model::TenantId,
-    ) -> crate::Result<Vec<(crate::accounts::User, crate::Role)>> {
+    /// The people of a tenant with their role there, by email.
+    async fn members(&self, tenant: TenantId) -> Result<Vec<(User, Role)>> {
         use sqlx::Row;
         let stmt = sqlx::query(
             "SELECT u.id, u.email, u.disabled_at, u.created_at, m.role FROM membership m \
              JOIN app_user u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.email",
         )
         .bind(tenant.0);
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter()
             .map(|r| {
                 Ok((
-                    crate::accounts::User {
+                    User {
                         id: r.try_get("id")?,
                         email: r.try_get("email")?,
                         disabled: r.try_get::<Option<f64>, _>("disabled_at")?.is_some(),
                         created_at: r.try_get("created_at")?,
                     },
-                    crate::rows::role::<B::DB>(r)?,
+                    rows::role::<B::DB>(r)?,
                 ))
             })
             .collect()
     }
 
-    async fn set_password(&self, user_id: i64, password_hash: &str) -> crate::Result<()> {
+    /// New password: every session and token of the user ends.
+    async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()> {
         let n = self
             .exec(
-                crate::accounts::Scope::Global,
+                Scope::Global,
                 sqlx::query(
                     "UPDATE app_user SET password_hash = $1, \
              auth_generation = auth_generation + 1 WHERE id = $2",
@@ -410,16 +302,17 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             )
             .await?;
         if n == 0 {
-            return Err(crate::LedgerError::NotFound(format!("user {user_id}")));
+            return Err(LedgerError::NotFound(format!("user {user_id}")));
         }
         Ok(())
     }
 
-    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> crate::Result<()> {
-        let at = disabled.then(reckon_domain::time::now);
+    /// Disabling (or enabling) ends every session and token of the user.
+    async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> Result<()> {
+        let at = disabled.then(time::now);
         let n = self
             .exec(
-                crate::accounts::Scope::Global,
+                Scope::Global,
                 sqlx::query(
                     "UPDATE app_user SET disabled_at = $1, \
              auth_generation = auth_generation + 1 WHERE id = $2",
@@ -429,14 +322,15 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             )
             .await?;
         if n == 0 {
-            return Err(crate::LedgerError::NotFound(format!("user {user_id}")));
+            return Err(LedgerError::NotFound(format!("user {user_id}")));
         }
         Ok(())
     }
 
-    async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> crate::Result<()> {
-        let sealed = secret.map(|s| self.keyring.seal(&crate::accounts::totp_aad(user_id), s));
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+    /// Turn the second factor on (`Some`) or off.
+    async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()> {
+        let sealed = secret.map(|s| self.keyring.seal(&totp_aad(user_id), s));
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         sqlx::query("UPDATE app_user SET totp_secret = $1 WHERE id = $2")
             .bind(sealed)
             .bind(user_id)
@@ -446,10 +340,12 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
-    async fn use_totp_step(&self, user_id: i64, step: i64) -> crate::Result<bool> {
+    /// Take TOTP time step `step` for the person: true only when it is later than the last
+    /// step taken (one conditional UPDATE, so two replicas cannot both accept one code).
+    async fn use_totp_step(&self, user_id: i64, step: i64) -> Result<bool> {
         let n = self
             .exec(
-                crate::accounts::Scope::Global,
+                Scope::Global,
                 sqlx::query(
                     "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
              AND (totp_last_step IS NULL OR totp_last_step < $2)",
@@ -461,13 +357,9 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(n == 1)
     }
 
-    async fn create_session(
-        &self,
-        tenant: crate::TenantId,
-        new: crate::accounts::NewSession,
-    ) -> crate::Result<()> {
+    async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<()> {
         self.exec(
-            crate::accounts::Scope::Tenant(tenant),
+            Scope::Tenant(tenant),
             sqlx::query(
                 "INSERT INTO web_session (id_hash, tenant_id, user_id, auth_generation, \
              csrf_token, created_at, last_seen_at, expires_at) \
@@ -485,14 +377,16 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
+    /// The live session with this id hash: not expired, its user enabled and of the same
+    /// generation, still a member. Moves `last_seen_at` and the inactivity deadline.
     async fn session(
         &self,
         id_hash: &str,
         now: f64,
         idle_secs: f64,
-    ) -> crate::Result<Option<crate::accounts::SessionGrant>> {
+    ) -> Result<Option<SessionGrant>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Session(id_hash), true).await?;
+        let mut tx = B::begin(self, Scope::Session(id_hash), true).await?;
         let Some(s) = sqlx::query(
             "SELECT tenant_id, user_id, auth_generation, csrf_token, last_seen_at, \
              expires_at FROM web_session WHERE id_hash = $1",
@@ -509,8 +403,8 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         let expires_at: f64 = s.try_get("expires_at")?;
         let last_seen: f64 = s.try_get("last_seen_at")?;
         let csrf_token: String = s.try_get("csrf_token")?;
-        let tenant = crate::TenantId(tenant_id);
-        B::rescope(&mut tx, crate::accounts::Scope::Tenant(tenant)).await?;
+        let tenant = TenantId(tenant_id);
+        B::rescope(&mut tx, Scope::Tenant(tenant)).await?;
         let live = sqlx::query(
             "SELECT u.email, u.created_at AS user_created_at, u.auth_generation, \
              u.disabled_at, m.role, t.id, t.slug, t.created_at \
@@ -528,15 +422,15 @@ impl<B: Driver> Accounts for SqlLedger<B> {
                     && r.try_get::<Option<f64>, _>("disabled_at")?.is_none()
                     && r.try_get::<i64, _>("auth_generation")? == generation =>
             {
-                Some(crate::accounts::SessionGrant {
-                    tenant: crate::rows::tenant::<B::DB>(&r)?,
-                    user: crate::accounts::User {
+                Some(SessionGrant {
+                    tenant: rows::tenant::<B::DB>(&r)?,
+                    user: User {
                         id: user_id,
                         email: r.try_get("email")?,
                         disabled: false,
                         created_at: r.try_get("user_created_at")?,
                     },
-                    role: crate::rows::role::<B::DB>(&r)?,
+                    role: rows::role::<B::DB>(&r)?,
                     csrf_token,
                 })
             }
@@ -562,8 +456,8 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(grant)
     }
 
-    async fn delete_session(&self, id_hash: &str) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Session(id_hash), true).await?;
+    async fn delete_session(&self, id_hash: &str) -> Result<()> {
+        let mut tx = B::begin(self, Scope::Session(id_hash), true).await?;
         sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
             .bind(id_hash)
             .execute(&mut *tx)
@@ -572,14 +466,15 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
+    /// Failures counted for (scope, key) in the current window.
     async fn throttle_failures(
         &self,
         scope: &str,
         key: &str,
         now: f64,
         window: f64,
-    ) -> crate::Result<i64> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
+    ) -> Result<i64> {
+        let mut tx = B::begin(self, Scope::Global, false).await?;
         let n: Option<i64> = sqlx::query_scalar(
             "SELECT failures FROM auth_throttle WHERE scope = $1 AND key = $2 \
              AND window_start > $3",
@@ -599,8 +494,8 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         key: &str,
         now: f64,
         window: f64,
-    ) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+    ) -> Result<()> {
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         // One statement, so concurrent failures on several replicas all count.
         sqlx::query(
             "INSERT INTO auth_throttle (scope, key, failures, window_start) \
@@ -620,19 +515,25 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
+    /// Admit one sign-in attempt of `account` from `address`, or refuse it, and count it,
+    /// in one ledger transaction: an admitted attempt counts as a failure from the start
+    /// (the account's consecutive failures, and an attempt of the address's window), so
+    /// however many attempts race, on however many replicas, at most
+    /// `policy.account_free` of an unlocked account are admitted before it locks. The
+    /// account's lock is `policy.lock_after(failures)`. Nothing is counted for a refusal.
     async fn throttle_admit(
         &self,
         account: &str,
         address: &str,
         now: f64,
-        policy: &crate::accounts::ThrottlePolicy,
-    ) -> crate::Result<crate::accounts::Admission> {
-        use crate::accounts::Admission;
+        policy: &ThrottlePolicy,
+    ) -> Result<Admission> {
+        use Admission;
         // One write transaction (SQLite: the write lock from BEGIN; PostgreSQL:
         // the rows' locks, taken by the first UPDATE of each and held to commit,
         // and a concurrent UPDATE re-reads the row it waited for). A refusal rolls
         // back whatever this attempt had counted.
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         for (scope, key) in [("address", address), ("account", account)] {
             sqlx::query(
                 "INSERT INTO auth_throttle (scope, key, failures, window_start, \
@@ -704,8 +605,10 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(Admission::Admitted)
     }
 
-    async fn throttle_succeeded(&self, account: &str, address: &str) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+    /// An admitted attempt signed in: the account's failures and lock are cleared, and the
+    /// address gets its attempt back.
+    async fn throttle_succeeded(&self, account: &str, address: &str) -> Result<()> {
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
             .bind(account)
             .execute(&mut *tx)
@@ -722,8 +625,8 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
-    async fn throttle_reset(&self, scope: &str, key: &str) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+    async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()> {
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         sqlx::query("DELETE FROM auth_throttle WHERE scope = $1 AND key = $2")
             .bind(scope)
             .bind(key)
@@ -733,19 +636,20 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
+    /// A token made by `creator`. A person may not make a token above their own role.
     async fn create_token_by(
         &self,
-        tenant: crate::TenantId,
-        role: crate::Role,
+        tenant: TenantId,
+        role: Role,
         token_hash: &str,
         label: &str,
-        creator: crate::accounts::TokenCreator,
-    ) -> crate::Result<i64> {
+        creator: TokenCreator,
+    ) -> Result<i64> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         let (created_by, generation) = match creator {
-            crate::accounts::TokenCreator::Operator => (None, None),
-            crate::accounts::TokenCreator::User { id } => {
+            TokenCreator::Operator => (None, None),
+            TokenCreator::User { id } => {
                 let row = sqlx::query(
                     "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
                      JOIN app_user u ON u.id = m.user_id \
@@ -756,17 +660,15 @@ impl<B: Driver> Accounts for SqlLedger<B> {
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or_else(|| {
-                    crate::LedgerError::Invalid("the creator is not a member of this tenant".into())
+                    LedgerError::Invalid("the creator is not a member of this tenant".into())
                 })?;
                 let theirs: String = row.try_get("role")?;
-                let theirs = crate::Role::parse(&theirs).unwrap_or(crate::Role::Viewer);
+                let theirs = Role::parse(&theirs).unwrap_or(Role::Viewer);
                 if row.try_get::<Option<f64>, _>("disabled_at")?.is_some() {
-                    return Err(crate::LedgerError::Invalid(
-                        "the creator is disabled".into(),
-                    ));
+                    return Err(LedgerError::Invalid("the creator is disabled".into()));
                 }
                 if role > theirs {
-                    return Err(crate::LedgerError::Invalid(format!(
+                    return Err(LedgerError::Invalid(format!(
                         "a token cannot have a higher role ({}) than its creator ({})",
                         role.as_str(),
                         theirs.as_str()
@@ -784,7 +686,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         .bind(role.as_str())
         .bind(token_hash)
         .bind(label)
-        .bind(reckon_domain::time::now())
+        .bind(time::now())
         .bind(created_by)
         .bind(generation)
         .fetch_one(&mut *tx)
@@ -793,10 +695,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(id)
     }
 
-    async fn list_tokens(
-        &self,
-        tenant: crate::TenantId,
-    ) -> crate::Result<Vec<crate::accounts::TokenInfo>> {
+    async fn list_tokens(&self, tenant: TenantId) -> Result<Vec<TokenInfo>> {
         use sqlx::Row;
         let stmt = sqlx::query(
             "SELECT k.id, k.role, k.label, u.email, k.created_at, k.last_used_at, \
@@ -804,14 +703,12 @@ impl<B: Driver> Accounts for SqlLedger<B> {
              WHERE k.tenant_id = $1 ORDER BY k.id",
         )
         .bind(tenant.0);
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter()
             .map(|r| {
-                Ok(crate::accounts::TokenInfo {
+                Ok(TokenInfo {
                     id: r.try_get("id")?,
-                    role: crate::rows::role::<B::DB>(r)?,
+                    role: rows::role::<B::DB>(r)?,
                     label: r.try_get("label")?,
                     created_by: r.try_get("email")?,
                     created_at: r.try_get("created_at")?,
@@ -822,15 +719,16 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             .collect()
     }
 
-    async fn revoke_token(&self, tenant: crate::TenantId, token_id: i64) -> crate::Result<bool> {
+    /// `false` when no live token of this tenant has that id.
+    async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool> {
         let n = self
             .exec(
-                crate::accounts::Scope::Tenant(tenant),
+                Scope::Tenant(tenant),
                 sqlx::query(
                     "UPDATE api_token SET revoked_at = $1 \
              WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
                 )
-                .bind(reckon_domain::time::now())
+                .bind(time::now())
                 .bind(tenant.0)
                 .bind(token_id),
             )
@@ -838,6 +736,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(n == 1)
     }
 
+    /// An operator's token (no person behind it): `reckon token create`.
     async fn create_token(
         &self,
         tenant: TenantId,
@@ -845,7 +744,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         token_hash: &str,
         label: &str,
     ) -> Result<i64> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         let id = sqlx::query_scalar(
             "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at) \
              VALUES ($1, $2, $3, $4, $5) RETURNING id",
@@ -854,19 +753,18 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         .bind(role.as_str())
         .bind(token_hash)
         .bind(label)
-        .bind(reckon_domain::time::now())
+        .bind(time::now())
         .fetch_one(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(id)
     }
 
-    async fn authenticate_token(
-        &self,
-        token_hash: &str,
-    ) -> crate::Result<Option<crate::TokenGrant>> {
+    /// The tenant and role of a live token with this hash, if any. A person's token acts
+    /// with at most their current role, and dies with their generation.
+    async fn authenticate_token(&self, token_hash: &str) -> Result<Option<crate::TokenGrant>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Token(token_hash), true).await?;
+        let mut tx = B::begin(self, Scope::Token(token_hash), true).await?;
         let Some(row) = sqlx::query(
             "SELECT k.id AS token_id, k.role, k.last_used_at, k.created_by, \
              k.creator_generation, t.id, t.slug, t.created_at \
@@ -879,14 +777,14 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         else {
             return Ok(None);
         };
-        let tenant = crate::rows::tenant::<B::DB>(&row)?;
+        let tenant = rows::tenant::<B::DB>(&row)?;
         let token_id: i64 = row.try_get("token_id")?;
-        let mut role = crate::rows::role::<B::DB>(&row)?;
+        let mut role = rows::role::<B::DB>(&row)?;
         let created_by: Option<i64> = row.try_get("created_by")?;
         let creator_generation: Option<i64> = row.try_get("creator_generation")?;
         let last_used: Option<f64> = row.try_get("last_used_at")?;
         if let Some(user_id) = created_by {
-            B::rescope(&mut tx, crate::accounts::Scope::Tenant(tenant.id)).await?;
+            B::rescope(&mut tx, Scope::Tenant(tenant.id)).await?;
             let Some(c) = sqlx::query(
                 "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
                  JOIN app_user u ON u.id = m.user_id \
@@ -905,10 +803,10 @@ impl<B: Driver> Accounts for SqlLedger<B> {
                 return Ok(None);
             }
             let theirs: String = c.try_get("role")?;
-            let theirs = crate::Role::parse(&theirs).unwrap_or(crate::Role::Viewer);
+            let theirs = Role::parse(&theirs).unwrap_or(Role::Viewer);
             role = role.min(theirs);
         }
-        let now = reckon_domain::time::now();
+        let now = time::now();
         // Write last_used_at at most once a minute: a busy client must not turn every
         // request into a write.
         if last_used.is_none_or(|t| now - t > 60.0) {

@@ -6,7 +6,6 @@ use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::{LedgerError, Result};
-use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, Row};
@@ -37,29 +36,6 @@ pub struct NewAction {
     pub address: Option<String>,
 }
 
-#[async_trait]
-pub trait ActionLog: Send + Sync {
-    /// Append one action to the tenant's audit log (append-only: nothing updates or
-    /// deletes it).
-    async fn record_action(&self, tenant: TenantId, action: NewAction) -> Result<()>;
-    /// The tenant's actions, newest first, before `before_id` (a page's last id).
-    async fn list_actions(
-        &self,
-        tenant: TenantId,
-        before_id: Option<i64>,
-        limit: i64,
-    ) -> Result<Vec<Action>>;
-    /// The tenant's actions on one target (`source/key`, a provider's name, `token:N`),
-    /// newest first, before `before_id`: who did what to it.
-    async fn actions_on(
-        &self,
-        tenant: TenantId,
-        target: &str,
-        before_id: Option<i64>,
-        limit: i64,
-    ) -> Result<Vec<Action>>;
-}
-
 const ACTION_COLUMNS: &str = "id, at, actor, action, target, detail, address";
 
 #[apply(row!)]
@@ -78,8 +54,9 @@ fn action<DB: Database>(r: &DB::Row) -> Result<Action> {
 }
 
 #[apply(sql!)]
-#[async_trait]
 impl<B: Driver> ActionLog for SqlLedger<B> {
+    /// Append one action to the tenant's audit log (append-only: nothing updates or
+    /// deletes it).
     async fn record_action(&self, tenant: TenantId, a: NewAction) -> Result<()> {
         self.exec(
             Scope::Tenant(tenant),
@@ -99,6 +76,7 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
         Ok(())
     }
 
+    /// The tenant's actions, newest first, before `before_id` (a page's last id).
     async fn list_actions(
         &self,
         tenant: TenantId,
@@ -116,6 +94,8 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
         rows.iter().map(action::<B::DB>).collect()
     }
 
+    /// The tenant's actions on one target (`source/key`, a provider's name, `token:N`),
+    /// newest first, before `before_id`: who did what to it.
     async fn actions_on(
         &self,
         tenant: TenantId,

@@ -8,10 +8,13 @@
 //! own ([`reckon_audit::chain`]); the ledger appends to the chain under the tenant's chain
 //! lock, so two writers never give one seq twice.
 
+use crate::LedgerError;
 use crate::Result;
+use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
-use crate::model::{Effect, Lease, TenantId};
-use async_trait::async_trait;
+use crate::model::Tenant;
+use crate::model::TenantId;
+use crate::rows;
 use macro_rules_attribute::apply;
 pub use reckon_audit::chain::{
     ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, ChainBreak, ChainLink,
@@ -20,83 +23,6 @@ pub use reckon_audit::chain::{
 };
 use serde_json::Value;
 use sqlx::Database;
-
-#[async_trait]
-pub trait Audits: Send + Sync {
-    async fn audit_settings(&self, tenant: TenantId) -> Result<AuditSettings>;
-    /// Store the tenant's zone and nightly time (validated by the caller: reckon-audit).
-    async fn set_audit_settings(&self, tenant: TenantId, s: &AuditSettings) -> Result<()>;
-    /// Insert or replace charges of one provider (one transaction). Returns how many.
-    async fn store_provider_charges(
-        &self,
-        tenant: TenantId,
-        charges: &[StoredCharge],
-    ) -> Result<u64>;
-    /// Charges created in `[from, to)`, of one provider or all.
-    async fn provider_charges(
-        &self,
-        tenant: TenantId,
-        provider_id: Option<i64>,
-        from: f64,
-        to: f64,
-    ) -> Result<Vec<StoredCharge>>;
-    /// Charges of any of the tenant's providers whose id is one of `ids` or whose
-    /// idempotency key is one of `keys` (the support lookup; indexes of migration 0013),
-    /// oldest first, at most `limit`.
-    async fn charges_by_ids_or_keys(
-        &self,
-        tenant: TenantId,
-        ids: &[String],
-        keys: &[String],
-        limit: i64,
-    ) -> Result<Vec<StoredCharge>>;
-    /// Effects created in `[from, to)` (the `effect_created` index: cost grows with the day).
-    async fn effects_created_between(
-        &self,
-        tenant: TenantId,
-        from: f64,
-        to: f64,
-        now: f64,
-    ) -> Result<Vec<Effect>>;
-    /// Append a run to the tenant's chain, fenced by `lease` when given. A second completed
-    /// scheduled run of one day and provider scope is refused (`Conflict`).
-    async fn record_audit_run(
-        &self,
-        tenant: TenantId,
-        run: NewAuditRun,
-        lease: Option<&Lease>,
-    ) -> Result<AuditRun>;
-    /// Newest first; of one day when given.
-    async fn list_audit_runs(
-        &self,
-        tenant: TenantId,
-        day: Option<&str>,
-        limit: i64,
-    ) -> Result<Vec<AuditRun>>;
-    async fn get_audit_run(&self, tenant: TenantId, id: i64) -> Result<Option<AuditRun>>;
-    /// A page of the chain in seq order, after `after_seq`.
-    async fn audit_chain(
-        &self,
-        tenant: TenantId,
-        after_seq: i64,
-        limit: i64,
-    ) -> Result<Vec<AuditRun>>;
-    /// Whether a completed scheduled run of `day` and `provider` is stored.
-    async fn scheduled_audit_done(
-        &self,
-        tenant: TenantId,
-        day: &str,
-        provider: &str,
-    ) -> Result<bool>;
-    /// The newest run with findings (complete or partial), for metrics (`None`: no run yet).
-    async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>>;
-    /// The newest run of `day` with findings (else the newest run), without its findings or
-    /// evidence, and the newest run's failure beside it.
-    async fn audit_glance(&self, tenant: TenantId, day: &str) -> Result<Option<AuditGlance>>;
-    /// Every run's place in the chain (seq and digests only), in seq order: what
-    /// [`verify_links`] needs, a few hundred bytes per run whatever the runs hold.
-    async fn audit_links(&self, tenant: TenantId) -> Result<Vec<ChainLink>>;
-}
 
 pub(crate) const RUN_COLUMNS: &str = "id, seq, day, time_zone, window_start, window_end, \
     provider, triggered_by, status, reason, started_at, finished_at, counts, findings, totals, \
@@ -117,20 +43,18 @@ pub(crate) fn charge_columns_of_c() -> String {
 
 pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value> {
     serde_json::from_str(text)
-        .map_err(|e| crate::LedgerError::Invalid(format!("stored {what} is not JSON: {e}")))
+        .map_err(|e| LedgerError::Invalid(format!("stored {what} is not JSON: {e}")))
 }
 
 #[apply(sql!)]
 impl<B: Driver> SqlLedger<B> {
-    pub(crate) fn audit_run_row(
-        row: &<B::DB as Database>::Row,
-    ) -> crate::Result<crate::audit::AuditRun> {
-        use crate::audit::parse_json;
+    pub(crate) fn audit_run_row(row: &<B::DB as Database>::Row) -> Result<AuditRun> {
+        use parse_json;
         use sqlx::Row;
-        Ok(crate::audit::AuditRun {
+        Ok(AuditRun {
             id: row.try_get("id")?,
             seq: row.try_get("seq")?,
-            run: crate::audit::NewAuditRun {
+            run: NewAuditRun {
                 day: row.try_get("day")?,
                 time_zone: row.try_get("time_zone")?,
                 window_start: row.try_get("window_start")?,
@@ -155,9 +79,9 @@ impl<B: Driver> SqlLedger<B> {
     /// metadata or refunds).
     pub(crate) async fn write_charge_terms(
         tx: &mut sqlx::Transaction<'static, B::DB>,
-        tenant: crate::model::TenantId,
-        charges: &[crate::audit::StoredCharge],
-    ) -> crate::Result<()> {
+        tenant: TenantId,
+        charges: &[StoredCharge],
+    ) -> Result<()> {
         // One statement per provider and chunk, not a round trip per charge.
         let mut by_provider: std::collections::BTreeMap<i64, Vec<&str>> =
             std::collections::BTreeMap::new();
@@ -186,7 +110,7 @@ impl<B: Driver> SqlLedger<B> {
         let rows: Vec<(i64, &str, String)> = charges
             .iter()
             .flat_map(|c| {
-                crate::audit::charge_terms(c)
+                charge_terms(c)
                     .into_iter()
                     .map(move |t| (c.provider_id, c.charge_id.as_str(), t))
             })
@@ -210,15 +134,15 @@ impl<B: Driver> SqlLedger<B> {
     }
 
     /// Every tenant, for the one-off jobs of migrate that go tenant by tenant.
-    pub(crate) async fn all_tenants(&self) -> crate::Result<Vec<crate::model::Tenant>> {
+    pub(crate) async fn all_tenants(&self) -> Result<Vec<Tenant>> {
         let stmt = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY id");
-        let rows = self.read_all(crate::accounts::Scope::Global, stmt).await?;
-        rows.iter().map(crate::rows::tenant::<B::DB>).collect()
+        let rows = self.read_all(Scope::Global, stmt).await?;
+        rows.iter().map(rows::tenant::<B::DB>).collect()
     }
 
     /// The terms of charges imported before terms were kept: once, at migrate,
     /// tenant by tenant (inside each tenant's scope), then the job is struck off.
-    pub(crate) async fn backfill_charge_terms(&self) -> crate::Result<()> {
+    pub(crate) async fn backfill_charge_terms(&self) -> Result<()> {
         let pending: Option<String> =
             sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = 'charge_terms'")
                 .fetch_optional(&self.pool)
@@ -229,8 +153,7 @@ impl<B: Driver> SqlLedger<B> {
         for tenant in self.all_tenants().await? {
             let mut after: (i64, String) = (i64::MIN, String::new());
             loop {
-                let mut tx =
-                    B::begin(self, crate::accounts::Scope::Tenant(tenant.id), true).await?;
+                let mut tx = B::begin(self, Scope::Tenant(tenant.id), true).await?;
                 let charges = Self::charge_page(&mut tx, tenant.id, &after).await?;
                 let Some(last) = charges.last() else {
                     tx.commit().await?;
@@ -253,7 +176,7 @@ impl<B: Driver> SqlLedger<B> {
         tx: &mut sqlx::Transaction<'static, B::DB>,
         tenant: TenantId,
         after: &(i64, String),
-    ) -> crate::Result<Vec<StoredCharge>> {
+    ) -> Result<Vec<StoredCharge>> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {CHARGE_COLUMNS} FROM provider_charge WHERE tenant_id = $1 \
              AND (provider_id > $2 OR (provider_id = $2 AND charge_id > $3)) \
@@ -267,12 +190,10 @@ impl<B: Driver> SqlLedger<B> {
         rows.iter().map(Self::charge_row).collect()
     }
 
-    pub(crate) fn charge_row(
-        row: &<B::DB as Database>::Row,
-    ) -> crate::Result<crate::audit::StoredCharge> {
-        use crate::audit::parse_json;
+    pub(crate) fn charge_row(row: &<B::DB as Database>::Row) -> Result<StoredCharge> {
+        use parse_json;
         use sqlx::Row;
-        Ok(crate::audit::StoredCharge {
+        Ok(StoredCharge {
             provider_id: row.try_get("provider_id")?,
             charge_id: row.try_get("charge_id")?,
             payment_intent: row.try_get("payment_intent")?,
@@ -293,32 +214,25 @@ impl<B: Driver> SqlLedger<B> {
 }
 
 #[apply(sql!)]
-#[async_trait::async_trait]
 impl<B: Driver> Audits for SqlLedger<B> {
-    async fn audit_settings(
-        &self,
-        tenant: crate::model::TenantId,
-    ) -> crate::Result<crate::audit::AuditSettings> {
+    async fn audit_settings(&self, tenant: TenantId) -> Result<AuditSettings> {
         use sqlx::Row;
         let stmt =
             sqlx::query("SELECT time_zone, audit_time FROM tenant WHERE id = $1").bind(tenant.0);
         let row = self
-            .read_opt(crate::accounts::Scope::Tenant(tenant), stmt)
+            .read_opt(Scope::Tenant(tenant), stmt)
             .await?
-            .ok_or_else(|| crate::LedgerError::NotFound("tenant".into()))?;
-        Ok(crate::audit::AuditSettings {
+            .ok_or_else(|| LedgerError::NotFound("tenant".into()))?;
+        Ok(AuditSettings {
             time_zone: row.try_get(0)?,
             audit_time: row.try_get(1)?,
         })
     }
 
-    async fn set_audit_settings(
-        &self,
-        tenant: crate::model::TenantId,
-        s: &crate::audit::AuditSettings,
-    ) -> crate::Result<()> {
-        s.check().map_err(crate::LedgerError::Invalid)?;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+    /// Store the tenant's zone and nightly time (validated by the caller: reckon-audit).
+    async fn set_audit_settings(&self, tenant: TenantId, s: &AuditSettings) -> Result<()> {
+        s.check().map_err(LedgerError::Invalid)?;
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         sqlx::query("UPDATE tenant SET time_zone = $1, audit_time = $2 WHERE id = $3")
             .bind(&s.time_zone)
             .bind(&s.audit_time)
@@ -329,12 +243,13 @@ impl<B: Driver> Audits for SqlLedger<B> {
         Ok(())
     }
 
+    /// Insert or replace charges of one provider (one transaction). Returns how many.
     async fn store_provider_charges(
         &self,
-        tenant: crate::model::TenantId,
-        charges: &[crate::audit::StoredCharge],
-    ) -> crate::Result<u64> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        tenant: TenantId,
+        charges: &[StoredCharge],
+    ) -> Result<u64> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         let mut n = 0u64;
         // 16 binds per row: 1,000 rows stay under both drivers' bind limits.
         for chunk in charges.chunks(1000) {
@@ -354,8 +269,8 @@ impl<B: Driver> Audits for SqlLedger<B> {
                     .push_bind(c.status.clone())
                     .push_bind(c.amount_captured)
                     .push_bind(c.amount_refunded)
-                    .push_bind(crate::audit::canonical_json(&c.refunds))
-                    .push_bind(crate::audit::canonical_json(&c.metadata))
+                    .push_bind(canonical_json(&c.refunds))
+                    .push_bind(canonical_json(&c.metadata))
                     .push_bind(c.idempotency_key.clone())
                     .push_bind(c.customer.clone())
                     .push_bind(c.created)
@@ -379,43 +294,43 @@ impl<B: Driver> Audits for SqlLedger<B> {
         Ok(n)
     }
 
+    /// Charges created in `[from, to)`, of one provider or all.
     async fn provider_charges(
         &self,
-        tenant: crate::model::TenantId,
+        tenant: TenantId,
         provider_id: Option<i64>,
         from: f64,
         to: f64,
-    ) -> crate::Result<Vec<crate::audit::StoredCharge>> {
+    ) -> Result<Vec<StoredCharge>> {
         let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM provider_charge WHERE tenant_id = $1 AND created >= $2 \
-             AND created < $3 AND (provider_id = $4 OR $5) ORDER BY created, charge_id",
-            crate::audit::CHARGE_COLUMNS
+            "SELECT {CHARGE_COLUMNS} FROM provider_charge WHERE tenant_id = $1 AND created >= $2 \
+             AND created < $3 AND (provider_id = $4 OR $5) ORDER BY created, charge_id"
         )))
         .bind(tenant.0)
         .bind(from)
         .bind(to)
         .bind(provider_id.unwrap_or(-1))
         .bind(provider_id.is_none());
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(Self::charge_row).collect()
     }
 
+    /// Charges of any of the tenant's providers whose id is one of `ids` or whose
+    /// idempotency key is one of `keys` (the support lookup; indexes of migration 0013),
+    /// oldest first, at most `limit`.
     async fn charges_by_ids_or_keys(
         &self,
-        tenant: crate::model::TenantId,
+        tenant: TenantId,
         ids: &[String],
         keys: &[String],
         limit: i64,
-    ) -> crate::Result<Vec<crate::audit::StoredCharge>> {
+    ) -> Result<Vec<StoredCharge>> {
         if ids.is_empty() && keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let mut qb: sqlx::QueryBuilder<B::DB> = sqlx::QueryBuilder::new(format!(
-            "SELECT {} FROM provider_charge WHERE tenant_id = ",
-            crate::audit::CHARGE_COLUMNS
+            "SELECT {CHARGE_COLUMNS} FROM provider_charge WHERE tenant_id = "
         ));
         qb.push_bind(tenant.0);
         qb.push(" AND (charge_id IN (");
@@ -438,7 +353,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
             ")) UNION SELECT {} FROM provider_charge_term t JOIN provider_charge c \
              ON c.tenant_id = t.tenant_id AND c.provider_id = t.provider_id \
              AND c.charge_id = t.charge_id WHERE t.tenant_id = ",
-            crate::audit::charge_columns_of_c()
+            charge_columns_of_c()
         ));
         qb.push_bind(tenant.0);
         qb.push(" AND t.term IN (");
@@ -453,45 +368,44 @@ impl<B: Driver> Audits for SqlLedger<B> {
         rows.iter().map(Self::charge_row).collect()
     }
 
+    /// Effects created in `[from, to)` (the `effect_created` index: cost grows with the day).
     async fn effects_created_between(
         &self,
-        tenant: crate::model::TenantId,
+        tenant: TenantId,
         from: f64,
         to: f64,
         now: f64,
-    ) -> crate::Result<Vec<crate::model::Effect>> {
+    ) -> Result<Vec<crate::model::Effect>> {
         let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
              WHERE e.tenant_id = $1 AND e.created_at >= $2 AND e.created_at < $3 \
              ORDER BY e.created_at, e.id",
-            crate::rows::EFFECT_COLUMNS
+            rows::EFFECT_COLUMNS
         )))
         .bind(tenant.0)
         .bind(from)
         .bind(to);
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
-        rows.iter()
-            .map(|r| crate::rows::effect::<B::DB>(r, now))
-            .collect()
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
+        rows.iter().map(|r| rows::effect::<B::DB>(r, now)).collect()
     }
 
+    /// Append a run to the tenant's chain, fenced by `lease` when given. A second completed
+    /// scheduled run of one day and provider scope is refused (`Conflict`).
     async fn record_audit_run(
         &self,
-        tenant: crate::model::TenantId,
-        run: crate::audit::NewAuditRun,
+        tenant: TenantId,
+        run: NewAuditRun,
         lease: Option<&crate::model::Lease>,
-    ) -> crate::Result<crate::audit::AuditRun> {
+    ) -> Result<AuditRun> {
         use sqlx::Row;
         // Two appends racing for one seq: the loser's INSERT fails on
         // UNIQUE (tenant_id, seq) and it tries again on top of the winner.
         let mut last_err = None;
         for _ in 0..8 {
-            let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+            let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
             crate::lease::fence::<B>(&mut tx, lease).await?;
             B::lock_audit_chain(&mut tx, tenant).await?;
-            if run.triggered_by == crate::audit::SCHEDULE_AUTHOR && run.status == "complete" {
+            if run.triggered_by == SCHEDULE_AUTHOR && run.status == "complete" {
                 let done: Option<i64> = sqlx::query_scalar(
                     "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
                      AND provider = $3 AND triggered_by = $4 AND status = 'complete'",
@@ -499,11 +413,11 @@ impl<B: Driver> Audits for SqlLedger<B> {
                 .bind(tenant.0)
                 .bind(&run.day)
                 .bind(&run.provider)
-                .bind(crate::audit::SCHEDULE_AUTHOR)
+                .bind(SCHEDULE_AUTHOR)
                 .fetch_optional(&mut *tx)
                 .await?;
                 if done.is_some() {
-                    return Err(crate::LedgerError::Conflict(format!(
+                    return Err(LedgerError::Conflict(format!(
                         "the scheduled audit of {}",
                         run.day
                     )));
@@ -520,15 +434,14 @@ impl<B: Driver> Audits for SqlLedger<B> {
                 Some(r) => (r.try_get::<i64, _>(0)? + 1, r.try_get::<String, _>(1)?),
                 None => (1, String::new()),
             };
-            let digest = crate::audit::run_digest(tenant.get(), seq, &prev_digest, &run);
-            let canon = crate::audit::canonical_json;
+            let digest = run_digest(tenant.get(), seq, &prev_digest, &run);
+            let canon = canonical_json;
             let inserted = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "INSERT INTO audit_run (tenant_id, seq, day, time_zone, window_start, \
                  window_end, provider, triggered_by, status, reason, started_at, \
                  finished_at, counts, findings, totals, evidence, prev_digest, digest) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-                 $15, $16, $17, $18) RETURNING {}",
-                crate::audit::RUN_COLUMNS
+                 $15, $16, $17, $18) RETURNING {RUN_COLUMNS}"
             )))
             .bind(tenant.0)
             .bind(seq)
@@ -556,83 +469,73 @@ impl<B: Driver> Audits for SqlLedger<B> {
                     tx.commit().await?;
                     return Ok(stored);
                 }
-                Err(e) => match crate::LedgerError::from(e) {
-                    crate::LedgerError::Conflict(c) => {
+                Err(e) => match LedgerError::from(e) {
+                    LedgerError::Conflict(c) => {
                         drop(tx);
-                        last_err = Some(crate::LedgerError::Conflict(c));
+                        last_err = Some(LedgerError::Conflict(c));
                     }
                     other => return Err(other),
                 },
             }
         }
-        Err(last_err.unwrap_or_else(|| crate::LedgerError::Conflict("audit run chain".into())))
+        Err(last_err.unwrap_or_else(|| LedgerError::Conflict("audit run chain".into())))
     }
 
+    /// Newest first; of one day when given.
     async fn list_audit_runs(
         &self,
-        tenant: crate::model::TenantId,
+        tenant: TenantId,
         day: Option<&str>,
         limit: i64,
-    ) -> crate::Result<Vec<crate::audit::AuditRun>> {
+    ) -> Result<Vec<AuditRun>> {
         let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM audit_run WHERE tenant_id = $1 AND (day = $2 OR $3) \
-             ORDER BY seq DESC LIMIT $4",
-            crate::audit::RUN_COLUMNS
+            "SELECT {RUN_COLUMNS} FROM audit_run WHERE tenant_id = $1 AND (day = $2 OR $3) \
+             ORDER BY seq DESC LIMIT $4"
         )))
         .bind(tenant.0)
         .bind(day.unwrap_or(""))
         .bind(day.is_none())
         .bind(limit.clamp(1, 1000));
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(Self::audit_run_row).collect()
     }
 
-    async fn get_audit_run(
-        &self,
-        tenant: crate::model::TenantId,
-        id: i64,
-    ) -> crate::Result<Option<crate::audit::AuditRun>> {
+    async fn get_audit_run(&self, tenant: TenantId, id: i64) -> Result<Option<AuditRun>> {
         let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM audit_run WHERE tenant_id = $1 AND id = $2",
-            crate::audit::RUN_COLUMNS
+            "SELECT {RUN_COLUMNS} FROM audit_run WHERE tenant_id = $1 AND id = $2"
         )))
         .bind(tenant.0)
         .bind(id);
-        let row = self
-            .read_opt(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let row = self.read_opt(Scope::Tenant(tenant), stmt).await?;
         row.as_ref().map(Self::audit_run_row).transpose()
     }
 
+    /// A page of the chain in seq order, after `after_seq`.
     async fn audit_chain(
         &self,
-        tenant: crate::model::TenantId,
+        tenant: TenantId,
         after_seq: i64,
         limit: i64,
-    ) -> crate::Result<Vec<crate::audit::AuditRun>> {
+    ) -> Result<Vec<AuditRun>> {
         let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
-             ORDER BY seq LIMIT $3",
-            crate::audit::RUN_COLUMNS
+            "SELECT {RUN_COLUMNS} FROM audit_run WHERE tenant_id = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3"
         )))
         .bind(tenant.0)
         .bind(after_seq)
         .bind(limit.clamp(1, 10_000));
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(Self::audit_run_row).collect()
     }
 
+    /// Whether a completed scheduled run of `day` and `provider` is stored.
     async fn scheduled_audit_done(
         &self,
-        tenant: crate::model::TenantId,
+        tenant: TenantId,
         day: &str,
         provider: &str,
-    ) -> crate::Result<bool> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+    ) -> Result<bool> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let done: Option<i64> = sqlx::query_scalar(
             "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
              AND provider = $3 AND triggered_by = $4 AND status = 'complete'",
@@ -640,50 +543,43 @@ impl<B: Driver> Audits for SqlLedger<B> {
         .bind(tenant.0)
         .bind(day)
         .bind(provider)
-        .bind(crate::audit::SCHEDULE_AUTHOR)
+        .bind(SCHEDULE_AUTHOR)
         .fetch_optional(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(done.is_some())
     }
 
-    async fn audit_metric(
-        &self,
-        tenant: crate::model::TenantId,
-    ) -> crate::Result<Option<crate::audit::AuditMetric>> {
+    /// The newest run with findings (complete or partial), for metrics (`None`: no run yet).
+    async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>> {
         use sqlx::Row;
         let stmt = sqlx::query(
             "SELECT finished_at, counts FROM audit_run WHERE tenant_id = $1 \
              AND status IN ('complete', 'partial') ORDER BY seq DESC LIMIT 1",
         )
         .bind(tenant.0);
-        let row = self
-            .read_opt(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let row = self.read_opt(Scope::Tenant(tenant), stmt).await?;
         let Some(row) = row else { return Ok(None) };
-        let counts = crate::audit::parse_json("counts", &row.try_get::<String, _>(1)?)?;
-        Ok(Some(crate::audit::AuditMetric {
+        let counts = parse_json("counts", &row.try_get::<String, _>(1)?)?;
+        Ok(Some(AuditMetric {
             finished_at: row.try_get(0)?,
-            findings: crate::audit::finding_counts_of(&counts),
+            findings: finding_counts_of(&counts),
         }))
     }
 
-    async fn audit_links(
-        &self,
-        tenant: crate::model::TenantId,
-    ) -> crate::Result<Vec<crate::audit::ChainLink>> {
+    /// Every run's place in the chain (seq and digests only), in seq order: what
+    /// [`verify_links`] needs, a few hundred bytes per run whatever the runs hold.
+    async fn audit_links(&self, tenant: TenantId) -> Result<Vec<ChainLink>> {
         use sqlx::Row;
         let stmt = sqlx::query(
             "SELECT id, seq, prev_digest, digest FROM audit_run WHERE tenant_id = $1 \
              ORDER BY seq",
         )
         .bind(tenant.0);
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter()
             .map(|r| {
-                Ok(crate::audit::ChainLink {
+                Ok(ChainLink {
                     id: r.try_get("id")?,
                     seq: r.try_get("seq")?,
                     prev_digest: r.try_get("prev_digest")?,
@@ -693,13 +589,11 @@ impl<B: Driver> Audits for SqlLedger<B> {
             .collect()
     }
 
-    async fn audit_glance(
-        &self,
-        tenant: crate::model::TenantId,
-        day: &str,
-    ) -> crate::Result<Option<crate::audit::AuditGlance>> {
+    /// The newest run of `day` with findings (else the newest run), without its findings or
+    /// evidence, and the newest run's failure beside it.
+    async fn audit_glance(&self, tenant: TenantId, day: &str) -> Result<Option<AuditGlance>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         // The `audit_run_day` index; a day holds a handful of runs. The newest run
         // with findings (complete, or partial: the working providers' part), else
         // the newest run at all.
@@ -735,15 +629,15 @@ impl<B: Driver> Audits for SqlLedger<B> {
             ))
         };
         let row = best.unwrap_or(newest);
-        let counts = crate::audit::parse_json("counts", &row.try_get::<String, _>("counts")?)?;
-        Ok(Some(crate::audit::AuditGlance {
+        let counts = parse_json("counts", &row.try_get::<String, _>("counts")?)?;
+        Ok(Some(AuditGlance {
             id: row.try_get("id")?,
             day: row.try_get("day")?,
             provider: row.try_get("provider")?,
             status: row.try_get("status")?,
             reason: row.try_get("reason")?,
             finished_at: row.try_get("finished_at")?,
-            findings: crate::audit::finding_counts_of(&counts),
+            findings: finding_counts_of(&counts),
             failure,
         }))
     }

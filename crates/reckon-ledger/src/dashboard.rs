@@ -12,7 +12,6 @@ use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{Effect, TenantId};
-use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::AssertSqlSafe;
@@ -291,45 +290,22 @@ pub(crate) fn snapshot_row<DB: Database>(row: &DB::Row) -> crate::Result<Snapsho
     })
 }
 
+#[apply(sql!)]
 /// The dashboard's reads, each in a transaction scoped to its tenant (row-level security on
 /// PostgreSQL); the two that write (the hourly snapshot, a scan request) take the write
 /// lock up front on SQLite.
 /// What `/metrics` and the dashboard read beyond the plain effect queries.
-#[async_trait]
-pub trait Dashboard: Send + Sync {
+impl<B: Driver> Dashboard for SqlLedger<B> {
     /// What `/metrics` reads at scrape time, in one read transaction. `q.tenant: None` is the
     /// operator scope (every tenant); a tenant's request always passes its own `TenantId`.
     /// Costs O(unresolved effects + live claims + sources + quarantined rows), never
     /// O(effects): see `metrics.rs` and migration 0005.
-    async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot>;
-    /// The unresolved, not yet resolved effects with their reconcile state, oldest first,
-    /// one keyset page.
-    async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>>;
-    /// Unresolved, not yet resolved effects by kind; `replay_closing` counts those whose
-    /// replay window is still open and closing (see [`ReplayClosing`]).
-    async fn unresolved_summary(
-        &self,
-        tenant: TenantId,
-        now: f64,
-        replay: ReplayClosing,
-    ) -> Result<Vec<KindSummary>>;
-    /// Count the unresolved effects now and store it as the snapshot of the current hour
-    /// (replacing one taken earlier in the same hour).
-    async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot>;
-    /// The hourly snapshots from `since` on, oldest first.
-    async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>>;
-    /// Each of the tenant's providers with its lookups and indeterminate outcomes finished
-    /// since `since`, and its newest error (of any age), by name.
-    async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>>;
-}
-
-#[apply(sql!)]
-#[async_trait]
-impl<B: Driver> Dashboard for SqlLedger<B> {
     async fn metrics_snapshot(&self, q: MetricsQuery) -> Result<MetricsSnapshot> {
         B::metrics_snapshot(self, q).await
     }
 
+    /// The unresolved, not yet resolved effects with their reconcile state, oldest first,
+    /// one keyset page.
     async fn unresolved_queue(&self, tenant: TenantId, q: &QueueQuery) -> Result<Vec<QueueRow>> {
         let stmt = sqlx::query(AssertSqlSafe(queue_sql()))
             .bind(tenant.0)
@@ -347,6 +323,8 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         rows.iter().map(|r| queue_row::<B::DB>(r, q.now)).collect()
     }
 
+    /// Unresolved, not yet resolved effects by kind; `replay_closing` counts those whose
+    /// replay window is still open and closing (see [`ReplayClosing`]).
     async fn unresolved_summary(
         &self,
         tenant: TenantId,
@@ -362,6 +340,8 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         rows.iter().map(kind_row::<B::DB>).collect()
     }
 
+    /// Count the unresolved effects now and store it as the snapshot of the current hour
+    /// (replacing one taken earlier in the same hour).
     async fn take_snapshot(&self, tenant: TenantId, now: f64) -> Result<Snapshot> {
         // One transaction: the row written is the count this transaction read.
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
@@ -389,12 +369,15 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
         Ok(snap)
     }
 
+    /// The hourly snapshots from `since` on, oldest first.
     async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>> {
         let stmt = sqlx::query(SNAPSHOTS_SQL).bind(tenant.0).bind(since);
         let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(snapshot_row::<B::DB>).collect()
     }
 
+    /// Each of the tenant's providers with its lookups and indeterminate outcomes finished
+    /// since `since`, and its newest error (of any age), by name.
     async fn provider_health(&self, tenant: TenantId, since: f64) -> Result<Vec<ProviderHealth>> {
         let stmt = sqlx::query(PROVIDER_HEALTH_SQL)
             .bind(tenant.0)

@@ -188,46 +188,56 @@ pub struct Pg {
 }
 
 /// The sqlx bounds of every generic block, written once: `#[apply(sql!)]` on an
-/// `impl<B: Driver> Aggregate for SqlLedger<B>` (before its `#[async_trait]`) or an
-/// `impl<B: Driver> SqlLedger<B>` of helpers. Higher-ranked bounds on other types are not
-/// implied by a trait, so each impl must state them; this macro holds no SQL, only them.
+/// `impl<B: Driver> Aggregate for SqlLedger<B>` or an `impl<B: Driver> SqlLedger<B>` of
+/// helpers. Higher-ranked bounds on other types are not implied by a trait, so each impl
+/// must state them; this macro holds no SQL, only them.
 ///
-/// In an aggregate's impl every `async fn` also gets its span (`debug`, arguments skipped),
-/// which is how the bench times ledger calls and the tests count them: a method cannot be
-/// left out by forgetting an attribute. A method whose span records fields names its own
-/// `#[instrument(...)]` as its first attribute, and keeps it instead.
+/// An aggregate is written once, as its impl: the macro declares the trait from it
+/// (`pub trait Aggregate: Send + Sync`, each method's docs and signature as written, both
+/// through `async_trait`), and gives every `async fn` its span (`debug`, arguments
+/// skipped), which is how the bench times ledger calls and the tests count them. A method
+/// whose span records fields names its own `#[instrument(...)]`, after its docs.
 macro_rules! sql {
     ($(#[$m:meta])* impl<B: Driver> $tr:ident for SqlLedger<B> { $($body:tt)* }) => {
         $crate::driver::sql! {
-            @spans [$(#[$m])* impl<B: Driver> $tr for SqlLedger<B>] [] $($body)*
+            @spans [$(#[$m])*] $tr [] [] $($body)*
         }
     };
-    (@spans $head:tt [$($done:tt)*]
-        #[instrument $args:tt] $(#[$fm:meta])*
+    (@spans $docs:tt $tr:ident [$($decl:tt)*] [$($done:tt)*]
+        $(#[doc = $doc:literal])* #[instrument $args:tt] $(#[$fm:meta])*
         async fn $name:ident $params:tt -> $ret:ty $body:block $($rest:tt)*) => {
         $crate::driver::sql! {
-            @spans $head [$($done)*
-                #[::tracing::instrument $args] $(#[$fm])* async fn $name $params -> $ret $body
+            @spans $docs $tr [$($decl)* $(#[doc = $doc])* $(#[$fm])* async fn $name $params -> $ret;] [$($done)*
+                #[::tracing::instrument $args] async fn $name $params -> $ret $body
             ] $($rest)*
         }
     };
-    (@spans $head:tt [$($done:tt)*]
+    (@spans $docs:tt $tr:ident [$($decl:tt)*] [$($done:tt)*]
         $(#[$fm:meta])* async fn $name:ident $params:tt -> $ret:ty $body:block $($rest:tt)*) => {
         $crate::driver::sql! {
-            @spans $head [$($done)*
+            @spans $docs $tr [$($decl)* $(#[$fm])* async fn $name $params -> $ret;] [$($done)*
                 #[::tracing::instrument(level = "debug", skip_all)]
-                $(#[$fm])* async fn $name $params -> $ret $body
+                async fn $name $params -> $ret $body
             ] $($rest)*
         }
     };
-    (@spans $head:tt [$($done:tt)*]
+    (@spans $docs:tt $tr:ident [$($decl:tt)*] [$($done:tt)*]
         $(#[$fm:meta])* fn $name:ident $params:tt -> $ret:ty $body:block $($rest:tt)*) => {
         $crate::driver::sql! {
-            @spans $head [$($done)* $(#[$fm])* fn $name $params -> $ret $body] $($rest)*
+            @spans $docs $tr [$($decl)* $(#[$fm])* fn $name $params -> $ret;]
+                [$($done)* fn $name $params -> $ret $body] $($rest)*
         }
     };
-    (@spans [$($head:tt)*] [$($done:tt)*]) => {
-        $crate::driver::sql! { @where [$($head)*] $($done)* }
+    (@spans [$(#[$m:meta])*] $tr:ident [$($decl:tt)*] [$($done:tt)*]) => {
+        $(#[$m])*
+        #[::async_trait::async_trait]
+        pub trait $tr: Send + Sync {
+            $($decl)*
+        }
+
+        $crate::driver::sql! {
+            @where [#[::async_trait::async_trait] impl<B: Driver> $tr for SqlLedger<B>] $($done)*
+        }
     };
     ($(#[$m:meta])* impl<B: Driver> SqlLedger<B> { $($body:tt)* }) => {
         $crate::driver::sql! { @where [$(#[$m])* impl<B: Driver> SqlLedger<B>] $($body)* }

@@ -9,31 +9,14 @@
 use crate::driver::{Driver, SqlLedger, sql};
 use crate::rows::check_lease_ttl as check_ttl;
 use crate::{Lease, LedgerError, Result};
-use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use sqlx::{AssertSqlSafe, Database, Decode, Encode, Row, Type};
 
+#[apply(sql!)]
 /// Leases: work that exactly one replica does at a time.
-#[async_trait]
-pub trait Leases: Send + Sync {
+impl<B: Driver> Leases for SqlLedger<B> {
     /// Take the lease `name` for `ttl_secs` if it is free, expired, or already held by
     /// `owner` (then it is renewed, same term). `None` when another owner holds it.
-    async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>>;
-    /// Extend a lease still held; `None` when it expired or changed hands (it is lost: stop
-    /// the work, its writes will be refused).
-    async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>>;
-    /// Hand a lease back early so another replica can take the work at once.
-    async fn release_lease(&self, lease: &Lease) -> Result<()>;
-    /// Who holds the lease `name` now, and until when; `None` when it is free (never
-    /// taken, released, or expired).
-    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>>;
-    /// How many leases whose name starts with `prefix` are held now.
-    async fn count_leases(&self, prefix: &str) -> Result<i64>;
-}
-
-#[apply(sql!)]
-#[async_trait]
-impl<B: Driver> Leases for SqlLedger<B> {
     async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
@@ -69,6 +52,8 @@ impl<B: Driver> Leases for SqlLedger<B> {
         }))
     }
 
+    /// Extend a lease still held; `None` when it expired or changed hands (it is lost: stop
+    /// the work, its writes will be refused).
     async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
@@ -91,6 +76,7 @@ impl<B: Driver> Leases for SqlLedger<B> {
         }))
     }
 
+    /// Hand a lease back early so another replica can take the work at once.
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         // Expire rather than delete: the term must keep growing across owners.
         let now = B::NOW;
@@ -108,6 +94,7 @@ impl<B: Driver> Leases for SqlLedger<B> {
         Ok(())
     }
 
+    /// How many leases whose name starts with `prefix` are held now.
     async fn count_leases(&self, prefix: &str) -> Result<i64> {
         // substr, not LIKE: a name may hold `_` or `%`.
         let now = B::NOW;
@@ -123,6 +110,8 @@ impl<B: Driver> Leases for SqlLedger<B> {
         Ok(n)
     }
 
+    /// Who holds the lease `name` now, and until when; `None` when it is free (never
+    /// taken, released, or expired).
     async fn lease_holder(&self, name: &str) -> Result<Option<Lease>> {
         let now = B::NOW;
         let stmt = sqlx::query(AssertSqlSafe(format!(

@@ -6,7 +6,6 @@ use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::rows::{check_name, json};
 use crate::{LedgerError, Result};
-use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use reckon_domain::time;
 use secrecy::{ExposeSecret, SecretString};
@@ -84,40 +83,7 @@ pub(crate) fn check_pattern(p: &str) -> Result<()> {
     crate::rows::check_name("operation pattern", p)
 }
 
-#[async_trait]
-pub trait Providers: Send + Sync {
-    async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider>;
-    async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>>;
-    async fn provider_by_name(&self, tenant: TenantId, name: &str) -> Result<Provider>;
-    /// Change a provider's settings and/or secret (`None` keeps it; the stored secret is
-    /// replaced only by a new one). `NotFound` for a name the tenant has no provider of.
-    async fn update_provider(
-        &self,
-        tenant: TenantId,
-        name: &str,
-        change: ProviderChange,
-    ) -> Result<Provider>;
-    async fn provider_by_id(&self, tenant: TenantId, id: i64) -> Result<Provider>;
-    /// The provider's secret, decrypted (`None` when it has none).
-    async fn provider_secret(
-        &self,
-        tenant: TenantId,
-        provider: &Provider,
-    ) -> Result<Option<SecretString>>;
-    /// Route an operation pattern (a name or `*`) of a source to a provider, or to none.
-    /// Setting a route again replaces it.
-    async fn set_route(
-        &self,
-        tenant: TenantId,
-        source: &str,
-        operation: &str,
-        provider: Option<&str>,
-    ) -> Result<Route>;
-    async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>>;
-}
-
 #[apply(sql!)]
-#[async_trait]
 impl<B: Driver> Providers for SqlLedger<B> {
     async fn add_provider(&self, tenant: TenantId, new: NewProvider) -> Result<Provider> {
         check_name("provider name", &new.name)?;
@@ -148,6 +114,8 @@ impl<B: Driver> Providers for SqlLedger<B> {
         provider_row::<B::DB>(&row)
     }
 
+    /// Change a provider's settings and/or secret (`None` keeps it; the stored secret is
+    /// replaced only by a new one). `NotFound` for a name the tenant has no provider of.
     async fn update_provider(
         &self,
         tenant: TenantId,
@@ -199,6 +167,7 @@ impl<B: Driver> Providers for SqlLedger<B> {
         self.provider_where(tenant, None, Some(id)).await
     }
 
+    /// The provider's secret, decrypted (`None` when it has none).
     async fn provider_secret(
         &self,
         tenant: TenantId,
@@ -225,6 +194,8 @@ impl<B: Driver> Providers for SqlLedger<B> {
         Ok(Some(SecretString::from(text)))
     }
 
+    /// Route an operation pattern (a name or `*`) of a source to a provider, or to none.
+    /// Setting a route again replaces it.
     async fn set_route(
         &self,
         tenant: TenantId,

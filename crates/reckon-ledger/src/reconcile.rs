@@ -107,7 +107,6 @@ use crate::driver::{Driver, RowsAffected, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::rows::{self, json};
 use crate::{LedgerError, Result};
-use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use reckon_domain::time;
 use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
@@ -191,73 +190,11 @@ const OPEN_EFFECT: &str = "(e.state = 'unknown' OR (e.state = 'in_progress' AND 
 /// of 65,535.
 pub const IDS_PER_STATEMENT: usize = 10_000;
 
-#[async_trait]
-pub trait Reconciliation: Send + Sync {
+#[apply(sql!)]
+impl<B: Driver> Reconciliation for SqlLedger<B> {
     /// Lease up to `limit` unresolved, unresolution-free effects whose next attempt is due
     /// and whose lease (if any) has expired. PostgreSQL skips rows another replica is
     /// claiming; SQLite's one writer needs no lock.
-    async fn claim_due(
-        &self,
-        tenant: TenantId,
-        owner: &str,
-        now: f64,
-        lease_secs: f64,
-        limit: i64,
-    ) -> Result<Vec<Claim>>;
-    /// Lease one effect now, whatever its schedule (not if resolved or leased by another).
-    async fn claim_effect(
-        &self,
-        tenant: TenantId,
-        effect_id: i64,
-        owner: &str,
-        now: f64,
-        lease_secs: f64,
-    ) -> Result<Option<Claim>>;
-    /// Release a lease without an attempt (e.g. "no provider"), noting why and when to
-    /// look again.
-    async fn defer(
-        &self,
-        tenant: TenantId,
-        effect_id: i64,
-        owner: &str,
-        next_attempt_at: f64,
-        note: &str,
-    ) -> Result<()>;
-    /// Append one attempt, update the schedule, release the lease, and (if asked) record
-    /// the resolution, all in one transaction. A second resolution is never stored.
-    async fn record_attempt(
-        &self,
-        tenant: TenantId,
-        effect_id: i64,
-        owner: &str,
-        attempt: NewAttempt,
-    ) -> Result<AttemptRecorded>;
-    /// A person's resolution. `Conflict` when the effect is already resolved.
-    async fn resolve_by_hand(
-        &self,
-        tenant: TenantId,
-        effect_id: i64,
-        new: NewResolution,
-    ) -> Result<Resolution>;
-    async fn reconcile_view(&self, tenant: TenantId, effect_id: i64) -> Result<ReconcileView>;
-    /// Of `effect_ids`, those resolved (by reckon or by hand), in id order: a day's
-    /// unresolved effects in one read per [`IDS_PER_STATEMENT`], never one per effect.
-    async fn resolved_among(&self, tenant: TenantId, effect_ids: &[i64]) -> Result<Vec<i64>>;
-    /// Make the indeterminate effects of one provider created in `[from, to]` due now
-    /// (clearing "needs attention"); returns how many.
-    async fn requeue_indeterminate(
-        &self,
-        tenant: TenantId,
-        provider_id: i64,
-        from: f64,
-        to: f64,
-        now: f64,
-    ) -> Result<u64>;
-}
-
-#[apply(sql!)]
-#[async_trait]
-impl<B: Driver> Reconciliation for SqlLedger<B> {
     async fn claim_due(
         &self,
         tenant: TenantId,
@@ -285,6 +222,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         Ok(out)
     }
 
+    /// Lease one effect now, whatever its schedule (not if resolved or leased by another).
     async fn claim_effect(
         &self,
         tenant: TenantId,
@@ -310,6 +248,8 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         Ok(c.into_iter().next())
     }
 
+    /// Release a lease without an attempt (e.g. "no provider"), noting why and when to
+    /// look again.
     async fn defer(
         &self,
         tenant: TenantId,
@@ -335,6 +275,8 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         Ok(())
     }
 
+    /// Append one attempt, update the schedule, release the lease, and (if asked) record
+    /// the resolution, all in one transaction. A second resolution is never stored.
     async fn record_attempt(
         &self,
         tenant: TenantId,
@@ -424,6 +366,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         })
     }
 
+    /// A person's resolution. `Conflict` when the effect is already resolved.
     async fn resolve_by_hand(
         &self,
         tenant: TenantId,
@@ -459,6 +402,8 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         resolution_row::<B::DB>(&row)
     }
 
+    /// Of `effect_ids`, those resolved (by reckon or by hand), in id order: a day's
+    /// unresolved effects in one read per [`IDS_PER_STATEMENT`], never one per effect.
     #[instrument(level = "debug", skip_all, fields(effects = effect_ids.len()))]
     async fn resolved_among(&self, tenant: TenantId, effect_ids: &[i64]) -> Result<Vec<i64>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
@@ -513,6 +458,8 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         })
     }
 
+    /// Make the indeterminate effects of one provider created in `[from, to]` due now
+    /// (clearing "needs attention"); returns how many.
     async fn requeue_indeterminate(
         &self,
         tenant: TenantId,

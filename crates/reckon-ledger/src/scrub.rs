@@ -15,10 +15,14 @@
 //! its runs are scrubbed in place, they then fail the content check too, and the log line
 //! names the runs that were broken before.
 
+use crate::Result;
+use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
+use crate::model::TenantId;
 use macro_rules_attribute::apply;
 use reckon_audit::chain::{ChainWalk, run_content};
 use reckon_domain::Redactor;
+use reckon_domain::time;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -106,7 +110,7 @@ pub(crate) fn column(r: &Redactor, kind: Kind, stored: &str) -> Option<String> {
 impl<B: Driver> SqlLedger<B> {
     /// Run the scrub if it is pending, tenant by tenant; strike it off when every
     /// tenant is done.
-    pub(crate) async fn scrub_pending(&self) -> crate::Result<()> {
+    pub(crate) async fn scrub_pending(&self) -> Result<()> {
         let pending: Option<String> =
             sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = $1")
                 .bind(crate::scrub::JOB)
@@ -140,17 +144,15 @@ impl<B: Driver> SqlLedger<B> {
     /// secret does not open.
     pub(crate) async fn scrub_redactor(
         &self,
-        tenant: crate::model::TenantId,
-    ) -> crate::Result<Option<reckon_domain::Redactor>> {
+        tenant: TenantId,
+    ) -> Result<Option<reckon_domain::Redactor>> {
         use sqlx::Row;
         let stmt = sqlx::query(
             "SELECT name, secret_ciphertext FROM provider \
              WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
         )
         .bind(tenant.0);
-        let rows = self
-            .read_all(crate::accounts::Scope::Tenant(tenant), stmt)
-            .await?;
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         let mut secrets = Vec::new();
         for row in rows {
             let name: String = row.try_get(0)?;
@@ -170,12 +172,12 @@ impl<B: Driver> SqlLedger<B> {
     /// Scrub one tenant's stored provider answers with `redactor`.
     pub(crate) async fn scrub_tenant(
         &self,
-        tenant: crate::model::TenantId,
+        tenant: TenantId,
         redactor: &reckon_domain::Redactor,
-    ) -> crate::Result<crate::scrub::ScrubReport> {
+    ) -> Result<crate::scrub::ScrubReport> {
         use sqlx::Row;
         let mut report = crate::scrub::ScrubReport::default();
-        let scope = || crate::accounts::Scope::Tenant(tenant);
+        let scope = || Scope::Tenant(tenant);
 
         // Rows keyed by one integer: a page per transaction (each row's rewrite
         // stands on its own, and scrubbing twice changes nothing).
@@ -375,7 +377,7 @@ impl<B: Driver> SqlLedger<B> {
                  VALUES ($1, $2, 'reckon', $3, NULL, $4, NULL)",
             )
             .bind(tenant.0)
-            .bind(reckon_domain::time::now())
+            .bind(time::now())
             .bind(crate::scrub::SCRUB_ACTION)
             .bind(detail.to_string())
             .execute(&mut *tx)

@@ -7,65 +7,13 @@ use crate::lease::fence;
 use crate::model::{Lease, NewSource, Source, SourceChange, Tenant, TenantId};
 use crate::rows::{self, check_name};
 use crate::{LedgerError, Result};
-use async_trait::async_trait;
 use macro_rules_attribute::apply;
 use reckon_domain::time;
 use reckon_keyring::dsn_aad;
 use secrecy::{ExposeSecret, SecretString};
 use sqlx::AssertSqlSafe;
 
-#[async_trait]
-pub trait Tenants: Send + Sync {
-    async fn create_tenant(&self, slug: &str) -> Result<Tenant>;
-    async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant>;
-    /// The tenant with this id ([`LedgerError::NotFound`] if there is none).
-    async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant>;
-    async fn list_tenants(&self) -> Result<Vec<Tenant>>;
-}
-
-#[async_trait]
-pub trait Sources: Send + Sync {
-    async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source>;
-    async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>>;
-    async fn source_by_name(&self, tenant: TenantId, name: &str) -> Result<Source>;
-    /// Change a source's settings (`None` keeps a field). A new DSN is sealed like one
-    /// added; without one the stored ciphertext is not touched. A new DSN or table drops
-    /// the scan cursor. `NotFound` for a name the tenant has no source of.
-    async fn update_source(
-        &self,
-        tenant: TenantId,
-        name: &str,
-        change: SourceChange,
-    ) -> Result<Source>;
-    /// Every scanned source of every tenant, for the scheduler (operator scope).
-    async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>>;
-    /// The source's DSN, decrypted.
-    async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString>;
-    /// Fenced by `lease` when given: a lost lease writes nothing ([`LedgerError::LeaseLost`]).
-    async fn record_scan_success(
-        &self,
-        tenant: TenantId,
-        source_id: i64,
-        at: f64,
-        full: bool,
-        lease: Option<&Lease>,
-    ) -> Result<()>;
-    /// Fenced by `lease` when given, like [`Sources::record_scan_success`].
-    async fn record_scan_failure(
-        &self,
-        tenant: TenantId,
-        source_id: i64,
-        at: f64,
-        error: &str,
-        lease: Option<&Lease>,
-    ) -> Result<()>;
-    /// "Scan now": the scheduler of any replica scans a scanned source whose request is
-    /// newer than its last scan's start. `NotFound` for a push source or another tenant's.
-    async fn request_scan(&self, tenant: TenantId, name: &str, at: f64) -> Result<Source>;
-}
-
 #[apply(sql!)]
-#[async_trait]
 impl<B: Driver> Tenants for SqlLedger<B> {
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         check_name("tenant slug", slug)?;
@@ -96,6 +44,7 @@ impl<B: Driver> Tenants for SqlLedger<B> {
         rows::tenant::<B::DB>(&row)
     }
 
+    /// The tenant with this id ([`LedgerError::NotFound`] if there is none).
     async fn tenant_by_id(&self, tenant: TenantId) -> Result<Tenant> {
         let stmt =
             sqlx::query("SELECT id, slug, created_at FROM tenant WHERE id = $1").bind(tenant.0);
@@ -114,7 +63,6 @@ impl<B: Driver> Tenants for SqlLedger<B> {
 }
 
 #[apply(sql!)]
-#[async_trait]
 impl<B: Driver> Sources for SqlLedger<B> {
     async fn add_source(&self, tenant: TenantId, new: NewSource) -> Result<Source> {
         check_name("source name", &new.name)?;
@@ -174,6 +122,9 @@ impl<B: Driver> Sources for SqlLedger<B> {
         rows::source::<B::DB>(&row)
     }
 
+    /// Change a source's settings (`None` keeps a field). A new DSN is sealed like one
+    /// added; without one the stored ciphertext is not touched. A new DSN or table drops
+    /// the scan cursor. `NotFound` for a name the tenant has no source of.
     async fn update_source(
         &self,
         tenant: TenantId,
@@ -203,6 +154,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
         rows::source::<B::DB>(&row)
     }
 
+    /// Every scanned source of every tenant, for the scheduler (operator scope).
     async fn all_scanned_sources(&self) -> Result<Vec<(Tenant, Source)>> {
         let tenants = self.list_tenants().await?;
         let mut out = Vec::new();
@@ -216,6 +168,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
         Ok(out)
     }
 
+    /// The source's DSN, decrypted.
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let sealed: Option<Vec<u8>> = sqlx::query_scalar(
@@ -237,6 +190,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
             .map_err(|_| LedgerError::Decrypt)
     }
 
+    /// Fenced by `lease` when given: a lost lease writes nothing ([`LedgerError::LeaseLost`]).
     async fn record_scan_success(
         &self,
         tenant: TenantId,
@@ -262,6 +216,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
         Ok(())
     }
 
+    /// Fenced by `lease` when given, like [`Sources::record_scan_success`].
     async fn record_scan_failure(
         &self,
         tenant: TenantId,
@@ -286,6 +241,8 @@ impl<B: Driver> Sources for SqlLedger<B> {
         Ok(())
     }
 
+    /// "Scan now": the scheduler of any replica scans a scanned source whose request is
+    /// newer than its last scan's start. `NotFound` for a push source or another tenant's.
     async fn request_scan(
         &self,
         tenant: TenantId,

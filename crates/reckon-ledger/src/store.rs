@@ -15,35 +15,9 @@
 //! rotation twice (say, after the operator's new key was not yet saved) is harmless.
 
 use crate::driver::{Driver, SqlLedger, sql};
-use crate::{Backend, Keyring, PoolStatus, Result};
-use async_trait::async_trait;
+use crate::{Backend, PoolStatus, Result};
 use macro_rules_attribute::apply;
 use serde::Serialize;
-
-#[async_trait]
-pub trait Store: Send + Sync {
-    fn backend(&self) -> Backend;
-    /// Apply the embedded migrations of this backend (idempotent), then the data jobs they
-    /// queue (charge search terms, the scrub of stored credentials).
-    async fn migrate(&self) -> Result<()>;
-    /// Cheap liveness query for `/readyz`.
-    async fn ping(&self) -> Result<()>;
-    /// The connection pool as it is now (no query): what on-call checks first when the
-    /// ledger is slow (every connection in use means requests queue for one).
-    fn pool_status(&self) -> PoolStatus;
-    /// This ledger's identity, a random value made when it was created
-    /// (`reckon_instance`). A tenant's source connection that can see it has reached
-    /// reckon's own database and is refused (`EgressPolicy::with_own_identity`).
-    async fn instance_identity(&self) -> Result<String>;
-    /// Refuse a master key that is not the one this ledger's secrets were sealed with
-    /// ([`crate::LedgerError::WrongMasterKey`]); on a new ledger, record the key's check
-    /// value.
-    async fn check_keyring(&self) -> Result<()>;
-    /// Re-seal every stored secret (DSNs, provider secrets, TOTP secrets) and the check
-    /// value under `new`, in one transaction; resumable. Afterwards only `new` opens the
-    /// ledger: the operator must switch to it before the next start.
-    async fn rotate_keyring(&self, new: &Keyring) -> Result<RotateReport>;
-}
 
 /// The plaintext of the check value; its AAD binds it to this one use.
 pub(crate) const CHECK_PLAINTEXT: &[u8] = b"reckon master key check v1";
@@ -60,18 +34,20 @@ pub struct RotateReport {
 }
 
 #[apply(sql!)]
-#[async_trait]
 impl<B: Driver> Store for SqlLedger<B> {
     fn backend(&self) -> Backend {
         B::KIND
     }
 
+    /// Apply the embedded migrations of this backend (idempotent), then the data jobs they
+    /// queue (charge search terms, the scrub of stored credentials).
     async fn migrate(&self) -> Result<()> {
         B::migrate_schema(self).await?;
         self.backfill_charge_terms().await?;
         self.scrub_pending().await
     }
 
+    /// Cheap liveness query for `/readyz`.
     async fn ping(&self) -> Result<()> {
         // One round trip on a pooled connection: no tenant data, so no scope.
         let mut conn = self.pool.acquire().await?;
@@ -79,10 +55,15 @@ impl<B: Driver> Store for SqlLedger<B> {
         Ok(())
     }
 
+    /// The connection pool as it is now (no query): what on-call checks first when the
+    /// ledger is slow (every connection in use means requests queue for one).
     fn pool_status(&self) -> PoolStatus {
         PoolStatus::of(&self.pool)
     }
 
+    /// This ledger's identity, a random value made when it was created
+    /// (`reckon_instance`). A tenant's source connection that can see it has reached
+    /// reckon's own database and is refused (`EgressPolicy::with_own_identity`).
     async fn instance_identity(&self) -> Result<String> {
         let mut conn = self.pool.acquire().await?;
         Ok(
@@ -92,6 +73,9 @@ impl<B: Driver> Store for SqlLedger<B> {
         )
     }
 
+    /// Refuse a master key that is not the one this ledger's secrets were sealed with
+    /// ([`crate::LedgerError::WrongMasterKey`]); on a new ledger, record the key's check
+    /// value.
     async fn check_keyring(&self) -> crate::Result<()> {
         let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         let sealed: Option<Vec<u8>> =
@@ -124,6 +108,9 @@ impl<B: Driver> Store for SqlLedger<B> {
         Ok(())
     }
 
+    /// Re-seal every stored secret (DSNs, provider secrets, TOTP secrets) and the check
+    /// value under `new`, in one transaction; resumable. Afterwards only `new` opens the
+    /// ledger: the operator must switch to it before the next start.
     async fn rotate_keyring(
         &self,
         new: &crate::Keyring,

@@ -7,12 +7,14 @@
 //! row: the row reckon writes carries the resolution id in its response. `UNIQUE
 //! (resolution_id)` makes one write-back per resolution (and so per effect).
 
+use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
-use crate::model::{Lease, Source, TenantId};
+use crate::model::TenantId;
 use crate::reconcile::Resolution;
+use crate::rows;
 use crate::{LedgerError, Result};
-use async_trait::async_trait;
 use macro_rules_attribute::apply;
+use reckon_domain::time;
 use serde::Serialize;
 use sqlx::Row;
 
@@ -215,15 +217,38 @@ pub(crate) fn candidate_row<DB: Database>(row: &DB::Row) -> Result<WritebackCand
     })
 }
 
-#[async_trait]
-pub trait Writebacks: Send + Sync {
+#[apply(sql!)]
+impl<B: Driver> Writebacks for SqlLedger<B> {
     /// Turn write-back of a scanned source on (with its not_applied policy) or off (`None`).
     async fn set_source_writeback(
         &self,
         tenant: TenantId,
-        source: &str,
-        policy: Option<WritebackPolicy>,
-    ) -> Result<Source>;
+        name: &str,
+        policy: Option<crate::WritebackPolicy>,
+    ) -> Result<crate::Source> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE source SET writeback = $1 WHERE tenant_id = $2 AND name = $3 \
+             RETURNING {}",
+            rows::SOURCE_COLUMNS
+        )))
+        .bind(policy.map(WritebackPolicy::as_str))
+        .bind(tenant.0)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
+        let source = rows::source::<B::DB>(&row)?;
+        if !source.kind.is_scanned() && policy.is_some() {
+            // A push source has no database reckon could write to.
+            return Err(LedgerError::Invalid(format!(
+                "source {name:?} is a push source: reckon holds no DSN to write back to"
+            )));
+        }
+        tx.commit().await?;
+        Ok(source)
+    }
+
     /// Resolved (`applied` / `not_applied`) effects of sources with write-back on, still
     /// unresolved in the source as last seen and present, that have no write-back yet;
     /// oldest resolution first.
@@ -232,85 +257,14 @@ pub trait Writebacks: Send + Sync {
         tenant: TenantId,
         source_id: Option<i64>,
         limit: i64,
-    ) -> Result<Vec<WritebackCandidate>>;
-    /// Write-backs of the tenant (optionally of one source, of one status), oldest first.
-    async fn list_writebacks(
-        &self,
-        tenant: TenantId,
-        source_id: Option<i64>,
-        status: Option<WritebackStatus>,
-        limit: i64,
-    ) -> Result<Vec<Writeback>>;
-    /// Record the intent (`pending`) before the source is written, fenced by `lease`. The
-    /// one write-back of that resolution is returned: this one, or the one already there
-    /// (whatever its status). Refused when the source has write-back off.
-    async fn begin_writeback(
-        &self,
-        tenant: TenantId,
-        new: NewWriteback,
-        lease: Option<&Lease>,
-    ) -> Result<Writeback>;
-    /// Settle a pending write-back as `written` or `conflict`; an already settled one is
-    /// left as it is and returned.
-    async fn finish_writeback(
-        &self,
-        tenant: TenantId,
-        id: i64,
-        status: WritebackStatus,
-        detail: &str,
-        recovered: bool,
-        lease: Option<&Lease>,
-    ) -> Result<Writeback>;
-}
-
-#[apply(sql!)]
-#[async_trait]
-impl<B: Driver> Writebacks for SqlLedger<B> {
-    async fn set_source_writeback(
-        &self,
-        tenant: crate::TenantId,
-        name: &str,
-        policy: Option<crate::WritebackPolicy>,
-    ) -> crate::Result<crate::Source> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE source SET writeback = $1 WHERE tenant_id = $2 AND name = $3 \
-             RETURNING {}",
-            crate::rows::SOURCE_COLUMNS
-        )))
-        .bind(policy.map(WritebackPolicy::as_str))
-        .bind(tenant.0)
-        .bind(name)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| crate::LedgerError::NotFound(format!("source {name:?}")))?;
-        let source = crate::rows::source::<B::DB>(&row)?;
-        if !source.kind.is_scanned() && policy.is_some() {
-            // A push source has no database reckon could write to.
-            return Err(crate::LedgerError::Invalid(format!(
-                "source {name:?} is a push source: reckon holds no DSN to write back to"
-            )));
-        }
-        tx.commit().await?;
-        Ok(source)
-    }
-
-    async fn writeback_candidates(
-        &self,
-        tenant: crate::TenantId,
-        source_id: Option<i64>,
-        limit: i64,
-    ) -> crate::Result<Vec<crate::WritebackCandidate>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
+    ) -> Result<Vec<crate::WritebackCandidate>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let filter = if source_id.is_some() {
             " AND s.id = $3"
         } else {
             ""
         };
-        let sql = format!(
-            "{}{filter} ORDER BY r.id LIMIT $2",
-            crate::writeback::CANDIDATE_SQL
-        );
+        let sql = format!("{CANDIDATE_SQL}{filter} ORDER BY r.id LIMIT $2");
         let q = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant.0)
             .bind(limit);
@@ -320,23 +274,19 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         };
         let rows = q.fetch_all(&mut *tx).await?;
         tx.commit().await?;
-        rows.iter()
-            .map(crate::writeback::candidate_row::<B::DB>)
-            .collect()
+        rows.iter().map(candidate_row::<B::DB>).collect()
     }
 
+    /// Write-backs of the tenant (optionally of one source, of one status), oldest first.
     async fn list_writebacks(
         &self,
-        tenant: crate::TenantId,
+        tenant: TenantId,
         source_id: Option<i64>,
         status: Option<crate::WritebackStatus>,
         limit: i64,
-    ) -> crate::Result<Vec<crate::Writeback>> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), false).await?;
-        let mut sql = format!(
-            "SELECT {} FROM writeback WHERE tenant_id = $1",
-            crate::writeback::WRITEBACK_COLUMNS
-        );
+    ) -> Result<Vec<crate::Writeback>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let mut sql = format!("SELECT {WRITEBACK_COLUMNS} FROM writeback WHERE tenant_id = $1");
         let mut n = 2;
         if source_id.is_some() {
             sql.push_str(&format!(" AND source_id = ${n}"));
@@ -356,18 +306,19 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         }
         let rows = q.bind(limit).fetch_all(&mut *tx).await?;
         tx.commit().await?;
-        rows.iter()
-            .map(crate::writeback::writeback_row::<B::DB>)
-            .collect()
+        rows.iter().map(writeback_row::<B::DB>).collect()
     }
 
+    /// Record the intent (`pending`) before the source is written, fenced by `lease`. The
+    /// one write-back of that resolution is returned: this one, or the one already there
+    /// (whatever its status). Refused when the source has write-back off.
     async fn begin_writeback(
         &self,
-        tenant: crate::TenantId,
+        tenant: TenantId,
         new: crate::NewWriteback,
         lease: Option<&crate::Lease>,
-    ) -> crate::Result<crate::Writeback> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+    ) -> Result<crate::Writeback> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         crate::lease::fence::<B>(&mut tx, lease).await?;
         // The intent is stored only for a source whose write-back is on, for a
         // resolution of this tenant's effect; one per resolution.
@@ -392,43 +343,44 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         .bind(new.seen_updated_at)
         .bind(&new.new_response)
         .bind(new.new_updated_at)
-        .bind(reckon_domain::time::now())
+        .bind(time::now())
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM writeback WHERE tenant_id = $1 AND resolution_id = $2",
-            crate::writeback::WRITEBACK_COLUMNS
+            "SELECT {WRITEBACK_COLUMNS} FROM writeback WHERE tenant_id = $1 AND resolution_id = $2"
         )))
         .bind(tenant.0)
         .bind(new.resolution_id)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
-            return Err(crate::LedgerError::Invalid(
+            return Err(LedgerError::Invalid(
                 "no write-back intent was recorded: the source has write-back off, or \
                  the effect and resolution do not belong to it"
                     .into(),
             ));
         };
         tx.commit().await?;
-        crate::writeback::writeback_row::<B::DB>(&row)
+        writeback_row::<B::DB>(&row)
     }
 
+    /// Settle a pending write-back as `written` or `conflict`; an already settled one is
+    /// left as it is and returned.
     async fn finish_writeback(
         &self,
-        tenant: crate::TenantId,
+        tenant: TenantId,
         id: i64,
         status: crate::WritebackStatus,
         detail: &str,
         recovered: bool,
         lease: Option<&crate::Lease>,
-    ) -> crate::Result<crate::Writeback> {
+    ) -> Result<crate::Writeback> {
         if status == crate::WritebackStatus::Pending {
-            return Err(crate::LedgerError::Invalid(
+            return Err(LedgerError::Invalid(
                 "a write-back is finished as written or conflict".into(),
             ));
         }
-        let mut tx = B::begin(self, crate::accounts::Scope::Tenant(tenant), true).await?;
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         crate::lease::fence::<B>(&mut tx, lease).await?;
         // Only a pending intent is settled: the first outcome recorded stands.
         sqlx::query(
@@ -438,21 +390,20 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         .bind(status.as_str())
         .bind(detail)
         .bind(recovered)
-        .bind(reckon_domain::time::now())
+        .bind(time::now())
         .bind(tenant.0)
         .bind(id)
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM writeback WHERE tenant_id = $1 AND id = $2",
-            crate::writeback::WRITEBACK_COLUMNS
+            "SELECT {WRITEBACK_COLUMNS} FROM writeback WHERE tenant_id = $1 AND id = $2"
         )))
         .bind(tenant.0)
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?
-        .ok_or_else(|| crate::LedgerError::NotFound(format!("write-back #{id}")))?;
+        .ok_or_else(|| LedgerError::NotFound(format!("write-back #{id}")))?;
         tx.commit().await?;
-        crate::writeback::writeback_row::<B::DB>(&row)
+        writeback_row::<B::DB>(&row)
     }
 }
