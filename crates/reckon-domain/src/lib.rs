@@ -7,9 +7,11 @@ pub mod key;
 pub mod outcome;
 pub mod record;
 pub mod redact;
+pub mod role;
 pub mod source;
 pub mod state;
 pub mod time;
+pub mod writeback;
 
 pub use key::OperationKey;
 pub use outcome::Outcome;
@@ -18,5 +20,6 @@ pub use record::{
     decide, validate_row,
 };
 pub use redact::Redactor;
+pub use role::Role;
 pub use source::{Dialect, SourceKind};
 pub use state::{Disappearance, State, UnresolvedKind};

@@ -29,33 +29,7 @@ pub struct Tenant {
     pub created_at: f64,
 }
 
-/// A role within one tenant. The permission matrix lives with the auth issue; for now
-/// every API route needs a token of the tenant, and writes need `admin`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Viewer,
-    Support,
-    Finance,
-    Admin,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Support => "support",
-            Role::Finance => "finance",
-            Role::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Role> {
-        [Role::Viewer, Role::Support, Role::Finance, Role::Admin]
-            .into_iter()
-            .find(|r| r.as_str() == s)
-    }
-}
+pub use reckon_domain::Role;
 
 #[derive(Debug, Clone)]
 pub struct TokenGrant {

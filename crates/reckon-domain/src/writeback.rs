@@ -1,0 +1,92 @@
+//! The words of write-back, as the ledger stores them and the API shows them.
+
+use serde::Serialize;
+
+/// What write-back does with a `not_applied` resolution (`applied` always becomes
+/// `succeeded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritebackPolicy {
+    /// Delete the row, so the application's retry of the same key can run.
+    Release,
+    /// Make the row `failed`: terminal, the key is burned.
+    Fail,
+}
+
+impl WritebackPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WritebackPolicy::Release => "release",
+            WritebackPolicy::Fail => "fail",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WritebackPolicy> {
+        match s {
+            "release" => Some(WritebackPolicy::Release),
+            "fail" => Some(WritebackPolicy::Fail),
+            _ => None,
+        }
+    }
+}
+
+/// The change one write-back makes to the source row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritebackAction {
+    /// `state = 'succeeded'`, response = the provider object (applied).
+    Succeed,
+    /// Delete the row (not_applied, policy `release`).
+    Release,
+    /// `state = 'failed'` (not_applied, policy `fail`).
+    Fail,
+}
+
+impl WritebackAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WritebackAction::Succeed => "succeed",
+            WritebackAction::Release => "release",
+            WritebackAction::Fail => "fail",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WritebackAction> {
+        match s {
+            "succeed" => Some(WritebackAction::Succeed),
+            "release" => Some(WritebackAction::Release),
+            "fail" => Some(WritebackAction::Fail),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WritebackStatus {
+    /// The intent is recorded; whether the source was written is not known yet.
+    Pending,
+    /// The source row holds reckon's write (or, for a release, is gone).
+    Written,
+    /// The application moved first: the row was not what reckon saw; nothing was changed.
+    Conflict,
+}
+
+impl WritebackStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WritebackStatus::Pending => "pending",
+            WritebackStatus::Written => "written",
+            WritebackStatus::Conflict => "conflict",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WritebackStatus> {
+        match s {
+            "pending" => Some(WritebackStatus::Pending),
+            "written" => Some(WritebackStatus::Written),
+            "conflict" => Some(WritebackStatus::Conflict),
+            _ => None,
+        }
+    }
+}
