@@ -1,8 +1,7 @@
 use serde::Serialize;
 
-/// A role within one tenant. Roles are ordered: each may do what the ones before it may
-/// (`reckon-web::authz` names the least role of each permission).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+/// A role within one tenant, least to most: each may do what the roles before it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Viewer,

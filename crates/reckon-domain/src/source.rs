@@ -22,7 +22,7 @@ impl Dialect {
 
 /// How a source's records reach reckon: scanned from a database of one dialect, or pushed
 /// through the API. Stored and sent as its word (`sqlite`, `postgres`, `mysql`, `push`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceKind {
     Sqlite,

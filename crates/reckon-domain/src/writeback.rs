@@ -2,9 +2,10 @@
 
 use serde::Serialize;
 
-/// What write-back does with a `not_applied` resolution (`applied` always becomes
-/// `succeeded`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// What write-back does with a `not_applied` resolution: `release` deletes the row (the
+/// application's retry can run), `fail` makes it `failed`. An `applied` one always becomes
+/// `succeeded`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WritebackPolicy {
     /// Delete the row, so the application's retry of the same key can run.
@@ -31,7 +32,7 @@ impl WritebackPolicy {
 }
 
 /// The change one write-back makes to the source row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WritebackAction {
     /// `state = 'succeeded'`, response = the provider object (applied).

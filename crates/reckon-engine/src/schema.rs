@@ -7,7 +7,8 @@
 //! `additionalProperties: false`: a field added to a ledger type and not here makes every
 //! answer that carries it fail the schema (the generated-case run in reckon-web's tests
 //! checks every answer against the document), so this copy cannot silently fall behind.
-//! The enums are checked against the ledger's own words by the tests below.
+//! The words (a source's kind, a role, write-back's policy and action) are the domain's
+//! own types, which carry their schema.
 //!
 //! These types are never built: they exist only for their `ToSchema`.
 #![allow(
@@ -19,43 +20,8 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-/// How reckon reads a source.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SourceKind {
-    Sqlite,
-    Postgres,
-    Mysql,
-    Push,
-}
-
-/// What write-back does with a `not_applied` resolution: `release` deletes the row (the
-/// application's retry can run), `fail` makes it `failed`.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WritebackPolicy {
-    Release,
-    Fail,
-}
-
-/// The change one write-back makes to the source row.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WritebackAction {
-    Succeed,
-    Release,
-    Fail,
-}
-
-/// A role within one tenant, least to most.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Viewer,
-    Support,
-    Finance,
-    Admin,
-}
+pub use reckon_domain::writeback::{WritebackAction, WritebackPolicy};
+pub use reckon_domain::{Role, SourceKind};
 
 /// A source of one tenant. Its DSN is never shown, only `dsn_display` (no password).
 #[derive(Serialize, ToSchema)]
@@ -368,63 +334,4 @@ pub struct AuditRunSummary {
     counts: Value,
     totals: Value,
     digest: String,
-}
-
-#[cfg(test)]
-mod tests {
-    use utoipa::PartialSchema;
-
-    /// The words an enum schema lists.
-    fn words<T: PartialSchema>() -> Vec<String> {
-        let schema = serde_json::to_value(T::schema()).unwrap();
-        let mut words: Vec<String> = schema["enum"]
-            .as_array()
-            .unwrap_or_else(|| panic!("not an enum schema: {schema}"))
-            .iter()
-            .map(|w| w.as_str().unwrap().to_owned())
-            .collect();
-        words.sort();
-        words
-    }
-
-    fn sorted(mut v: Vec<&str>) -> Vec<String> {
-        v.sort();
-        v.into_iter().map(str::to_owned).collect()
-    }
-
-    #[test]
-    fn the_described_enums_are_the_ledgers_words() {
-        use reckon_ledger::{Role, SourceKind, WritebackPolicy};
-        assert_eq!(
-            words::<super::SourceKind>(),
-            sorted(
-                ["sqlite", "postgres", "mysql", "push"]
-                    .into_iter()
-                    .filter(|w| SourceKind::parse(w).is_some())
-                    .collect()
-            )
-        );
-        for w in words::<super::SourceKind>() {
-            assert!(SourceKind::parse(&w).is_some(), "{w}");
-        }
-        for w in words::<super::Role>() {
-            assert!(Role::parse(&w).is_some(), "{w}");
-        }
-        assert_eq!(words::<super::Role>().len(), 4);
-        for w in words::<super::WritebackPolicy>() {
-            assert!(WritebackPolicy::parse(&w).is_some(), "{w}");
-        }
-        assert_eq!(words::<super::WritebackPolicy>().len(), 2);
-        for a in [
-            reckon_ledger::WritebackAction::Succeed,
-            reckon_ledger::WritebackAction::Release,
-            reckon_ledger::WritebackAction::Fail,
-        ] {
-            let w = serde_json::to_value(a).unwrap();
-            assert!(
-                words::<super::WritebackAction>().contains(&w.as_str().unwrap().to_owned()),
-                "{w}"
-            );
-        }
-    }
 }
