@@ -15,6 +15,8 @@ pub enum WritebackPolicy {
 }
 
 impl WritebackPolicy {
+    pub const ALL: [WritebackPolicy; 2] = [WritebackPolicy::Release, WritebackPolicy::Fail];
+
     pub fn as_str(self) -> &'static str {
         match self {
             WritebackPolicy::Release => "release",
@@ -23,11 +25,7 @@ impl WritebackPolicy {
     }
 
     pub fn parse(s: &str) -> Option<WritebackPolicy> {
-        match s {
-            "release" => Some(WritebackPolicy::Release),
-            "fail" => Some(WritebackPolicy::Fail),
-            _ => None,
-        }
+        WritebackPolicy::ALL.into_iter().find(|w| w.as_str() == s)
     }
 }
 
@@ -44,6 +42,12 @@ pub enum WritebackAction {
 }
 
 impl WritebackAction {
+    pub const ALL: [WritebackAction; 3] = [
+        WritebackAction::Succeed,
+        WritebackAction::Release,
+        WritebackAction::Fail,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             WritebackAction::Succeed => "succeed",
@@ -53,12 +57,7 @@ impl WritebackAction {
     }
 
     pub fn parse(s: &str) -> Option<WritebackAction> {
-        match s {
-            "succeed" => Some(WritebackAction::Succeed),
-            "release" => Some(WritebackAction::Release),
-            "fail" => Some(WritebackAction::Fail),
-            _ => None,
-        }
+        WritebackAction::ALL.into_iter().find(|w| w.as_str() == s)
     }
 }
 
@@ -74,6 +73,12 @@ pub enum WritebackStatus {
 }
 
 impl WritebackStatus {
+    pub const ALL: [WritebackStatus; 3] = [
+        WritebackStatus::Pending,
+        WritebackStatus::Written,
+        WritebackStatus::Conflict,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             WritebackStatus::Pending => "pending",
@@ -83,11 +88,6 @@ impl WritebackStatus {
     }
 
     pub fn parse(s: &str) -> Option<WritebackStatus> {
-        match s {
-            "pending" => Some(WritebackStatus::Pending),
-            "written" => Some(WritebackStatus::Written),
-            "conflict" => Some(WritebackStatus::Conflict),
-            _ => None,
-        }
+        WritebackStatus::ALL.into_iter().find(|w| w.as_str() == s)
     }
 }
