@@ -190,16 +190,16 @@ fn verdict(ok: bool) -> &'static str {
 fn mem_kib() -> anyhow::Result<(u64, u64)> {
     let status = std::fs::read_to_string("/proc/self/status").context("read /proc/self/status")?;
     let field = |name: &str| -> anyhow::Result<u64> {
-        let line = status
+        let value = status
             .lines()
-            .find(|l| l.starts_with(name))
+            .find_map(|l| l.strip_prefix(name))
             .with_context(|| format!("{name} missing from /proc/self/status"))?;
-        line.trim_start_matches(name)
+        value
             .trim()
             .trim_end_matches("kB")
             .trim()
             .parse()
-            .with_context(|| format!("parse {line:?}"))
+            .with_context(|| format!("parse {name} {value:?}"))
     };
     Ok((field("VmHWM:")?, field("VmRSS:")?))
 }
