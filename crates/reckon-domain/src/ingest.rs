@@ -18,6 +18,70 @@ pub enum ItemStatus {
     Stale,
 }
 
+/// Where a record came from: the history's `origin` word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    Scan,
+    FullScan,
+    Push,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Scan => "scan",
+            Origin::FullScan => "full_scan",
+            Origin::Push => "push",
+        }
+    }
+}
+
+/// Where a scan stands: the (updated_at, key) of the last row stored or quarantined.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cursor {
+    pub updated_at: f64,
+    pub key: Vec<u8>,
+}
+
+/// What ingest did with one batch.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IngestOutcome {
+    pub created: u64,
+    pub updated: u64,
+    pub unchanged: u64,
+    pub stale: u64,
+    /// Rows refused into quarantine (new entries and ones already there).
+    pub quarantined: u64,
+    /// One status per record, in batch order.
+    #[serde(skip)]
+    pub statuses: Vec<ItemStatus>,
+}
+
+impl IngestOutcome {
+    /// What a batch's plan did, and how many of its rows were refused into quarantine.
+    pub fn of(plan: &IngestPlan, rejected: usize) -> IngestOutcome {
+        let mut o = IngestOutcome {
+            quarantined: rejected as u64,
+            statuses: plan.statuses.clone(),
+            ..Default::default()
+        };
+        for s in &plan.statuses {
+            match s {
+                ItemStatus::Created => o.created += 1,
+                ItemStatus::Updated => o.updated += 1,
+                ItemStatus::Unchanged => o.unchanged += 1,
+                ItemStatus::Stale => o.stale += 1,
+            }
+        }
+        o
+    }
+
+    pub fn stored(&self) -> u64 {
+        self.created + self.updated + self.unchanged + self.stale
+    }
+}
+
 /// An effect row to insert or update.
 #[derive(Debug, Clone)]
 pub struct EffectWrite {

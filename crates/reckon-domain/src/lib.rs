@@ -2,9 +2,11 @@
 //! (an invariant written down in ARCHITECTURE.md), so the rules that decide what a row
 //! means can be unit-tested on their own.
 
+pub mod effect;
 pub mod ingest;
 pub mod key;
 pub mod outcome;
+pub mod reconcile;
 pub mod record;
 pub mod redact;
 pub mod role;
@@ -23,3 +25,20 @@ pub use redact::Redactor;
 pub use role::Role;
 pub use source::{Dialect, SourceKind};
 pub use state::{Disappearance, State, UnresolvedKind};
+
+/// One of `all` spelled exactly `s`, or a message naming `what` and listing the words: how
+/// every stored or typed word of the domain is read back.
+pub(crate) fn word<T: Copy>(
+    what: &str,
+    all: &[T],
+    as_str: fn(T) -> &'static str,
+    s: &str,
+) -> Result<T, String> {
+    all.iter()
+        .copied()
+        .find(|w| as_str(*w) == s)
+        .ok_or_else(|| {
+            let words: Vec<&str> = all.iter().map(|w| as_str(*w)).collect();
+            format!("{what} {s:?} is not one of {}", words.join(", "))
+        })
+}

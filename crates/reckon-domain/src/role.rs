@@ -26,3 +26,11 @@ impl Role {
         Role::ALL.into_iter().find(|r| r.as_str() == s)
     }
 }
+
+impl TryFrom<String> for Role {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Role, String> {
+        crate::word("role", &Role::ALL, Role::as_str, &s)
+    }
+}

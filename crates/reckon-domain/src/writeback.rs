@@ -91,3 +91,29 @@ impl WritebackStatus {
         WritebackStatus::ALL.into_iter().find(|w| w.as_str() == s)
     }
 }
+
+impl TryFrom<String> for WritebackAction {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<WritebackAction, String> {
+        crate::word(
+            "write-back action",
+            &WritebackAction::ALL,
+            WritebackAction::as_str,
+            &s,
+        )
+    }
+}
+
+impl TryFrom<String> for WritebackStatus {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<WritebackStatus, String> {
+        crate::word(
+            "write-back status",
+            &WritebackStatus::ALL,
+            WritebackStatus::as_str,
+            &s,
+        )
+    }
+}

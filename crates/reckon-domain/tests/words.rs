@@ -105,3 +105,24 @@ fn the_write_back_words_have_one_spelling_in_the_ledger_the_api_and_its_document
     );
     assert_eq!(status, ["conflict", "pending", "written"]);
 }
+
+#[test]
+fn a_stored_word_reads_back_as_its_variant_and_anything_else_is_refused_with_the_words() {
+    for r in Role::ALL {
+        assert_eq!(Role::try_from(r.as_str().to_owned()), Ok(r));
+    }
+    assert_eq!(
+        Role::try_from("owner".to_owned()).unwrap_err(),
+        r#"role "owner" is not one of viewer, support, finance, admin"#
+    );
+    for a in WritebackAction::ALL {
+        assert_eq!(WritebackAction::try_from(a.as_str().to_owned()), Ok(a));
+    }
+    for s in WritebackStatus::ALL {
+        assert_eq!(WritebackStatus::try_from(s.as_str().to_owned()), Ok(s));
+    }
+    assert_eq!(
+        WritebackStatus::try_from("Written".to_owned()).unwrap_err(),
+        r#"write-back status "Written" is not one of pending, written, conflict"#
+    );
+}

@@ -99,11 +99,7 @@ async fn log(
 }
 
 fn parse_role(role: &str) -> Result<Role, CommandError> {
-    Role::parse(role).ok_or_else(|| {
-        CommandError::Invalid(format!(
-            "role {role:?} is not one of viewer, support, finance, admin"
-        ))
-    })
+    Role::try_from(role.to_owned()).map_err(CommandError::Invalid)
 }
 
 /// Add a source (`source.add`).

@@ -1,11 +1,6 @@
 //! People, memberships, dashboard sessions, sign-in throttling and the token lifecycle.
-//! [`Accounts`] is a supertrait of [`crate::Ledger`], so every ledger has it.
-//!
-//! Both backends run the same SQL (`$n` placeholders work in SQLite too), written once for
-//! [`SqlLedger`]; they differ only in how a transaction is opened ([`Driver::begin`]):
-//! PostgreSQL names the scope of each transaction for row-level security
-//! (`set_config('reckon.tenant' | 'reckon.token' | 'reckon.session' | 'reckon.user', ...,
-//! true)`), SQLite has no RLS and ignores it.
+//! A transaction's [`Scope`] is what PostgreSQL's row-level security lets it see
+//! ([`Driver::begin`] names it); SQLite has no RLS and ignores it.
 
 use crate::LedgerError;
 use crate::Result;
@@ -15,6 +10,7 @@ use crate::rows;
 use macro_rules_attribute::apply;
 use reckon_domain::time;
 use serde::Serialize;
+use sqlx::{FromRow, Row};
 
 /// What a transaction may see under PostgreSQL row-level security.
 #[derive(Debug, Clone, Copy)]
@@ -84,7 +80,7 @@ pub enum Admission {
     AddressLimited,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct User {
     pub id: i64,
     pub email: String,
@@ -131,9 +127,10 @@ pub struct SessionGrant {
     pub csrf_token: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct TokenInfo {
     pub id: i64,
+    #[sqlx(try_from = "String")]
     pub role: Role,
     pub label: String,
     pub created_by: Option<String>,
@@ -155,6 +152,14 @@ pub(crate) fn totp_aad(user_id: i64) -> String {
     format!("reckon/v1|user:{user_id}|totp_secret")
 }
 
+/// `NotFound` (of `what`) when a statement changed no row.
+fn found(changed: u64, what: impl FnOnce() -> String) -> Result<()> {
+    if changed == 0 {
+        return Err(LedgerError::NotFound(what()));
+    }
+    Ok(())
+}
+
 pub(crate) fn normalise_email(email: &str) -> Result<String> {
     let e = email.trim().to_lowercase();
     let ok = e.len() <= 254
@@ -174,60 +179,39 @@ pub(crate) fn normalise_email(email: &str) -> Result<String> {
 impl<B: Driver> Accounts for SqlLedger<B> {
     async fn create_user(&self, email: &str, password_hash: &str) -> Result<User> {
         let email = normalise_email(email)?;
-        let now = time::now();
-        let mut tx = B::begin(self, Scope::Global, true).await?;
-        let id: i64 = sqlx::query_scalar(
+        let stmt = sqlx::query(
             "INSERT INTO app_user (email, password_hash, created_at) VALUES ($1, $2, $3) \
-             RETURNING id",
-        )
-        .bind(&email)
-        .bind(password_hash)
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict(format!("user {email:?}")),
-            other => other,
-        })?;
-        tx.commit().await?;
-        Ok(User {
-            id,
-            email,
-            disabled: false,
-            created_at: now,
-        })
+             RETURNING id, email, disabled_at IS NOT NULL AS disabled, created_at",
+        );
+        let stmt = stmt.bind(&email).bind(password_hash).bind(time::now());
+        let row = self.write_opt(Scope::Global, stmt).await;
+        let row = row.map_err(|e| e.named(|| format!("user {email:?}")))?;
+        Ok(User::from_row(&row.expect("an INSERT returns its row"))?)
     }
 
     async fn user_by_email(&self, email: &str) -> Result<Option<UserCredentials>> {
-        use sqlx::Row;
         let Ok(email) = normalise_email(email) else {
             return Ok(None);
         };
         let stmt = sqlx::query(
-            "SELECT id, email, password_hash, totp_secret, auth_generation, disabled_at, \
-             created_at FROM app_user WHERE email = $1",
+            "SELECT id, email, password_hash, totp_secret, auth_generation, \
+             disabled_at IS NOT NULL AS disabled, created_at FROM app_user WHERE email = $1",
         )
         .bind(&email);
         let row = self.read_opt(Scope::Global, stmt).await?;
         let Some(row) = row else { return Ok(None) };
-        let id: i64 = row.try_get("id")?;
+        let user = User::from_row(&row)?;
         let sealed: Option<Vec<u8>> = row.try_get("totp_secret")?;
         let totp_secret = match sealed {
             None => None,
             Some(s) => Some(secrecy::SecretBox::new(Box::new(
                 self.keyring
-                    .open(&totp_aad(id), &s)
+                    .open(&totp_aad(user.id), &s)
                     .ok_or(LedgerError::Decrypt)?,
             ))),
         };
-        let disabled_at: Option<f64> = row.try_get("disabled_at")?;
         Ok(Some(UserCredentials {
-            user: User {
-                id,
-                email: row.try_get("email")?,
-                disabled: disabled_at.is_some(),
-                created_at: row.try_get("created_at")?,
-            },
+            user,
             password_hash: row.try_get("password_hash")?,
             totp_secret,
             generation: row.try_get("auth_generation")?,
@@ -236,19 +220,13 @@ impl<B: Driver> Accounts for SqlLedger<B> {
 
     /// Add or change a person's role in a tenant.
     async fn set_membership(&self, tenant: TenantId, user_id: i64, role: Role) -> Result<()> {
-        self.exec(
-            Scope::Tenant(tenant),
-            sqlx::query(
-                "INSERT INTO membership (user_id, tenant_id, role, created_at) \
-             VALUES ($1, $2, $3, $4) \
+        let stmt = sqlx::query(
+            "INSERT INTO membership (user_id, tenant_id, role, created_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (user_id, tenant_id) DO UPDATE SET role = excluded.role",
-            )
-            .bind(user_id)
-            .bind(tenant.0)
-            .bind(role.as_str())
-            .bind(time::now()),
-        )
-        .await?;
+        );
+        let stmt = stmt.bind(user_id).bind(tenant.0).bind(role.as_str());
+        self.exec(Scope::Tenant(tenant), stmt.bind(time::now()))
+            .await?;
         Ok(())
     }
 
@@ -266,114 +244,77 @@ impl<B: Driver> Accounts for SqlLedger<B> {
 
     /// The people of a tenant with their role there, by email.
     async fn members(&self, tenant: TenantId) -> Result<Vec<(User, Role)>> {
-        use sqlx::Row;
         let stmt = sqlx::query(
-            "SELECT u.id, u.email, u.disabled_at, u.created_at, m.role FROM membership m \
-             JOIN app_user u ON u.id = m.user_id WHERE m.tenant_id = $1 ORDER BY u.email",
+            "SELECT u.id, u.email, u.disabled_at IS NOT NULL AS disabled, u.created_at, m.role \
+             FROM membership m JOIN app_user u ON u.id = m.user_id WHERE m.tenant_id = $1 \
+             ORDER BY u.email",
         )
         .bind(tenant.0);
         let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter()
-            .map(|r| {
-                Ok((
-                    User {
-                        id: r.try_get("id")?,
-                        email: r.try_get("email")?,
-                        disabled: r.try_get::<Option<f64>, _>("disabled_at")?.is_some(),
-                        created_at: r.try_get("created_at")?,
-                    },
-                    rows::role::<B::DB>(r)?,
-                ))
-            })
+            .map(|r| Ok((User::from_row(r)?, rows::role::<B::DB>(r)?)))
             .collect()
     }
 
     /// New password: every session and token of the user ends.
     async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()> {
-        let n = self
-            .exec(
-                Scope::Global,
-                sqlx::query(
-                    "UPDATE app_user SET password_hash = $1, \
-             auth_generation = auth_generation + 1 WHERE id = $2",
-                )
-                .bind(password_hash)
-                .bind(user_id),
-            )
-            .await?;
-        if n == 0 {
-            return Err(LedgerError::NotFound(format!("user {user_id}")));
-        }
-        Ok(())
+        let stmt = sqlx::query(
+            "UPDATE app_user SET password_hash = $1, auth_generation = auth_generation + 1 \
+             WHERE id = $2",
+        );
+        let n = self.exec(Scope::Global, stmt.bind(password_hash).bind(user_id));
+        found(n.await?, || format!("user {user_id}"))
     }
 
     /// Disabling (or enabling) ends every session and token of the user.
     async fn set_user_disabled(&self, user_id: i64, disabled: bool) -> Result<()> {
-        let at = disabled.then(time::now);
-        let n = self
-            .exec(
-                Scope::Global,
-                sqlx::query(
-                    "UPDATE app_user SET disabled_at = $1, \
-             auth_generation = auth_generation + 1 WHERE id = $2",
-                )
-                .bind(at)
-                .bind(user_id),
-            )
-            .await?;
-        if n == 0 {
-            return Err(LedgerError::NotFound(format!("user {user_id}")));
-        }
-        Ok(())
+        let stmt = sqlx::query(
+            "UPDATE app_user SET disabled_at = $1, auth_generation = auth_generation + 1 \
+             WHERE id = $2",
+        );
+        let n = self.exec(
+            Scope::Global,
+            stmt.bind(disabled.then(time::now)).bind(user_id),
+        );
+        found(n.await?, || format!("user {user_id}"))
     }
 
     /// Turn the second factor on (`Some`) or off.
     async fn set_totp_secret(&self, user_id: i64, secret: Option<&[u8]>) -> Result<()> {
         let sealed = secret.map(|s| self.keyring.seal(&totp_aad(user_id), s));
-        let mut tx = B::begin(self, Scope::Global, true).await?;
-        sqlx::query("UPDATE app_user SET totp_secret = $1 WHERE id = $2")
-            .bind(sealed)
-            .bind(user_id)
-            .execute(&mut *tx)
+        let stmt = sqlx::query("UPDATE app_user SET totp_secret = $1 WHERE id = $2");
+        self.exec(Scope::Global, stmt.bind(sealed).bind(user_id))
             .await?;
-        tx.commit().await?;
         Ok(())
     }
 
     /// Take TOTP time step `step` for the person: true only when it is later than the last
     /// step taken (one conditional UPDATE, so two replicas cannot both accept one code).
     async fn use_totp_step(&self, user_id: i64, step: i64) -> Result<bool> {
-        let n = self
-            .exec(
-                Scope::Global,
-                sqlx::query(
-                    "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
+        let stmt = sqlx::query(
+            "UPDATE app_user SET totp_last_step = $2 WHERE id = $1 \
              AND (totp_last_step IS NULL OR totp_last_step < $2)",
-                )
-                .bind(user_id)
-                .bind(step),
-            )
-            .await?;
-        Ok(n == 1)
+        );
+        Ok(self
+            .exec(Scope::Global, stmt.bind(user_id).bind(step))
+            .await?
+            == 1)
     }
 
     async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<()> {
-        self.exec(
-            Scope::Tenant(tenant),
-            sqlx::query(
-                "INSERT INTO web_session (id_hash, tenant_id, user_id, auth_generation, \
+        let stmt = sqlx::query(
+            "INSERT INTO web_session (id_hash, tenant_id, user_id, auth_generation, \
              csrf_token, created_at, last_seen_at, expires_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $6, $7)",
-            )
-            .bind(&new.id_hash)
-            .bind(tenant.0)
-            .bind(new.user_id)
-            .bind(new.generation)
-            .bind(&new.csrf_token)
-            .bind(new.now)
-            .bind(new.expires_at),
         )
-        .await?;
+        .bind(&new.id_hash)
+        .bind(tenant.0)
+        .bind(new.user_id)
+        .bind(new.generation)
+        .bind(&new.csrf_token)
+        .bind(new.now)
+        .bind(new.expires_at);
+        self.exec(Scope::Tenant(tenant), stmt).await?;
         Ok(())
     }
 
@@ -385,7 +326,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         now: f64,
         idle_secs: f64,
     ) -> Result<Option<SessionGrant>> {
-        use sqlx::Row;
         let mut tx = B::begin(self, Scope::Session(id_hash), true).await?;
         let Some(s) = sqlx::query(
             "SELECT tenant_id, user_id, auth_generation, csrf_token, last_seen_at, \
@@ -457,61 +397,8 @@ impl<B: Driver> Accounts for SqlLedger<B> {
     }
 
     async fn delete_session(&self, id_hash: &str) -> Result<()> {
-        let mut tx = B::begin(self, Scope::Session(id_hash), true).await?;
-        sqlx::query("DELETE FROM web_session WHERE id_hash = $1")
-            .bind(id_hash)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Failures counted for (scope, key) in the current window.
-    async fn throttle_failures(
-        &self,
-        scope: &str,
-        key: &str,
-        now: f64,
-        window: f64,
-    ) -> Result<i64> {
-        let mut tx = B::begin(self, Scope::Global, false).await?;
-        let n: Option<i64> = sqlx::query_scalar(
-            "SELECT failures FROM auth_throttle WHERE scope = $1 AND key = $2 \
-             AND window_start > $3",
-        )
-        .bind(scope)
-        .bind(key)
-        .bind(now - window)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(n.unwrap_or(0))
-    }
-
-    async fn throttle_record_failure(
-        &self,
-        scope: &str,
-        key: &str,
-        now: f64,
-        window: f64,
-    ) -> Result<()> {
-        let mut tx = B::begin(self, Scope::Global, true).await?;
-        // One statement, so concurrent failures on several replicas all count.
-        sqlx::query(
-            "INSERT INTO auth_throttle (scope, key, failures, window_start) \
-             VALUES ($1, $2, 1, $3) ON CONFLICT (scope, key) DO UPDATE SET \
-             failures = CASE WHEN auth_throttle.window_start > $4 \
-                        THEN auth_throttle.failures + 1 ELSE 1 END, \
-             window_start = CASE WHEN auth_throttle.window_start > $4 \
-                        THEN auth_throttle.window_start ELSE $3 END",
-        )
-        .bind(scope)
-        .bind(key)
-        .bind(now)
-        .bind(now - window)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        let stmt = sqlx::query("DELETE FROM web_session WHERE id_hash = $1").bind(id_hash);
+        self.exec(Scope::Session(id_hash), stmt).await?;
         Ok(())
     }
 
@@ -528,7 +415,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         now: f64,
         policy: &ThrottlePolicy,
     ) -> Result<Admission> {
-        use Admission;
         // One write transaction (SQLite: the write lock from BEGIN; PostgreSQL:
         // the rows' locks, taken by the first UPDATE of each and held to commit,
         // and a concurrent UPDATE re-reads the row it waited for). A refusal rolls
@@ -625,17 +511,6 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
-    async fn throttle_reset(&self, scope: &str, key: &str) -> Result<()> {
-        let mut tx = B::begin(self, Scope::Global, true).await?;
-        sqlx::query("DELETE FROM auth_throttle WHERE scope = $1 AND key = $2")
-            .bind(scope)
-            .bind(key)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     /// A token made by `creator`. A person may not make a token above their own role.
     async fn create_token_by(
         &self,
@@ -645,28 +520,15 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         label: &str,
         creator: TokenCreator,
     ) -> Result<i64> {
-        use sqlx::Row;
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         let (created_by, generation) = match creator {
             TokenCreator::Operator => (None, None),
             TokenCreator::User { id } => {
-                let row = sqlx::query(
-                    "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
-                     JOIN app_user u ON u.id = m.user_id \
-                     WHERE m.user_id = $1 AND m.tenant_id = $2",
-                )
-                .bind(id)
-                .bind(tenant.0)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or_else(|| {
-                    LedgerError::Invalid("the creator is not a member of this tenant".into())
-                })?;
-                let theirs: String = row.try_get("role")?;
-                let theirs = Role::parse(&theirs).unwrap_or(Role::Viewer);
-                if row.try_get::<Option<f64>, _>("disabled_at")?.is_some() {
-                    return Err(LedgerError::Invalid("the creator is disabled".into()));
-                }
+                let Some((theirs, generation)) = Self::standing(&mut tx, tenant, id).await? else {
+                    return Err(LedgerError::Invalid(
+                        "the creator is not an enabled member of this tenant".into(),
+                    ));
+                };
                 if role > theirs {
                     return Err(LedgerError::Invalid(format!(
                         "a token cannot have a higher role ({}) than its creator ({})",
@@ -674,7 +536,7 @@ impl<B: Driver> Accounts for SqlLedger<B> {
                         theirs.as_str()
                     )));
                 }
-                (Some(id), Some(row.try_get::<i64, _>("auth_generation")?))
+                (Some(id), Some(generation))
             }
         };
         let id: i64 = sqlx::query_scalar(
@@ -696,44 +558,23 @@ impl<B: Driver> Accounts for SqlLedger<B> {
     }
 
     async fn list_tokens(&self, tenant: TenantId) -> Result<Vec<TokenInfo>> {
-        use sqlx::Row;
         let stmt = sqlx::query(
-            "SELECT k.id, k.role, k.label, u.email, k.created_at, k.last_used_at, \
+            "SELECT k.id, k.role, k.label, u.email AS created_by, k.created_at, k.last_used_at, \
              k.revoked_at FROM api_token k LEFT JOIN app_user u ON u.id = k.created_by \
              WHERE k.tenant_id = $1 ORDER BY k.id",
         )
         .bind(tenant.0);
-        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(TokenInfo {
-                    id: r.try_get("id")?,
-                    role: rows::role::<B::DB>(r)?,
-                    label: r.try_get("label")?,
-                    created_by: r.try_get("email")?,
-                    created_at: r.try_get("created_at")?,
-                    last_used_at: r.try_get("last_used_at")?,
-                    revoked_at: r.try_get("revoked_at")?,
-                })
-            })
-            .collect()
+        rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
     }
 
     /// `false` when no live token of this tenant has that id.
     async fn revoke_token(&self, tenant: TenantId, token_id: i64) -> Result<bool> {
-        let n = self
-            .exec(
-                Scope::Tenant(tenant),
-                sqlx::query(
-                    "UPDATE api_token SET revoked_at = $1 \
+        let stmt = sqlx::query(
+            "UPDATE api_token SET revoked_at = $1 \
              WHERE tenant_id = $2 AND id = $3 AND revoked_at IS NULL",
-                )
-                .bind(time::now())
-                .bind(tenant.0)
-                .bind(token_id),
-            )
-            .await?;
-        Ok(n == 1)
+        );
+        let stmt = stmt.bind(time::now()).bind(tenant.0).bind(token_id);
+        Ok(self.exec(Scope::Tenant(tenant), stmt).await? == 1)
     }
 
     /// An operator's token (no person behind it): `reckon token create`.
@@ -744,26 +585,14 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         token_hash: &str,
         label: &str,
     ) -> Result<i64> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let id = sqlx::query_scalar(
-            "INSERT INTO api_token (tenant_id, role, token_hash, label, created_at) \
-             VALUES ($1, $2, $3, $4, $5) RETURNING id",
-        )
-        .bind(tenant.0)
-        .bind(role.as_str())
-        .bind(token_hash)
-        .bind(label)
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(id)
+        let by = TokenCreator::Operator;
+        self.create_token_by(tenant, role, token_hash, label, by)
+            .await
     }
 
     /// The tenant and role of a live token with this hash, if any. A person's token acts
     /// with at most their current role, and dies with their generation.
     async fn authenticate_token(&self, token_hash: &str) -> Result<Option<crate::TokenGrant>> {
-        use sqlx::Row;
         let mut tx = B::begin(self, Scope::Token(token_hash), true).await?;
         let Some(row) = sqlx::query(
             "SELECT k.id AS token_id, k.role, k.last_used_at, k.created_by, \
@@ -785,26 +614,12 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         let last_used: Option<f64> = row.try_get("last_used_at")?;
         if let Some(user_id) = created_by {
             B::rescope(&mut tx, Scope::Tenant(tenant.id)).await?;
-            let Some(c) = sqlx::query(
-                "SELECT m.role, u.auth_generation, u.disabled_at FROM membership m \
-                 JOIN app_user u ON u.id = m.user_id \
-                 WHERE m.user_id = $1 AND m.tenant_id = $2",
-            )
-            .bind(user_id)
-            .bind(tenant.id.0)
-            .fetch_optional(&mut *tx)
-            .await?
-            else {
-                return Ok(None);
-            };
-            if c.try_get::<Option<f64>, _>("disabled_at")?.is_some()
-                || Some(c.try_get::<i64, _>("auth_generation")?) != creator_generation
-            {
-                return Ok(None);
+            match Self::standing(&mut tx, tenant.id, user_id).await? {
+                Some((theirs, generation)) if Some(generation) == creator_generation => {
+                    role = role.min(theirs);
+                }
+                _ => return Ok(None),
             }
-            let theirs: String = c.try_get("role")?;
-            let theirs = Role::parse(&theirs).unwrap_or(Role::Viewer);
-            role = role.min(theirs);
         }
         let now = time::now();
         // Write last_used_at at most once a minute: a busy client must not turn every
@@ -823,5 +638,31 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             token_id,
             created_by,
         }))
+    }
+}
+
+#[apply(sql!)]
+impl<B: Driver> SqlLedger<B> {
+    /// An enabled member's role in `tenant` and their generation; `None` for anyone else.
+    async fn standing(
+        tx: &mut <B::DB as sqlx::Database>::Connection,
+        tenant: TenantId,
+        user_id: i64,
+    ) -> Result<Option<(Role, i64)>> {
+        let row = sqlx::query(
+            "SELECT m.role, u.auth_generation FROM membership m \
+             JOIN app_user u ON u.id = m.user_id \
+             WHERE m.user_id = $1 AND m.tenant_id = $2 AND u.disabled_at IS NULL",
+        );
+        let row = row
+            .bind(user_id)
+            .bind(tenant.0)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some((
+            rows::role::<B::DB>(&row)?,
+            row.try_get("auth_generation")?,
+        )))
     }
 }

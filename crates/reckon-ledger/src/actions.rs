@@ -2,10 +2,10 @@
 //! Written by the surfaces (API, dashboard, CLI) where a person acts; the ledger only stores
 //! and lists.
 
+use crate::Result;
 use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
-use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, Row};
@@ -40,15 +40,13 @@ const ACTION_COLUMNS: &str = "id, at, actor, action, target, detail, address";
 
 #[apply(row!)]
 fn action<DB: Database>(r: &DB::Row) -> Result<Action> {
-    let detail: String = r.try_get("detail")?;
     Ok(Action {
         id: r.try_get("id")?,
         at: r.try_get("at")?,
         actor: r.try_get("actor")?,
         action: r.try_get("action")?,
         target: r.try_get("target")?,
-        detail: serde_json::from_str(&detail)
-            .map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))?,
+        detail: crate::rows::json(r, "detail")?,
         address: r.try_get("address")?,
     })
 }
@@ -58,21 +56,18 @@ impl<B: Driver> ActionLog for SqlLedger<B> {
     /// Append one action to the tenant's audit log (append-only: nothing updates or
     /// deletes it).
     async fn record_action(&self, tenant: TenantId, a: NewAction) -> Result<()> {
-        self.exec(
-            Scope::Tenant(tenant),
-            sqlx::query(
-                "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
+        let stmt = sqlx::query(
+            "INSERT INTO audit_log (tenant_id, at, actor, action, target, detail, address) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(tenant.0)
-            .bind(reckon_domain::time::now())
-            .bind(a.actor)
-            .bind(a.action)
-            .bind(a.target)
-            .bind(a.detail.to_string())
-            .bind(a.address),
         )
-        .await?;
+        .bind(tenant.0)
+        .bind(reckon_domain::time::now())
+        .bind(a.actor)
+        .bind(a.action)
+        .bind(a.target)
+        .bind(a.detail.to_string())
+        .bind(a.address);
+        self.exec(Scope::Tenant(tenant), stmt).await?;
         Ok(())
     }
 

@@ -1,18 +1,15 @@
-//! Storage of the double-charge audit: the tenant's calendar (time zone and the
-//! local time of the nightly run), the provider's charges as imported for a day, the effects
-//! of a day (by creation time, through the `effect_created` index), and audit runs chained
-//! by digest. [`Audits`] is a supertrait of [`crate::Ledger`].
-//!
-//! Both backends run the same SQL, written once for [`SqlLedger`]; PostgreSQL runs every
-//! query inside the tenant's row-level-security scope. The run and its chain are the audit's
-//! own ([`reckon_audit::chain`]); the ledger appends to the chain under the tenant's chain
-//! lock, so two writers never give one seq twice.
+//! Storage of the double-charge audit: the tenant's calendar (time zone and the local time
+//! of the nightly run), the provider's charges as imported for a day, the effects of a day
+//! (by creation time, through the `effect_created` index), and audit runs chained by
+//! digest. The run and its chain are the audit's own ([`reckon_audit::chain`]); the ledger
+//! appends to the chain under the tenant's chain lock, so two writers never give one seq
+//! twice.
 
 use crate::LedgerError;
 use crate::Result;
+use crate::Tenants;
 use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
-use crate::model::Tenant;
 use crate::model::TenantId;
 use crate::rows;
 use macro_rules_attribute::apply;
@@ -21,7 +18,6 @@ pub use reckon_audit::chain::{
     NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, charge_terms, finding_counts_of,
     run_digest, verify_chain, verify_content, verify_links,
 };
-use serde_json::Value;
 use sqlx::Database;
 
 pub(crate) const RUN_COLUMNS: &str = "id, seq, day, time_zone, window_start, window_end, \
@@ -32,6 +28,11 @@ pub(crate) const CHARGE_COLUMNS: &str = "provider_id, charge_id, payment_intent,
     currency, status, amount_captured, amount_refunded, refunds, metadata, idempotency_key, \
     customer, created, raw, imported_at";
 
+/// `$1` tenant, `$2` day, `$3` provider, `$4` [`SCHEDULE_AUTHOR`]: a completed scheduled
+/// run of that day.
+const SCHEDULED_DONE_SQL: &str = "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
+    AND provider = $3 AND triggered_by = $4 AND status = 'complete'";
+
 /// The charge columns, qualified by the alias `c` (for joins).
 pub(crate) fn charge_columns_of_c() -> String {
     CHARGE_COLUMNS
@@ -41,15 +42,9 @@ pub(crate) fn charge_columns_of_c() -> String {
         .join(", ")
 }
 
-pub(crate) fn parse_json(what: &str, text: &str) -> Result<Value> {
-    serde_json::from_str(text)
-        .map_err(|e| LedgerError::Invalid(format!("stored {what} is not JSON: {e}")))
-}
-
 #[apply(sql!)]
 impl<B: Driver> SqlLedger<B> {
     pub(crate) fn audit_run_row(row: &<B::DB as Database>::Row) -> Result<AuditRun> {
-        use parse_json;
         use sqlx::Row;
         Ok(AuditRun {
             id: row.try_get("id")?,
@@ -65,10 +60,10 @@ impl<B: Driver> SqlLedger<B> {
                 reason: row.try_get("reason")?,
                 started_at: row.try_get("started_at")?,
                 finished_at: row.try_get("finished_at")?,
-                counts: parse_json("counts", &row.try_get::<String, _>("counts")?)?,
-                findings: parse_json("findings", &row.try_get::<String, _>("findings")?)?,
-                totals: parse_json("totals", &row.try_get::<String, _>("totals")?)?,
-                evidence: parse_json("evidence", &row.try_get::<String, _>("evidence")?)?,
+                counts: rows::json(row, "counts")?,
+                findings: rows::json(row, "findings")?,
+                totals: rows::json(row, "totals")?,
+                evidence: rows::json(row, "evidence")?,
             },
             prev_digest: row.try_get("prev_digest")?,
             digest: row.try_get("digest")?,
@@ -98,12 +93,8 @@ impl<B: Driver> SqlLedger<B> {
                 qb.push_bind(tenant.0);
                 qb.push(" AND provider_id = ");
                 qb.push_bind(provider);
-                qb.push(" AND charge_id IN (");
-                let mut list = qb.separated(", ");
-                for id in chunk {
-                    list.push_bind(id.to_string());
-                }
-                qb.push(")");
+                qb.push(" AND charge_id IN ");
+                rows::push_in(&mut qb, chunk.iter().map(ToString::to_string));
                 qb.build().execute(&mut **tx).await?;
             }
         }
@@ -133,13 +124,6 @@ impl<B: Driver> SqlLedger<B> {
         Ok(())
     }
 
-    /// Every tenant, for the one-off jobs of migrate that go tenant by tenant.
-    pub(crate) async fn all_tenants(&self) -> Result<Vec<Tenant>> {
-        let stmt = sqlx::query("SELECT id, slug, created_at FROM tenant ORDER BY id");
-        let rows = self.read_all(Scope::Global, stmt).await?;
-        rows.iter().map(rows::tenant::<B::DB>).collect()
-    }
-
     /// The terms of charges imported before terms were kept: once, at migrate,
     /// tenant by tenant (inside each tenant's scope), then the job is struck off.
     pub(crate) async fn backfill_charge_terms(&self) -> Result<()> {
@@ -150,7 +134,7 @@ impl<B: Driver> SqlLedger<B> {
         if pending.is_none() {
             return Ok(());
         }
-        for tenant in self.all_tenants().await? {
+        for tenant in self.list_tenants().await? {
             let mut after: (i64, String) = (i64::MIN, String::new());
             loop {
                 let mut tx = B::begin(self, Scope::Tenant(tenant.id), true).await?;
@@ -191,7 +175,6 @@ impl<B: Driver> SqlLedger<B> {
     }
 
     pub(crate) fn charge_row(row: &<B::DB as Database>::Row) -> Result<StoredCharge> {
-        use parse_json;
         use sqlx::Row;
         Ok(StoredCharge {
             provider_id: row.try_get("provider_id")?,
@@ -202,12 +185,12 @@ impl<B: Driver> SqlLedger<B> {
             status: row.try_get("status")?,
             amount_captured: row.try_get("amount_captured")?,
             amount_refunded: row.try_get("amount_refunded")?,
-            refunds: parse_json("refunds", &row.try_get::<String, _>("refunds")?)?,
-            metadata: parse_json("metadata", &row.try_get::<String, _>("metadata")?)?,
+            refunds: rows::json(row, "refunds")?,
+            metadata: rows::json(row, "metadata")?,
             idempotency_key: row.try_get("idempotency_key")?,
             customer: row.try_get("customer")?,
             created: row.try_get("created")?,
-            raw: parse_json("raw", &row.try_get::<String, _>("raw")?)?,
+            raw: rows::json(row, "raw")?,
             imported_at: row.try_get("imported_at")?,
         })
     }
@@ -232,14 +215,9 @@ impl<B: Driver> Audits for SqlLedger<B> {
     /// Store the tenant's zone and nightly time (validated by the caller: reckon-audit).
     async fn set_audit_settings(&self, tenant: TenantId, s: &AuditSettings) -> Result<()> {
         s.check().map_err(LedgerError::Invalid)?;
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        sqlx::query("UPDATE tenant SET time_zone = $1, audit_time = $2 WHERE id = $3")
-            .bind(&s.time_zone)
-            .bind(&s.audit_time)
-            .bind(tenant.0)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        let stmt = sqlx::query("UPDATE tenant SET time_zone = $1, audit_time = $2 WHERE id = $3");
+        let stmt = stmt.bind(&s.time_zone).bind(&s.audit_time).bind(tenant.0);
+        self.exec(Scope::Tenant(tenant), stmt).await?;
         Ok(())
     }
 
@@ -333,35 +311,26 @@ impl<B: Driver> Audits for SqlLedger<B> {
             "SELECT {CHARGE_COLUMNS} FROM provider_charge WHERE tenant_id = "
         ));
         qb.push_bind(tenant.0);
-        qb.push(" AND (charge_id IN (");
         // An empty IN list is not SQL: the empty string is no charge's id or key.
         let none = [String::new()];
         let ids = if ids.is_empty() { &none[..] } else { ids };
         let keys = if keys.is_empty() { &none[..] } else { keys };
-        let mut list = qb.separated(", ");
-        for id in ids.iter().take(200) {
-            list.push_bind(id.clone());
-        }
-        qb.push(") OR idempotency_key IN (");
-        let mut list = qb.separated(", ");
-        for k in keys.iter().take(200) {
-            list.push_bind(k.clone());
-        }
+        qb.push(" AND (charge_id IN ");
+        rows::push_in(&mut qb, ids.iter().take(200).cloned());
+        qb.push(" OR idempotency_key IN ");
+        rows::push_in(&mut qb, keys.iter().take(200).cloned());
         // An id may also be what names a charge without being its id: an order id,
         // a PaymentIntent, a refund (see `charge_terms`).
         qb.push(format!(
-            ")) UNION SELECT {} FROM provider_charge_term t JOIN provider_charge c \
+            ") UNION SELECT {} FROM provider_charge_term t JOIN provider_charge c \
              ON c.tenant_id = t.tenant_id AND c.provider_id = t.provider_id \
              AND c.charge_id = t.charge_id WHERE t.tenant_id = ",
             charge_columns_of_c()
         ));
         qb.push_bind(tenant.0);
-        qb.push(" AND t.term IN (");
-        let mut list = qb.separated(", ");
-        for id in ids.iter().take(200) {
-            list.push_bind(id.clone());
-        }
-        qb.push(") ORDER BY created, charge_id LIMIT ");
+        qb.push(" AND t.term IN ");
+        rows::push_in(&mut qb, ids.iter().take(200).cloned());
+        qb.push(" ORDER BY created, charge_id LIMIT ");
         qb.push_bind(limit.clamp(1, 1000));
         let rows = qb.build().fetch_all(&mut *tx).await?;
         tx.commit().await?;
@@ -400,23 +369,16 @@ impl<B: Driver> Audits for SqlLedger<B> {
         use sqlx::Row;
         // Two appends racing for one seq: the loser's INSERT fails on
         // UNIQUE (tenant_id, seq) and it tries again on top of the winner.
-        let mut last_err = None;
         for _ in 0..8 {
             let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
             crate::lease::fence::<B>(&mut tx, lease).await?;
             B::lock_audit_chain(&mut tx, tenant).await?;
             if run.triggered_by == SCHEDULE_AUTHOR && run.status == "complete" {
-                let done: Option<i64> = sqlx::query_scalar(
-                    "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
-                     AND provider = $3 AND triggered_by = $4 AND status = 'complete'",
-                )
-                .bind(tenant.0)
-                .bind(&run.day)
-                .bind(&run.provider)
-                .bind(SCHEDULE_AUTHOR)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if done.is_some() {
+                let done = sqlx::query(SCHEDULED_DONE_SQL)
+                    .bind(tenant.0)
+                    .bind(&run.day);
+                let done = done.bind(&run.provider).bind(SCHEDULE_AUTHOR);
+                if done.fetch_optional(&mut *tx).await?.is_some() {
                     return Err(LedgerError::Conflict(format!(
                         "the scheduled audit of {}",
                         run.day
@@ -463,22 +425,17 @@ impl<B: Driver> Audits for SqlLedger<B> {
             .bind(&digest)
             .fetch_one(&mut *tx)
             .await;
-            match inserted {
+            match inserted.map_err(LedgerError::from) {
                 Ok(row) => {
                     let stored = Self::audit_run_row(&row)?;
                     tx.commit().await?;
                     return Ok(stored);
                 }
-                Err(e) => match LedgerError::from(e) {
-                    LedgerError::Conflict(c) => {
-                        drop(tx);
-                        last_err = Some(LedgerError::Conflict(c));
-                    }
-                    other => return Err(other),
-                },
+                Err(LedgerError::Conflict(_)) => {}
+                Err(other) => return Err(other),
             }
         }
-        Err(last_err.unwrap_or_else(|| LedgerError::Conflict("audit run chain".into())))
+        Err(LedgerError::Conflict("audit run chain".into()))
     }
 
     /// Newest first; of one day when given.
@@ -535,19 +492,9 @@ impl<B: Driver> Audits for SqlLedger<B> {
         day: &str,
         provider: &str,
     ) -> Result<bool> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let done: Option<i64> = sqlx::query_scalar(
-            "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
-             AND provider = $3 AND triggered_by = $4 AND status = 'complete'",
-        )
-        .bind(tenant.0)
-        .bind(day)
-        .bind(provider)
-        .bind(SCHEDULE_AUTHOR)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(done.is_some())
+        let stmt = sqlx::query(SCHEDULED_DONE_SQL).bind(tenant.0).bind(day);
+        let stmt = stmt.bind(provider).bind(SCHEDULE_AUTHOR);
+        Ok(self.read_opt(Scope::Tenant(tenant), stmt).await?.is_some())
     }
 
     /// The newest run with findings (complete or partial), for metrics (`None`: no run yet).
@@ -560,10 +507,9 @@ impl<B: Driver> Audits for SqlLedger<B> {
         .bind(tenant.0);
         let row = self.read_opt(Scope::Tenant(tenant), stmt).await?;
         let Some(row) = row else { return Ok(None) };
-        let counts = parse_json("counts", &row.try_get::<String, _>(1)?)?;
         Ok(Some(AuditMetric {
-            finished_at: row.try_get(0)?,
-            findings: finding_counts_of(&counts),
+            finished_at: row.try_get("finished_at")?,
+            findings: finding_counts_of(&rows::json(&row, "counts")?),
         }))
     }
 
@@ -593,29 +539,21 @@ impl<B: Driver> Audits for SqlLedger<B> {
     /// evidence, and the newest run's failure beside it.
     async fn audit_glance(&self, tenant: TenantId, day: &str) -> Result<Option<AuditGlance>> {
         use sqlx::Row;
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        // The `audit_run_day` index; a day holds a handful of runs. The newest run
-        // with findings (complete, or partial: the working providers' part), else
-        // the newest run at all.
-        let best = sqlx::query(
+        // The `audit_run_day` index; a day holds a handful of runs, newest first. The one
+        // shown is the newest with findings (complete, or partial: the working providers'
+        // part), else the newest at all.
+        let stmt = sqlx::query(
             "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
-             WHERE tenant_id = $1 AND day = $2 AND status IN ('complete', 'partial') \
-             ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(tenant.0)
-        .bind(day)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let newest = sqlx::query(
-            "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
-             WHERE tenant_id = $1 AND day = $2 ORDER BY seq DESC LIMIT 1",
-        )
-        .bind(tenant.0)
-        .bind(day)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        let Some(newest) = newest else {
+             WHERE tenant_id = $1 AND day = $2 ORDER BY seq DESC",
+        );
+        let runs = self.read_all(Scope::Tenant(tenant), stmt.bind(tenant.0).bind(day));
+        let runs = runs.await?;
+        let has_findings = |r: &&<B::DB as sqlx::Database>::Row| {
+            r.try_get::<String, _>("status")
+                .is_ok_and(|s| s == "complete" || s == "partial")
+        };
+        let best = runs.iter().find(has_findings);
+        let Some(newest) = runs.first() else {
             return Ok(None);
         };
         let failure = if newest.try_get::<String, _>("status")? == "complete" {
@@ -629,7 +567,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
             ))
         };
         let row = best.unwrap_or(newest);
-        let counts = parse_json("counts", &row.try_get::<String, _>("counts")?)?;
+        let counts = rows::json(row, "counts")?;
         Ok(Some(AuditGlance {
             id: row.try_get("id")?,
             day: row.try_get("day")?,

@@ -1,11 +1,9 @@
 //! What the dashboard reads beyond the plain effect queries: the scrape's snapshot, the
 //! unresolved queue with each effect's reconcile state, the unresolved counts by kind, and
-//! the hourly snapshots behind the 7/30-day chart.
-//!
-//! The unresolved predicate is, word for word, the one of the partial index
-//! `effect_metrics_unresolved` (migration 0005), so every query here reads O(unresolved
-//! effects) index entries, never O(effects). Effects a person or the reconciler already
-//! resolved leave the queue: their source row may still say `unknown` until write-back.
+//! the hourly snapshots behind the 7/30-day chart. Each reads O(unresolved effects) index
+//! entries (the predicate of `effect_metrics_unresolved`, see `metrics.rs`), never
+//! O(effects). Effects a person or the reconciler resolved leave the queue: their source
+//! row may still say `unknown` until write-back.
 
 use crate::Result;
 use crate::accounts::Scope;
@@ -56,7 +54,7 @@ pub struct QueueRow {
 }
 
 /// Unresolved effects of one kind (`unknown` or `abandoned`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct KindSummary {
     pub kind: String,
     pub count: i64,
@@ -67,7 +65,7 @@ pub struct KindSummary {
 }
 
 /// One hour of the chart: how many effects were unresolved and since when the oldest.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Snapshot {
     /// The start of the hour (epoch seconds); one row per tenant and hour.
     pub hour: f64,
@@ -78,7 +76,7 @@ pub struct Snapshot {
 }
 
 /// One provider's recent health (the overview): how often its lookups could not tell.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct ProviderHealth {
     pub provider: String,
     /// Lookups finished in the window.
@@ -100,7 +98,7 @@ pub(crate) const LOOKUP_BUCKET_SECS: f64 = 600.0;
 /// the last entry of `reconcile_attempt_failed` (migration 0015). The cost is the buckets
 /// of the window and ten minutes of lookups, never the day's lookups or the history.
 pub(crate) const PROVIDER_HEALTH_SQL: &str = "\
-SELECT p.name, \
+SELECT p.name AS provider, \
   CAST(COALESCE((SELECT SUM(l.lookups) FROM provider_lookups l WHERE l.tenant_id = p.tenant_id \
      AND l.provider_id = p.id AND l.bucket >= $3), 0) AS BIGINT) \
   + (SELECT COUNT(*) FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
@@ -115,15 +113,6 @@ SELECT p.name, \
   (SELECT a.finished_at FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
      AND a.provider_id = p.id AND a.error IS NOT NULL ORDER BY a.finished_at DESC LIMIT 1) AS last_error_at \
 FROM provider p WHERE p.tenant_id = $1 ORDER BY p.name";
-
-/// `$1` tenant, `$2` name, `$3` when. Push sources have nothing to scan.
-pub(crate) fn request_scan_sql() -> String {
-    format!(
-        "UPDATE source SET scan_requested_at = $3 WHERE tenant_id = $1 AND name = $2 \
-         AND kind <> 'push' RETURNING {}",
-        crate::rows::SOURCE_COLUMNS
-    )
-}
 
 /// Effects still present and unresolved, not yet resolved by anyone. `$1` tenant, `$2` now.
 const UNRESOLVED_WHERE: &str = "\
@@ -183,7 +172,9 @@ impl ReplayClosing {
 /// (migration 0010), so neither read joins every unresolved effect to its reconcile state.
 pub(crate) fn summary_sql() -> String {
     format!(
-        "SELECT k.state, k.n, k.oldest, COALESCE(a.attention, 0) AS attention, k.replay \
+        "SELECT CASE WHEN k.state = 'unknown' THEN 'unknown' ELSE 'abandoned' END AS kind, \
+           k.n AS count, k.oldest AS oldest_since, \
+           COALESCE(a.attention, 0) AS needs_attention, k.replay AS replay_closing \
          FROM (SELECT e.state, COUNT(*) AS n, MIN({SINCE}) AS oldest, \
                  SUM(CASE WHEN e.created_at > $3 AND e.created_at <= $4 THEN 1 ELSE 0 END) AS replay \
                FROM effect e WHERE {UNRESOLVED_WHERE} GROUP BY e.state) k \
@@ -195,26 +186,10 @@ pub(crate) fn summary_sql() -> String {
     )
 }
 
-/// `$1` tenant, `$2` hour, `$3` unresolved, `$4` oldest, `$5` needs attention. Taking the
-/// snapshot again in the same hour replaces it (the latest count of the hour wins).
-pub(crate) const SNAPSHOT_UPSERT: &str = "\
-INSERT INTO unresolved_snapshot (tenant_id, hour, unresolved, oldest_since, needs_attention) \
-VALUES ($1, $2, $3, $4, $5) \
-ON CONFLICT (tenant_id, hour) DO UPDATE SET unresolved = excluded.unresolved, \
-  oldest_since = excluded.oldest_since, needs_attention = excluded.needs_attention";
-
 /// `$1` tenant, `$2` first hour. At most 24 * 31 rows.
 pub(crate) const SNAPSHOTS_SQL: &str = "\
 SELECT hour, unresolved, oldest_since, needs_attention FROM unresolved_snapshot \
 WHERE tenant_id = $1 AND hour >= $2 ORDER BY hour LIMIT 800";
-
-pub(crate) fn kind_of_state(state: &str) -> &'static str {
-    if state == "unknown" {
-        "unknown"
-    } else {
-        "abandoned"
-    }
-}
 
 /// The state a kind filter means (`None` for anything else: the caller validated it).
 pub(crate) fn state_of_kind(kind: Option<&str>) -> Option<&'static str> {
@@ -258,43 +233,9 @@ pub(crate) fn queue_row<DB: Database>(row: &DB::Row, now: f64) -> crate::Result<
     })
 }
 
-#[apply(row!)]
-pub(crate) fn kind_row<DB: Database>(row: &DB::Row) -> crate::Result<KindSummary> {
-    Ok(KindSummary {
-        kind: kind_of_state(&row.try_get::<String, _>("state")?).to_owned(),
-        count: row.try_get("n")?,
-        oldest_since: row.try_get("oldest")?,
-        needs_attention: row.try_get::<Option<i64>, _>("attention")?.unwrap_or(0),
-        replay_closing: row.try_get::<Option<i64>, _>("replay")?.unwrap_or(0),
-    })
-}
-
-#[apply(row!)]
-pub(crate) fn provider_health_row<DB: Database>(row: &DB::Row) -> crate::Result<ProviderHealth> {
-    Ok(ProviderHealth {
-        provider: row.try_get("name")?,
-        lookups: row.try_get("lookups")?,
-        indeterminate: row.try_get("indeterminate")?,
-        last_error: row.try_get("last_error")?,
-        last_error_at: row.try_get("last_error_at")?,
-    })
-}
-
-#[apply(row!)]
-pub(crate) fn snapshot_row<DB: Database>(row: &DB::Row) -> crate::Result<Snapshot> {
-    Ok(Snapshot {
-        hour: row.try_get("hour")?,
-        unresolved: row.try_get("unresolved")?,
-        oldest_since: row.try_get("oldest_since")?,
-        needs_attention: row.try_get("needs_attention")?,
-    })
-}
-
 #[apply(sql!)]
 /// The dashboard's reads, each in a transaction scoped to its tenant (row-level security on
-/// PostgreSQL); the two that write (the hourly snapshot, a scan request) take the write
-/// lock up front on SQLite.
-/// What `/metrics` and the dashboard read beyond the plain effect queries.
+/// PostgreSQL).
 impl<B: Driver> Dashboard for SqlLedger<B> {
     /// What `/metrics` reads at scrape time, in one read transaction. `q.tenant: None` is the
     /// operator scope (every tenant); a tenant's request always passes its own `TenantId`.
@@ -336,8 +277,7 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
             .bind(now)
             .bind(replay.open_after)
             .bind(replay.closing_before);
-        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
-        rows.iter().map(kind_row::<B::DB>).collect()
+        crate::rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
     }
 
     /// Count the unresolved effects now and store it as the snapshot of the current hour
@@ -352,19 +292,21 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
             .bind(f64::NEG_INFINITY)
             .fetch_all(&mut *tx)
             .await?;
-        let kinds = rows
-            .iter()
-            .map(kind_row::<B::DB>)
-            .collect::<Result<Vec<_>>>()?;
-        let snap = snapshot_of(hour_of(now), &kinds);
-        sqlx::query(SNAPSHOT_UPSERT)
-            .bind(tenant.0)
-            .bind(snap.hour)
-            .bind(snap.unresolved)
-            .bind(snap.oldest_since)
-            .bind(snap.needs_attention)
-            .execute(&mut *tx)
-            .await?;
+        let snap = snapshot_of(hour_of(now), &crate::rows::all(&rows)?);
+        // Taken again in the same hour, the latest count of the hour wins.
+        sqlx::query(
+            "INSERT INTO unresolved_snapshot (tenant_id, hour, unresolved, oldest_since, \
+             needs_attention) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant_id, hour) DO UPDATE \
+             SET unresolved = excluded.unresolved, oldest_since = excluded.oldest_since, \
+             needs_attention = excluded.needs_attention",
+        )
+        .bind(tenant.0)
+        .bind(snap.hour)
+        .bind(snap.unresolved)
+        .bind(snap.oldest_since)
+        .bind(snap.needs_attention)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(snap)
     }
@@ -372,8 +314,7 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
     /// The hourly snapshots from `since` on, oldest first.
     async fn snapshots(&self, tenant: TenantId, since: f64) -> Result<Vec<Snapshot>> {
         let stmt = sqlx::query(SNAPSHOTS_SQL).bind(tenant.0).bind(since);
-        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
-        rows.iter().map(snapshot_row::<B::DB>).collect()
+        crate::rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
     }
 
     /// Each of the tenant's providers with its lookups and indeterminate outcomes finished
@@ -383,8 +324,7 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
             .bind(tenant.0)
             .bind(since)
             .bind((since / LOOKUP_BUCKET_SECS).ceil() * LOOKUP_BUCKET_SECS);
-        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
-        rows.iter().map(provider_health_row::<B::DB>).collect()
+        crate::rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
     }
 }
 

@@ -11,10 +11,10 @@
 //! `&mut *tx` (sqlx's pool executor is what makes a generic future "not general enough").
 //! The sqlx bounds generic code needs are stated once, by [`sql!`].
 
-use crate::Backend;
 use crate::accounts::Scope;
+use crate::lease::fence;
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
-use crate::model::{IngestBatch, TenantId};
+use crate::model::{IngestBatch, Lease, TenantId};
 use crate::{Keyring, Result};
 use reckon_domain::StoredSnapshot;
 use reckon_domain::ingest::IngestPlan;
@@ -31,8 +31,6 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     type DB: Database<QueryResult = Self::Done> + sqlx::database::HasStatementCache;
     /// What a statement reports (each driver has its own type, with no trait for it).
     type Done: RowsAffected + Send;
-
-    const KIND: Backend;
 
     /// How a claim's candidate read locks its effect rows: PostgreSQL skips rows another
     /// replica is claiming (`NO KEY UPDATE`, so recording an attempt, whose foreign key
@@ -126,6 +124,34 @@ impl<B: Driver> SqlLedger<B> {
         let n = q.execute(&mut *tx).await?.rows_affected();
         tx.commit().await?;
         Ok(n)
+    }
+
+    /// One statement in a write transaction of its own, in `scope`, fenced by `lease` when
+    /// given (a lost lease writes nothing: [`crate::LedgerError::LeaseLost`]).
+    pub(crate) async fn exec_fenced(
+        &self,
+        scope: Scope<'_>,
+        lease: Option<&Lease>,
+        q: sqlx::query::Query<'_, B::DB, <B::DB as Database>::Arguments>,
+    ) -> Result<()> {
+        let mut tx = B::begin(self, scope, true).await?;
+        fence::<B>(&mut tx, lease).await?;
+        q.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// One statement in a write transaction of its own, in `scope`: the row it returned
+    /// (`RETURNING`), if any.
+    pub(crate) async fn write_opt(
+        &self,
+        scope: Scope<'_>,
+        q: sqlx::query::Query<'_, B::DB, <B::DB as Database>::Arguments>,
+    ) -> Result<Option<<B::DB as Database>::Row>> {
+        let mut tx = B::begin(self, scope, true).await?;
+        let row = q.fetch_optional(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
     }
 
     /// One read in a transaction of its own, in `scope`: every row.

@@ -5,14 +5,14 @@ use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, sql};
 use crate::lease::fence;
 use crate::model::{
-    Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, ItemStatus, Lease, Origin,
-    QuarantineCount, QuarantineEntry, TenantId,
+    Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease, Origin, QuarantineCount,
+    QuarantineEntry, TenantId,
 };
 use crate::rows::{self, cursor_parts};
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
-use reckon_domain::ingest::{IngestPlan, ingest_plan};
-use reckon_domain::{Disappearance, State, time};
+use reckon_domain::ingest::ingest_plan;
+use reckon_domain::{Disappearance, time};
 use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
 use std::collections::HashMap;
 use tracing::field::Empty;
@@ -109,9 +109,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
             .await?;
             let Some(row) = row else { continue };
             let id: i64 = row.try_get("id")?;
-            let state: String = row.try_get("state")?;
-            let state = State::parse(&state)
-                .ok_or_else(|| LedgerError::Invalid(format!("stored state {state:?}")))?;
+            let state = rows::state(&row.try_get::<String, _>("state")?)?;
             let why = Disappearance::for_last_state(state);
             sqlx::query(
                 "UPDATE effect SET gone_at = $1, gone_reason = $2, last_changed_at = $1 \
@@ -124,7 +122,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
             .await?;
             sqlx::query(
                 "INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
-                 from_state, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                 from_state) VALUES ($1, $2, $3, $4, $5, $6)",
             )
             .bind(tenant.0)
             .bind(id)
@@ -132,7 +130,6 @@ impl<B: Driver> Effects for SqlLedger<B> {
             .bind(origin.as_str())
             .bind(why.as_str())
             .bind(state.as_str())
-            .bind(Option::<String>::None)
             .execute(&mut *tx)
             .await?;
             out.push((key.clone(), why));
@@ -148,9 +145,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
         ));
         qb.push_bind(tenant.0);
         push_filters(&mut qb, q);
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let found = qb.build().fetch_all(&mut *tx).await?;
-        tx.commit().await?;
+        let found = self.read_all(Scope::Tenant(tenant), qb.build()).await?;
         found
             .iter()
             .map(|r| rows::effect::<B::DB>(r, q.now))
@@ -186,10 +181,11 @@ impl<B: Driver> Effects for SqlLedger<B> {
         .bind(tenant.0)
         .bind(effect.id)
         .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(rows::event::<B::DB>)
-        .collect::<Result<Vec<_>>>()?;
+        .await?;
+        let history = history
+            .iter()
+            .map(rows::event::<B::DB>)
+            .collect::<Result<_>>()?;
         tx.commit().await?;
         Ok(Some(EffectDetail { effect, history }))
     }
@@ -221,22 +217,13 @@ impl<B: Driver> Effects for SqlLedger<B> {
 
     async fn quarantine_counts(&self, tenant: TenantId) -> Result<Vec<QuarantineCount>> {
         let stmt = sqlx::query(
-            "SELECT s.name, q.reason, COUNT(*) AS n FROM quarantine q \
+            "SELECT s.name AS source, q.reason, COUNT(*) AS count FROM quarantine q \
              JOIN source s ON s.id = q.source_id WHERE q.tenant_id = $1 \
              GROUP BY s.name, q.reason ORDER BY s.name, q.reason",
         )
         .bind(tenant.0);
         let found = self.read_all(Scope::Tenant(tenant), stmt).await?;
-        found
-            .iter()
-            .map(|r| {
-                Ok(QuarantineCount {
-                    source: r.try_get("name")?,
-                    reason: r.try_get("reason")?,
-                    count: r.try_get("n")?,
-                })
-            })
-            .collect()
+        rows::all(&found)
     }
 
     async fn list_quarantine(
@@ -253,7 +240,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
         .bind(source_id)
         .bind(limit);
         let found = self.read_all(Scope::Tenant(tenant), stmt).await?;
-        found.iter().map(rows::quarantine::<B::DB>).collect()
+        rows::all(&found)
     }
 }
 
@@ -328,25 +315,8 @@ impl<B: Driver> SqlLedger<B> {
             .await?;
         }
         tx.commit().await?;
-        Ok(Some(outcome(&plan, batch.rejected.len())))
+        Ok(Some(IngestOutcome::of(&plan, batch.rejected.len())))
     }
-}
-
-fn outcome(plan: &IngestPlan, rejected: usize) -> IngestOutcome {
-    let mut o = IngestOutcome {
-        quarantined: rejected as u64,
-        statuses: plan.statuses.clone(),
-        ..Default::default()
-    };
-    for s in &plan.statuses {
-        match s {
-            ItemStatus::Created => o.created += 1,
-            ItemStatus::Updated => o.updated += 1,
-            ItemStatus::Unchanged => o.unchanged += 1,
-            ItemStatus::Stale => o.stale += 1,
-        }
-    }
-    o
 }
 
 /// The WHERE tail and page of an effect listing.

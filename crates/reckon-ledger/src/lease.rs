@@ -6,6 +6,7 @@
 //! committed, and every write after the takeover finds the old term gone); on SQLite the
 //! write transaction itself excludes every other writer.
 
+use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, sql};
 use crate::rows::check_lease_ttl as check_ttl;
 use crate::{Lease, LedgerError, Result};
@@ -20,10 +21,9 @@ impl<B: Driver> Leases for SqlLedger<B> {
     async fn try_lease(&self, name: &str, owner: &str, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
         // Free or expired: take it with the next term. Held by the same owner and still
         // valid: renew in the same term. Held by someone else: leave it.
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO work_lease (name, owner, term, acquired_at, expires_at) \
              VALUES ($1, $2, 1, {now}, {now} + $3) \
              ON CONFLICT (name) DO UPDATE SET \
@@ -37,14 +37,9 @@ impl<B: Driver> Leases for SqlLedger<B> {
              WHERE work_lease.expires_at <= excluded.acquired_at \
                 OR work_lease.owner = excluded.owner \
              RETURNING term, expires_at"
-        )))
-        .bind(name)
-        .bind(owner)
-        .bind(ttl_secs)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(row.map(|r| Lease {
+        )));
+        let row = self.write_opt(Scope::Global, stmt.bind(name).bind(owner).bind(ttl_secs));
+        Ok(row.await?.map(|r| Lease {
             name: name.to_owned(),
             owner: owner.to_owned(),
             term: r.get(0),
@@ -57,8 +52,7 @@ impl<B: Driver> Leases for SqlLedger<B> {
     async fn renew_lease(&self, lease: &Lease, ttl_secs: f64) -> Result<Option<Lease>> {
         check_ttl(ttl_secs)?;
         let now = B::NOW;
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "UPDATE work_lease SET expires_at = {now} + $1 \
              WHERE name = $2 AND owner = $3 AND term = $4 AND expires_at > {now} \
              RETURNING expires_at"
@@ -66,10 +60,8 @@ impl<B: Driver> Leases for SqlLedger<B> {
         .bind(ttl_secs)
         .bind(&lease.name)
         .bind(&lease.owner)
-        .bind(lease.term)
-        .fetch_optional(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        .bind(lease.term);
+        let row = self.write_opt(Scope::Global, stmt).await?;
         Ok(row.map(|r| Lease {
             expires_at: r.get(0),
             ..lease.clone()
@@ -80,17 +72,12 @@ impl<B: Driver> Leases for SqlLedger<B> {
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
         // Expire rather than delete: the term must keep growing across owners.
         let now = B::NOW;
-        self.exec(
-            crate::accounts::Scope::Global,
-            sqlx::query(AssertSqlSafe(format!(
-                "UPDATE work_lease SET expires_at = {now} \
+        let stmt = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE work_lease SET expires_at = {now} \
              WHERE name = $1 AND owner = $2 AND term = $3 AND expires_at > {now}"
-            )))
-            .bind(&lease.name)
-            .bind(&lease.owner)
-            .bind(lease.term),
-        )
-        .await?;
+        )));
+        let stmt = stmt.bind(&lease.name).bind(&lease.owner).bind(lease.term);
+        self.exec(Scope::Global, stmt).await?;
         Ok(())
     }
 
@@ -98,16 +85,12 @@ impl<B: Driver> Leases for SqlLedger<B> {
     async fn count_leases(&self, prefix: &str) -> Result<i64> {
         // substr, not LIKE: a name may hold `_` or `%`.
         let now = B::NOW;
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, false).await?;
-        let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "SELECT COUNT(*) FROM work_lease \
              WHERE substr(name, 1, length($1)) = $1 AND expires_at > {now}"
-        )))
-        .bind(prefix)
-        .fetch_one(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(n)
+        )));
+        let row = self.read_opt(Scope::Global, stmt.bind(prefix)).await?;
+        Ok(row.map_or(Ok(0), |r| r.try_get(0))?)
     }
 
     /// Who holds the lease `name` now, and until when; `None` when it is free (never
@@ -118,7 +101,7 @@ impl<B: Driver> Leases for SqlLedger<B> {
             "SELECT owner, term, expires_at FROM work_lease WHERE name = $1 AND expires_at > {now}"
         )))
         .bind(name);
-        let row = self.read_opt(crate::accounts::Scope::Global, stmt).await?;
+        let row = self.read_opt(Scope::Global, stmt).await?;
         Ok(row.map(|r| Lease {
             name: name.to_owned(),
             owner: r.get(0),

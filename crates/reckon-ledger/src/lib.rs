@@ -55,7 +55,6 @@ pub use writeback::{
     Writebacks,
 };
 
-use reckon_domain::{Rejected, SourceRecord};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -99,6 +98,17 @@ impl From<sqlx::Error> for LedgerError {
             return LedgerError::Conflict("a row with the same unique key".into());
         }
         LedgerError::Database(e)
+    }
+}
+
+impl LedgerError {
+    /// A unique-key conflict named for what it was about (`tenant "acme"`); any other
+    /// error as it is.
+    pub(crate) fn named(self, what: impl FnOnce() -> String) -> LedgerError {
+        match self {
+            LedgerError::Conflict(_) => LedgerError::Conflict(what()),
+            other => other,
+        }
     }
 }
 
@@ -185,7 +195,3 @@ async fn open(url: Option<&str>, data_dir: &Path, keyring: Keyring) -> Result<Ar
         }
     }
 }
-
-/// Keep `SourceRecord` and `Rejected` reachable for implementors of ingest.
-pub type IngestRecord = SourceRecord;
-pub type IngestRejected = Rejected;

@@ -7,6 +7,7 @@
 //! `effect_metrics_unresolved` (migration 0005), so both planners use that index.
 
 use crate::model::TenantId;
+use serde::Deserialize;
 
 /// One scrape's question. `tenant: None` is the operator scope (every tenant), used only by
 /// the operator's `/metrics`; a tenant's token always asks with its own tenant.
@@ -23,8 +24,11 @@ pub struct MetricsQuery {
     pub replay_closed_created_before: f64,
 }
 
+// The groups below are read by name: as rows (SQLite) and as the JSON objects of a row's
+// aggregate (PostgreSQL), so each query's column names are the fields'.
+
 /// Unresolved effects of one (tenant, source, operation).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, Deserialize)]
 pub struct UnresolvedGroup {
     pub tenant: String,
     pub source: String,
@@ -61,7 +65,7 @@ impl UnresolvedGroup {
 }
 
 /// The scan health of one source, as the scanner recorded it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, Deserialize)]
 pub struct SourceHealth {
     pub tenant: String,
     pub source: String,
@@ -78,7 +82,7 @@ impl SourceHealth {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, Deserialize)]
 pub struct QuarantineGroup {
     pub tenant: String,
     pub source: String,
@@ -97,7 +101,17 @@ pub struct MetricsSnapshot {
     pub needs_attention: Vec<NeedsAttentionGroup>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+impl MetricsSnapshot {
+    /// Add `other`'s groups after this one's.
+    pub(crate) fn append(&mut self, other: MetricsSnapshot) {
+        self.unresolved.extend(other.unresolved);
+        self.sources.extend(other.sources);
+        self.quarantine.extend(other.quarantine);
+        self.needs_attention.extend(other.needs_attention);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, Deserialize)]
 pub struct NeedsAttentionGroup {
     pub tenant: String,
     pub source: String,
@@ -115,14 +129,13 @@ pub struct NeedsAttentionGroup {
 /// exact route, only `*`. Each join finds at most one row (`provider_route` is unique on
 /// tenant, source and operation).
 pub(crate) const UNRESOLVED_SQL: &str = "\
-SELECT tenant, source, operation, unknown, abandoned, oldest, routed, \
-       CASE WHEN routed = 1 THEN replay_closing ELSE 0 END AS replay_closing, \
-       CASE WHEN routed = 1 THEN replay_closed ELSE 0 END AS replay_closed \
+SELECT tenant, source, operation, unknown, abandoned, oldest_since, routed, \
+       CASE WHEN routed THEN replay_closing ELSE 0 END AS replay_window_closing, \
+       CASE WHEN routed THEN replay_closed ELSE 0 END AS replay_window_closed \
 FROM (SELECT t.slug AS tenant, s.name AS source, g.operation, g.unknown, g.abandoned, \
-             g.oldest, g.replay_closing, g.replay_closed, \
-             CAST(CASE WHEN ro.provider_id IS NOT NULL \
-                         OR (ro.id IS NULL AND rs.provider_id IS NOT NULL) \
-                       THEN 1 ELSE 0 END AS BIGINT) AS routed \
+             g.oldest AS oldest_since, g.replay_closing, g.replay_closed, \
+             (ro.provider_id IS NOT NULL OR (ro.id IS NULL AND rs.provider_id IS NOT NULL)) \
+               AS routed \
       FROM (SELECT e.tenant_id, e.source_id, e.operation, \
                    SUM(CASE WHEN e.state = 'unknown' THEN 1 ELSE 0 END) AS unknown, \
                    SUM(CASE WHEN e.state = 'unknown' THEN 0 ELSE 1 END) AS abandoned, \
@@ -151,7 +164,7 @@ WHERE ($1 = 0 OR s.tenant_id = $1)";
 
 /// `$1` tenant id or 0. Served by the `quarantine_source` index (tenant_id, source_id, reason).
 pub(crate) const QUARANTINE_SQL: &str = "\
-SELECT t.slug AS tenant, s.name AS source, g.reason, g.n \
+SELECT t.slug AS tenant, s.name AS source, g.reason, g.n AS count \
 FROM (SELECT q.tenant_id, q.source_id, q.reason, COUNT(*) AS n FROM quarantine q \
       WHERE ($1 = 0 OR q.tenant_id = $1) GROUP BY q.tenant_id, q.source_id, q.reason) g \
 JOIN source s ON s.id = g.source_id \
@@ -160,7 +173,7 @@ JOIN tenant t ON t.id = g.tenant_id";
 /// `$1` tenant id or 0. Served by the partial index `reconcile_state_attention`
 /// (migration 0010): O(parked effects), never O(effects). A resolved effect needs nobody.
 pub(crate) const NEEDS_ATTENTION_SQL: &str = "\
-SELECT t.slug AS tenant, s.name AS source, g.operation, g.n \
+SELECT t.slug AS tenant, s.name AS source, g.operation, g.n AS count \
 FROM (SELECT e.tenant_id, e.source_id, e.operation, COUNT(*) AS n \
       FROM reconcile_state r JOIN effect e ON e.id = r.effect_id \
       WHERE r.needs_attention AND ($1 = 0 OR r.tenant_id = $1) \
@@ -171,74 +184,4 @@ JOIN tenant t ON t.id = g.tenant_id";
 
 pub(crate) fn tenant_param(q: &MetricsQuery) -> i64 {
     q.tenant.map_or(0, |t| t.0)
-}
-
-/// Map the rows of the three queries; the column types are the same on both backends.
-pub(crate) fn map_rows<R: sqlx::Row>(
-    unresolved: &[R],
-    sources: &[R],
-    quarantine: &[R],
-    needs_attention: &[R],
-) -> Result<MetricsSnapshot, sqlx::Error>
-where
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
-    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    for<'a> f64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    for<'a> Option<f64>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-{
-    Ok(MetricsSnapshot {
-        unresolved: unresolved
-            .iter()
-            .map(|r| {
-                Ok(UnresolvedGroup {
-                    tenant: r.try_get("tenant")?,
-                    source: r.try_get("source")?,
-                    operation: r.try_get("operation")?,
-                    unknown: r.try_get("unknown")?,
-                    abandoned: r.try_get("abandoned")?,
-                    oldest_since: r.try_get("oldest")?,
-                    routed: r.try_get::<i64, _>("routed")? != 0,
-                    replay_window_closing: r.try_get("replay_closing")?,
-                    replay_window_closed: r.try_get("replay_closed")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()?,
-        sources: sources
-            .iter()
-            .map(|r| {
-                Ok(SourceHealth {
-                    tenant: r.try_get("tenant")?,
-                    source: r.try_get("source")?,
-                    kind: r.try_get("kind")?,
-                    last_scan_at: r.try_get("last_scan_at")?,
-                    last_success_at: r.try_get("last_success_at")?,
-                    consecutive_failures: r.try_get("consecutive_failures")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()?,
-        quarantine: quarantine
-            .iter()
-            .map(|r| {
-                Ok(QuarantineGroup {
-                    tenant: r.try_get("tenant")?,
-                    source: r.try_get("source")?,
-                    reason: r.try_get("reason")?,
-                    count: r.try_get("n")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()?,
-        needs_attention: needs_attention
-            .iter()
-            .map(|r| {
-                Ok(NeedsAttentionGroup {
-                    tenant: r.try_get("tenant")?,
-                    source: r.try_get("source")?,
-                    operation: r.try_get("operation")?,
-                    count: r.try_get("n")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()?,
-    })
 }

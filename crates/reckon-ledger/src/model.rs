@@ -1,14 +1,9 @@
 //! The ledger's types: what callers pass in and get back.
 
-pub use reckon_domain::ingest::ItemStatus;
-use reckon_domain::{Rejected, SourceRecord, State, UnresolvedKind};
+pub use reckon_domain::effect::{Effect, EffectDetail, EffectEvent};
+pub use reckon_domain::ingest::{Cursor, IngestOutcome, ItemStatus, Origin};
+use reckon_domain::{Rejected, SourceRecord, State};
 use serde::Serialize;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
 
 /// A tenant's id. Only the ledger makes these (from a slug it looked up or a token it
 /// authenticated): every query of tenant data needs one, so none can forget its tenant.
@@ -81,13 +76,6 @@ impl SourceChange {
     }
 }
 
-/// Where a scan stands: the (updated_at, key) of the last row stored or quarantined.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Cursor {
-    pub updated_at: f64,
-    pub key: Vec<u8>,
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Source {
     #[serde(skip)]
@@ -143,24 +131,6 @@ impl Source {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Origin {
-    Scan,
-    FullScan,
-    Push,
-}
-
-impl Origin {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Origin::Scan => "scan",
-            Origin::FullScan => "full_scan",
-            Origin::Push => "push",
-        }
-    }
-}
-
 /// One batch for [`crate::Ledger::ingest`].
 #[derive(Debug, Clone)]
 pub struct IngestBatch {
@@ -181,25 +151,6 @@ pub struct IngestBatch {
     pub expect_new: bool,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct IngestOutcome {
-    pub created: u64,
-    pub updated: u64,
-    pub unchanged: u64,
-    pub stale: u64,
-    /// Rows refused into quarantine (new entries and ones already there).
-    pub quarantined: u64,
-    /// One status per record, in batch order.
-    #[serde(skip)]
-    pub statuses: Vec<ItemStatus>,
-}
-
-impl IngestOutcome {
-    pub fn stored(&self) -> u64 {
-        self.created + self.updated + self.unchanged + self.stale
-    }
-}
-
 /// Filters and page for [`crate::Ledger::list_effects`]. Pages are keyed by effect id.
 #[derive(Debug, Clone, Default)]
 pub struct EffectQuery {
@@ -214,59 +165,14 @@ pub struct EffectQuery {
     pub now: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
-pub struct Effect {
-    pub id: i64,
-    pub source: String,
-    pub key: String,
-    pub operation: Option<String>,
-    pub key_version: Option<String>,
-    pub subject: Option<String>,
-    pub state: State,
-    pub request_hash: String,
-    /// The response as canonical JSON text (`None` = null).
-    #[serde(skip)]
-    pub response_json: Option<String>,
-    pub attempts: i64,
-    pub reclaimed: bool,
-    pub created_at: f64,
-    pub updated_at: f64,
-    pub expires_at: Option<f64>,
-    pub first_seen_at: f64,
-    pub last_changed_at: f64,
-    pub gone_at: Option<f64>,
-    pub gone_reason: Option<String>,
-    pub unresolved_kind: Option<UnresolvedKind>,
-    pub unresolved_since: Option<f64>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct EffectEvent {
-    pub id: i64,
-    pub observed_at: f64,
-    pub origin: String,
-    pub kind: String,
-    pub from_state: Option<String>,
-    pub to_state: Option<String>,
-    pub attempts: Option<i64>,
-    pub source_updated_at: Option<f64>,
-    pub detail: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct EffectDetail {
-    pub effect: Effect,
-    pub history: Vec<EffectEvent>,
-}
-
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct QuarantineCount {
     pub source: String,
     pub reason: String,
     pub count: i64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct QuarantineEntry {
     pub id: i64,
     pub reason: String,
@@ -275,21 +181,6 @@ pub struct QuarantineEntry {
     pub excerpt: String,
     pub origin: String,
     pub first_seen_at: f64,
-}
-
-/// Derived facts computed when an effect is read.
-pub(crate) fn finish_effect(e: &mut Effect, abandoned_at: Option<f64>, now: f64) {
-    e.reclaimed = e.attempts > 1;
-    // abandoned_at already includes the source's grace period, hence a grace of zero here:
-    // the rule itself lives in one place, reckon_domain::UnresolvedKind::derive.
-    e.unresolved_kind =
-        UnresolvedKind::derive(e.state, abandoned_at, e.gone_at.is_some(), 0.0, now);
-    e.unresolved_since = match e.unresolved_kind {
-        Some(UnresolvedKind::Unknown) => Some(e.updated_at),
-        // The claim's lease ended at expires_at: from then on nobody held it.
-        Some(UnresolvedKind::Abandoned) => e.expires_at,
-        None => None,
-    };
 }
 
 /// A claim on a piece of work that exactly one replica may do at a time (a source's scan, a

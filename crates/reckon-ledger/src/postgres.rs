@@ -7,7 +7,7 @@ use crate::accounts::Scope;
 use crate::driver::{Driver, Existing, Pg, SqlLedger};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{IngestBatch, TenantId};
-use crate::{Backend, LedgerError, Result, rows};
+use crate::{LedgerError, Result, rows};
 use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::Keyring;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -21,7 +21,6 @@ pub type PgLedger = SqlLedger<Pg>;
 impl Driver for Pg {
     type DB = Postgres;
     type Done = sqlx::postgres::PgQueryResult;
-    const KIND: Backend = Backend::Postgres;
     const LOCK_CLAIM: &'static str = " FOR NO KEY UPDATE OF e SKIP LOCKED";
     const NOW: &'static str = "EXTRACT(EPOCH FROM clock_timestamp())::float8";
     const LOCK_FENCE: &'static str = " FOR SHARE";
@@ -119,12 +118,7 @@ impl Driver for Pg {
         .persistent(false)
         .fetch_all(&mut *conn)
         .await?;
-        let mut existing = HashMap::new();
-        for row in &found {
-            let (id, snap) = rows::snapshot::<Postgres>(row)?;
-            existing.insert(snap.record.key.clone(), (id, snap));
-        }
-        Ok(existing)
+        rows::existing::<Postgres>(&found)
     }
 
     /// A handful of array-bound statements (`UNNEST`) per batch instead of one round trip
@@ -187,39 +181,15 @@ impl Driver for Pg {
             )
             .bind(now)
             .bind(tenant.0)
-            .bind(u.iter().map(|(id, _)| *id).collect::<Vec<_>>())
-            .bind(
-                u.iter()
-                    .map(|(_, w)| w.record.state.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                u.iter()
-                    .map(|(_, w)| w.record.request_hash.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                u.iter()
-                    .map(|(_, w)| w.record.response.clone())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(u.iter().map(|(_, w)| w.record.attempts).collect::<Vec<_>>())
-            .bind(
-                u.iter()
-                    .map(|(_, w)| w.record.created_at)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                u.iter()
-                    .map(|(_, w)| w.record.updated_at)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                u.iter()
-                    .map(|(_, w)| w.record.expires_at)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(u.iter().map(|(_, w)| w.abandoned_at).collect::<Vec<_>>())
+            .bind(col(u, |(id, _)| *id))
+            .bind(col(u, |(_, w)| w.record.state.as_str()))
+            .bind(col(u, |(_, w)| w.record.request_hash.as_str()))
+            .bind(col(u, |(_, w)| w.record.response.as_deref()))
+            .bind(col(u, |(_, w)| w.record.attempts))
+            .bind(col(u, |(_, w)| w.record.created_at))
+            .bind(col(u, |(_, w)| w.record.updated_at))
+            .bind(col(u, |(_, w)| w.record.expires_at))
+            .bind(col(u, |(_, w)| w.abandoned_at))
             // Planned per execution (see the existing-keys lookup): a generic plan from an
             // empty ledger would join by scanning the whole effect table.
             .persistent(false)
@@ -242,13 +212,13 @@ impl Driver for Pg {
             .bind(tenant.0)
             .bind(now)
             .bind(batch.origin.as_str())
-            .bind(e.iter().map(|ev| ids[&ev.key]).collect::<Vec<_>>())
-            .bind(e.iter().map(|ev| ev.kind).collect::<Vec<_>>())
-            .bind(e.iter().map(|ev| ev.from_state).collect::<Vec<_>>())
-            .bind(e.iter().map(|ev| ev.to_state).collect::<Vec<_>>())
-            .bind(e.iter().map(|ev| ev.attempts).collect::<Vec<_>>())
-            .bind(e.iter().map(|ev| ev.source_updated_at).collect::<Vec<_>>())
-            .bind(e.iter().map(|ev| ev.detail.clone()).collect::<Vec<_>>())
+            .bind(col(e, |ev| ids[&ev.key]))
+            .bind(col(e, |ev| ev.kind))
+            .bind(col(e, |ev| ev.from_state))
+            .bind(col(e, |ev| ev.to_state))
+            .bind(col(e, |ev| ev.attempts))
+            .bind(col(e, |ev| ev.source_updated_at))
+            .bind(col(e, |ev| ev.detail.as_deref()))
             .execute(&mut *tx)
             .await?;
         }
@@ -323,35 +293,24 @@ fn bind_creates<'q>(
 ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
     q.bind(tenant.0)
         .bind(source_id)
-        .bind(c.iter().map(|w| w.record.key.as_str()).collect::<Vec<_>>())
-        .bind(c.iter().map(|w| w.operation.as_deref()).collect::<Vec<_>>())
-        .bind(
-            c.iter()
-                .map(|w| w.key_version.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .bind(c.iter().map(|w| w.subject.as_deref()).collect::<Vec<_>>())
-        .bind(
-            c.iter()
-                .map(|w| w.record.state.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            c.iter()
-                .map(|w| w.record.request_hash.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            c.iter()
-                .map(|w| w.record.response.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .bind(c.iter().map(|w| w.record.attempts).collect::<Vec<_>>())
-        .bind(c.iter().map(|w| w.record.created_at).collect::<Vec<_>>())
-        .bind(c.iter().map(|w| w.record.updated_at).collect::<Vec<_>>())
-        .bind(c.iter().map(|w| w.record.expires_at).collect::<Vec<_>>())
-        .bind(c.iter().map(|w| w.abandoned_at).collect::<Vec<_>>())
+        .bind(col(c, |w| w.record.key.as_str()))
+        .bind(col(c, |w| w.operation.as_deref()))
+        .bind(col(c, |w| w.key_version.as_deref()))
+        .bind(col(c, |w| w.subject.as_deref()))
+        .bind(col(c, |w| w.record.state.as_str()))
+        .bind(col(c, |w| w.record.request_hash.as_str()))
+        .bind(col(c, |w| w.record.response.as_deref()))
+        .bind(col(c, |w| w.record.attempts))
+        .bind(col(c, |w| w.record.created_at))
+        .bind(col(c, |w| w.record.updated_at))
+        .bind(col(c, |w| w.record.expires_at))
+        .bind(col(c, |w| w.abandoned_at))
         .bind(now)
+}
+
+/// One column of a batch, as the array that binds it.
+fn col<'a, T, U>(rows: &'a [T], f: impl Fn(&'a T) -> U) -> Vec<U> {
+    rows.iter().map(f).collect()
 }
 
 /// A new effect's insert refused because the ledger already holds its key.

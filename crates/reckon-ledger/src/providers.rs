@@ -4,7 +4,7 @@
 use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
-use crate::rows::{check_name, json};
+use crate::rows::{self, check_name};
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use reckon_domain::time;
@@ -42,7 +42,7 @@ pub struct ProviderChange {
 }
 
 /// Operation pattern of one source -> provider (or none).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Route {
     pub id: i64,
     pub source: String,
@@ -69,7 +69,7 @@ pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider> {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
         kind: row.try_get("kind")?,
-        settings: json(&row.try_get::<String, _>("settings")?)?,
+        settings: rows::json(row, "settings")?,
         has_secret: row.try_get("has_secret")?,
         created_at: row.try_get("created_at")?,
     })
@@ -93,8 +93,7 @@ impl<B: Driver> Providers for SqlLedger<B> {
                 s.expose_secret().as_bytes(),
             )
         });
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO provider (tenant_id, name, kind, secret_ciphertext, settings, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6) RETURNING {PROVIDER_COLUMNS}"
         )))
@@ -103,15 +102,10 @@ impl<B: Driver> Providers for SqlLedger<B> {
         .bind(&new.kind)
         .bind(sealed)
         .bind(new.settings.to_string())
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict(format!("provider {:?}", new.name)),
-            other => other,
-        })?;
-        tx.commit().await?;
-        provider_row::<B::DB>(&row)
+        .bind(time::now());
+        let row = self.write_opt(Scope::Tenant(tenant), stmt).await;
+        let row = row.map_err(|e| e.named(|| format!("provider {:?}", new.name)))?;
+        provider_row::<B::DB>(&row.expect("an INSERT returns its row"))
     }
 
     /// Change a provider's settings and/or secret (`None` keeps it; the stored secret is
@@ -128,26 +122,17 @@ impl<B: Driver> Providers for SqlLedger<B> {
                 s.expose_secret().as_bytes(),
             )
         });
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let settings = change.settings.as_ref().map(ToString::to_string);
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "UPDATE provider SET secret_ciphertext = COALESCE($3, secret_ciphertext), \
              settings = COALESCE($4, settings) WHERE tenant_id = $1 AND name = $2 \
              RETURNING {PROVIDER_COLUMNS}"
-        )))
-        .bind(tenant.0)
-        .bind(name)
-        .bind(sealed)
-        .bind(
-            change
-                .settings
-                .as_ref()
-                .map(std::string::ToString::to_string),
+        )));
+        let stmt = stmt.bind(tenant.0).bind(name).bind(sealed).bind(settings);
+        let row = self.write_opt(Scope::Tenant(tenant), stmt).await?;
+        provider_row::<B::DB>(
+            &row.ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?,
         )
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?;
-        tx.commit().await?;
-        provider_row::<B::DB>(&row)
     }
 
     async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {
@@ -173,17 +158,13 @@ impl<B: Driver> Providers for SqlLedger<B> {
         tenant: TenantId,
         provider: &Provider,
     ) -> Result<Option<SecretString>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let sealed: Option<Vec<u8>> = sqlx::query_scalar(
-            "SELECT secret_ciphertext FROM provider WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.0)
-        .bind(provider.id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| LedgerError::NotFound(format!("provider {:?}", provider.name)))?;
-        tx.commit().await?;
-        let Some(sealed) = sealed else {
+        let stmt =
+            sqlx::query("SELECT secret_ciphertext FROM provider WHERE tenant_id = $1 AND id = $2");
+        let stmt = stmt.bind(tenant.0).bind(provider.id);
+        let row = self.read_opt(Scope::Tenant(tenant), stmt).await?;
+        let row =
+            row.ok_or_else(|| LedgerError::NotFound(format!("provider {:?}", provider.name)))?;
+        let Some(sealed) = row.try_get::<Option<Vec<u8>>, _>(0)? else {
             return Ok(None);
         };
         let clear = self
@@ -242,25 +223,13 @@ impl<B: Driver> Providers for SqlLedger<B> {
 
     async fn list_routes(&self, tenant: TenantId) -> Result<Vec<Route>> {
         let stmt = sqlx::query(
-            "SELECT r.id, s.name AS source_name, r.operation, p.name AS provider_name, \
+            "SELECT r.id, s.name AS source, r.operation, p.name AS provider, \
              r.provider_id, r.source_id FROM provider_route r \
              JOIN source s ON s.id = r.source_id LEFT JOIN provider p ON p.id = r.provider_id \
              WHERE r.tenant_id = $1 ORDER BY s.name, r.operation",
         )
         .bind(tenant.0);
-        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Route {
-                    id: r.try_get("id")?,
-                    source: r.try_get("source_name")?,
-                    operation: r.try_get("operation")?,
-                    provider: r.try_get("provider_name")?,
-                    provider_id: r.try_get("provider_id")?,
-                    source_id: r.try_get("source_id")?,
-                })
-            })
-            .collect()
+        rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
     }
 }
 

@@ -1,129 +1,21 @@
-//! Types of reconciliation as the ledger stores them: providers, routes, the per-effect
-//! reconcile state (lease, schedule), attempts with their evidence, and resolutions.
-//! Outcomes travel as their words (`applied`, `not_applied`, `duplicate`, `indeterminate`);
-//! the meaning of each lives in `reckon-providers::classify`, not here.
+//! Reconciliation's storage: the per-effect reconcile state (lease, schedule), attempts with
+//! their evidence, and resolutions; claims lease due effects to one worker at a time.
 
-use crate::model::Effect;
 pub use reckon_domain::Outcome;
-use serde::Serialize;
-
-/// The author of every resolution the reconciler records on its own.
-pub const RECONCILER_AUTHOR: &str = "reconciler";
-
-/// Where the reconciliation of one effect stands.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ReconcileState {
-    pub attempts: i64,
-    pub next_attempt_at: f64,
-    pub last_attempt_at: Option<f64>,
-    pub last_outcome: Option<Outcome>,
-    pub last_error: Option<String>,
-    pub provider_id: Option<i64>,
-    pub non_final: bool,
-    pub needs_attention: bool,
-    pub lease_owner: Option<String>,
-    pub lease_until: Option<f64>,
-}
-
-/// An effect leased to one worker until `lease_until`.
-#[derive(Debug, Clone)]
-pub struct Claim {
-    pub effect: Effect,
-    pub state: ReconcileState,
-    pub owner: String,
-    pub lease_until: f64,
-}
-
-/// One lookup, as recorded (append-only).
-#[derive(Debug, Clone, Serialize)]
-pub struct Attempt {
-    pub id: i64,
-    pub provider_id: Option<i64>,
-    pub started_at: f64,
-    pub finished_at: f64,
-    pub outcome: Outcome,
-    pub method: Option<String>,
-    pub error: Option<String>,
-    pub evidence: serde_json::Value,
-}
-
-#[derive(Debug, Clone)]
-pub struct NewAttempt {
-    pub provider_id: Option<i64>,
-    pub started_at: f64,
-    pub finished_at: f64,
-    pub outcome: Outcome,
-    pub method: Option<String>,
-    pub error: Option<String>,
-    pub evidence: serde_json::Value,
-    /// When to look again if this attempt concluded nothing.
-    pub next_attempt_at: f64,
-    pub non_final: bool,
-    pub needs_attention: bool,
-    /// Resolve the effect with this attempt as its evidence (conclusive outcomes only).
-    pub resolve: bool,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Resolution {
-    pub id: i64,
-    pub outcome: Outcome,
-    pub author: String,
-    pub note: Option<String>,
-    pub evidence: serde_json::Value,
-    pub attempt_id: Option<i64>,
-    pub created_at: f64,
-}
-
-#[derive(Debug, Clone)]
-pub struct NewResolution {
-    pub outcome: Outcome,
-    pub author: String,
-    pub note: Option<String>,
-    pub evidence: serde_json::Value,
-}
-
-/// What [`crate::Ledger::record_attempt`] did.
-#[derive(Debug, Clone, Serialize)]
-pub struct AttemptRecorded {
-    pub attempt_id: i64,
-    /// The effect's resolution: the one this call recorded, or the one already there (a
-    /// retry after a crash finds it and records no second).
-    pub resolution: Option<Resolution>,
-    /// True when this call's resolution was the one stored.
-    pub resolved_now: bool,
-}
-
-/// Everything reconciliation knows about one effect.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ReconcileView {
-    pub state: Option<ReconcileState>,
-    pub attempts: Vec<Attempt>,
-    pub resolution: Option<Resolution>,
-}
+pub use reckon_domain::reconcile::{
+    Attempt, AttemptRecorded, Claim, NewAttempt, NewResolution, RECONCILER_AUTHOR, ReconcileState,
+    ReconcileView, Resolution,
+};
 
 use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, row, sql};
 use crate::model::TenantId;
-use crate::rows::{self, json};
+use crate::rows;
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use reckon_domain::time;
-use sqlx::{AssertSqlSafe, Database, Encode, QueryBuilder, Row, Type};
+use sqlx::{AssertSqlSafe, Database, QueryBuilder, Row};
 use std::collections::HashMap;
-
-/// `(id), (id), ...` for a `VALUES` list or an `IN`.
-fn push_ids<DB: Database>(qb: &mut QueryBuilder<DB>, ids: &[i64])
-where
-    for<'a> i64: Encode<'a, DB> + Type<DB>,
-{
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            qb.push(", ");
-        }
-        qb.push("(").push_bind(*id).push(")");
-    }
-}
 
 pub(crate) fn outcome(stored: &str) -> Result<Outcome> {
     Outcome::parse(stored).ok_or_else(|| LedgerError::Invalid(format!("stored outcome {stored:?}")))
@@ -165,7 +57,7 @@ pub(crate) fn attempt_row<DB: Database>(row: &DB::Row) -> Result<Attempt> {
         outcome: outcome(&row.try_get::<String, _>("outcome")?)?,
         method: row.try_get("method")?,
         error: row.try_get("error")?,
-        evidence: json(&row.try_get::<String, _>("evidence")?)?,
+        evidence: rows::json(row, "evidence")?,
     })
 }
 
@@ -176,7 +68,7 @@ pub(crate) fn resolution_row<DB: Database>(row: &DB::Row) -> Result<Resolution> 
         outcome: outcome(&row.try_get::<String, _>("outcome")?)?,
         author: row.try_get("author")?,
         note: row.try_get("note")?,
-        evidence: json(&row.try_get::<String, _>("evidence")?)?,
+        evidence: rows::json(row, "evidence")?,
         attempt_id: row.try_get("attempt_id")?,
         created_at: row.try_get("created_at")?,
     })
@@ -258,20 +150,14 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         next_attempt_at: f64,
         note: &str,
     ) -> Result<()> {
-        self.exec(
-            Scope::Tenant(tenant),
-            sqlx::query(
-                "UPDATE reconcile_state SET next_attempt_at = $1, last_error = $2, \
+        let stmt = sqlx::query(
+            "UPDATE reconcile_state SET next_attempt_at = $1, last_error = $2, \
              lease_owner = NULL, lease_until = NULL \
              WHERE tenant_id = $3 AND effect_id = $4 AND lease_owner = $5",
-            )
-            .bind(next_attempt_at)
-            .bind(note)
-            .bind(tenant.0)
-            .bind(effect_id)
-            .bind(owner),
-        )
-        .await?;
+        );
+        let stmt = stmt.bind(next_attempt_at).bind(note).bind(tenant.0);
+        self.exec(Scope::Tenant(tenant), stmt.bind(effect_id).bind(owner))
+            .await?;
         Ok(())
     }
 
@@ -378,8 +264,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
                 "a resolution by hand needs a note".into(),
             ));
         }
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO resolution (tenant_id, effect_id, outcome, author, note, evidence, \
              attempt_id, created_at) SELECT $1, e.id, $3, $4, $5, $6, NULL, $7 FROM effect e \
              WHERE e.tenant_id = $1 AND e.id = $2 RETURNING {RESOLUTION_COLUMNS}"
@@ -390,16 +275,12 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         .bind(&new.author)
         .bind(&new.note)
         .bind(new.evidence.to_string())
-        .bind(time::now())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict("a resolution of this effect".into()),
-            other => other,
-        })?
-        .ok_or_else(|| LedgerError::NotFound(format!("effect #{effect_id}")))?;
-        tx.commit().await?;
-        resolution_row::<B::DB>(&row)
+        .bind(time::now());
+        let row = self.write_opt(Scope::Tenant(tenant), stmt).await;
+        let row = row.map_err(|e| e.named(|| "a resolution of this effect".into()))?;
+        resolution_row::<B::DB>(
+            &row.ok_or_else(|| LedgerError::NotFound(format!("effect #{effect_id}")))?,
+        )
     }
 
     /// Of `effect_ids`, those resolved (by reckon or by hand), in id order: a day's
@@ -412,12 +293,8 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
             let mut qb = sqlx::QueryBuilder::<B::DB>::new(
                 "SELECT effect_id FROM resolution WHERE tenant_id = ",
             );
-            qb.push_bind(tenant.0).push(" AND effect_id IN (");
-            let mut list = qb.separated(", ");
-            for id in chunk {
-                list.push_bind(*id);
-            }
-            qb.push(")");
+            qb.push_bind(tenant.0).push(" AND effect_id IN ");
+            rows::push_in(&mut qb, chunk.iter().copied());
             for row in qb.build().fetch_all(&mut *tx).await? {
                 resolved.push(row.try_get::<i64, _>("effect_id")?);
             }
@@ -468,23 +345,16 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         to: f64,
         now: f64,
     ) -> Result<u64> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let done = sqlx::query(
+        let stmt = sqlx::query(
             "UPDATE reconcile_state SET next_attempt_at = $1, needs_attention = FALSE \
              WHERE tenant_id = $2 AND provider_id = $3 AND last_outcome = 'indeterminate' \
              AND NOT EXISTS (SELECT 1 FROM resolution z WHERE z.effect_id = reconcile_state.effect_id) \
              AND effect_id IN (SELECT id FROM effect WHERE tenant_id = $2 \
                                AND created_at >= $4 AND created_at <= $5)",
-        )
-        .bind(now)
-        .bind(tenant.0)
-        .bind(provider_id)
-        .bind(from)
-        .bind(to)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(done.rows_affected())
+        );
+        let stmt = stmt.bind(now).bind(tenant.0).bind(provider_id);
+        self.exec(Scope::Tenant(tenant), stmt.bind(from).bind(to))
+            .await
     }
 }
 
@@ -524,8 +394,10 @@ impl<B: Driver> SqlLedger<B> {
             .push_bind(until)
             .push(", ")
             .push_bind(now)
-            .push(" FROM (VALUES ");
-        push_ids(&mut qb, ids);
+            .push(" FROM (");
+        qb.push_values(ids, |mut row, id| {
+            row.push_bind(*id);
+        });
         qb.push(
             ") AS v WHERE true ON CONFLICT (effect_id) DO UPDATE SET \
              lease_owner = excluded.lease_owner, lease_until = excluded.lease_until \
@@ -561,9 +433,8 @@ impl<B: Driver> SqlLedger<B> {
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.tenant_id = ",
             rows::EFFECT_COLUMNS
         ));
-        qb.push_bind(tenant.0).push(" AND e.id IN (");
-        push_ids(&mut qb, &leased);
-        qb.push(")");
+        qb.push_bind(tenant.0).push(" AND e.id IN ");
+        rows::push_in(&mut qb, leased.iter().copied());
         let mut effects = HashMap::new();
         for row in qb.build().fetch_all(&mut *tx).await? {
             let e = rows::effect::<B::DB>(&row, now)?;

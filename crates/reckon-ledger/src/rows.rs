@@ -2,16 +2,13 @@
 //! differs, so one generic function per type reads them.
 
 use crate::driver::row;
-use crate::model::{
-    Cursor, Effect, EffectEvent, QuarantineEntry, Source, SourceKind, Tenant, TenantId,
-    finish_effect,
-};
+use crate::model::{Cursor, Effect, EffectEvent, Source, SourceKind, Tenant, TenantId};
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use reckon_domain::{SourceRecord, State, StoredSnapshot};
-use sqlx::Row;
+use sqlx::{Database, QueryBuilder, Row};
 
-fn state(s: &str) -> Result<State> {
+pub(crate) fn state(s: &str) -> Result<State> {
     State::parse(s).ok_or_else(|| LedgerError::Invalid(format!("stored state {s:?}")))
 }
 
@@ -45,7 +42,7 @@ pub(crate) fn effect<DB: Database>(row: &DB::Row, now: f64) -> Result<Effect> {
         unresolved_since: None,
     };
     let abandoned_at: Option<f64> = row.try_get("abandoned_at")?;
-    finish_effect(&mut e, abandoned_at, now);
+    e.derive_facts(abandoned_at, now);
     Ok(e)
 }
 
@@ -71,6 +68,16 @@ pub(crate) fn snapshot<DB: Database>(row: &DB::Row) -> Result<(i64, StoredSnapsh
             gone: gone_at.is_some(),
         },
     ))
+}
+
+/// The ledger's copies of a batch's keys, from rows of [`SNAPSHOT_COLUMNS`].
+#[apply(row!)]
+pub(crate) fn existing<DB: Database>(found: &[DB::Row]) -> Result<crate::driver::Existing> {
+    let entry = |r| {
+        let (id, snap) = snapshot::<DB>(r)?;
+        Ok((snap.record.key.clone(), (id, snap)))
+    };
+    found.iter().map(entry).collect()
 }
 
 pub(crate) const SOURCE_COLUMNS: &str = "id, name, kind, dsn_display, table_name, \
@@ -165,17 +172,28 @@ pub(crate) fn event<DB: Database>(row: &DB::Row) -> Result<EffectEvent> {
 pub(crate) const QUARANTINE_COLUMNS: &str =
     "id, reason, detail, key_excerpt, excerpt, origin, first_seen_at";
 
-#[apply(row!)]
-pub(crate) fn quarantine<DB: Database>(row: &DB::Row) -> Result<QuarantineEntry> {
-    Ok(QuarantineEntry {
-        id: row.try_get("id")?,
-        reason: row.try_get("reason")?,
-        detail: row.try_get("detail")?,
-        key_excerpt: row.try_get("key_excerpt")?,
-        excerpt: row.try_get("excerpt")?,
-        origin: row.try_get("origin")?,
-        first_seen_at: row.try_get("first_seen_at")?,
-    })
+/// Every row as a `T` (a `#[derive(sqlx::FromRow)]` type).
+pub(crate) fn all<T, R>(rows: &[R]) -> Result<Vec<T>>
+where
+    R: Row,
+    T: for<'r> sqlx::FromRow<'r, R>,
+{
+    Ok(rows.iter().map(T::from_row).collect::<Result<_, _>>()?)
+}
+
+/// `(a, b, c)`, each item bound: the list of an `IN`.
+pub(crate) fn push_in<DB: Database, T>(
+    qb: &mut QueryBuilder<DB>,
+    items: impl IntoIterator<Item = T>,
+) where
+    for<'t> T: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    qb.push("(");
+    let mut list = qb.separated(", ");
+    for item in items {
+        list.push_bind(item);
+    }
+    qb.push(")");
 }
 
 /// Validate a source name or tenant slug: short, plain, safe in URLs and labels.
@@ -213,9 +231,15 @@ pub(crate) fn check_lease_ttl(ttl_secs: f64) -> Result<()> {
     }
 }
 
-/// A JSON column.
-pub(crate) fn json(text: &str) -> Result<serde_json::Value> {
-    serde_json::from_str(text).map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))
+/// A column of JSON text, parsed.
+pub(crate) fn json<R: Row>(row: &R, column: &str) -> Result<serde_json::Value>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let text: String = row.try_get(column)?;
+    serde_json::from_str(&text)
+        .map_err(|e| LedgerError::Invalid(format!("stored {column} is not JSON: {e}")))
 }
 
 /// A stored role: a word reckon never writes is an error, never a default.

@@ -1,24 +1,17 @@
-//! Credentials that versions without a redactor stored from providers' answers, removed.
+//! Credentials that versions without a redactor stored from providers' answers, removed:
+//! the [`Redactor`] with the tenant's own provider secrets, applied to what is already
+//! stored, once, at the first migrate that finds the job pending (a tenant whose secrets do
+//! not open under the master key leaves it pending).
 //!
-//! What a provider answers is stored (a lookup's evidence and error, a verdict's evidence,
-//! imported charges, the audit's runs) and shown to people of lower roles than the admin who
-//! configured the provider. New answers pass the [`Redactor`] before they are stored; this
-//! pass applies the same redactor, with the tenant's own provider secrets, to what is
-//! already stored. It runs once, at the first migrate that finds the job pending, tenant by
-//! tenant inside the tenant's scope; a tenant whose secrets do not open under the configured
-//! master key stops it, and the job stays pending for the next start.
-//!
-//! Audit runs are chained by digest ([`crate::audit`]), so a scrubbed run gets a new digest
-//! and every later run a new link. The tenant's audit log gets one line naming the previous
-//! and the new head of the chain, so whoever kept the old head can see why it changed. A
-//! chain that did not verify before the scrub is not re-linked (that would hide the break):
-//! its runs are scrubbed in place, they then fail the content check too, and the log line
+//! A scrubbed audit run gets a new digest and every later run a new link; the tenant's audit
+//! log names the previous and the new head. A chain that did not verify before is not
+//! re-linked (that would hide the break): its runs are scrubbed in place and the log line
 //! names the runs that were broken before.
 
-use crate::Result;
 use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::TenantId;
+use crate::{Result, Tenants};
 use macro_rules_attribute::apply;
 use reckon_audit::chain::{ChainWalk, run_content};
 use reckon_domain::Redactor;
@@ -119,7 +112,7 @@ impl<B: Driver> SqlLedger<B> {
         if pending.is_none() {
             return Ok(());
         }
-        for tenant in self.all_tenants().await? {
+        for tenant in self.list_tenants().await? {
             let Some(redactor) = self.scrub_redactor(tenant.id).await? else {
                 tracing::warn!(
                     tenant = %tenant.slug,

@@ -3,7 +3,6 @@
 
 use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, sql};
-use crate::lease::fence;
 use crate::model::{Lease, NewSource, Source, SourceChange, Tenant, TenantId};
 use crate::rows::{self, check_name};
 use crate::{LedgerError, Result};
@@ -11,27 +10,21 @@ use macro_rules_attribute::apply;
 use reckon_domain::time;
 use reckon_keyring::dsn_aad;
 use secrecy::{ExposeSecret, SecretString};
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Row};
 
 #[apply(sql!)]
 impl<B: Driver> Tenants for SqlLedger<B> {
     async fn create_tenant(&self, slug: &str) -> Result<Tenant> {
         check_name("tenant slug", slug)?;
-        let mut tx = B::begin(self, Scope::Global, true).await?;
-        let row = sqlx::query(
+        let stmt = sqlx::query(
             "INSERT INTO tenant (slug, created_at) VALUES ($1, $2) \
              RETURNING id, slug, created_at",
         )
         .bind(slug)
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict(format!("tenant {slug:?}")),
-            other => other,
-        })?;
-        tx.commit().await?;
-        rows::tenant::<B::DB>(&row)
+        .bind(time::now());
+        let row = self.write_opt(Scope::Global, stmt).await;
+        let row = row.map_err(|e| e.named(|| format!("tenant {slug:?}")))?;
+        rows::tenant::<B::DB>(&row.expect("an INSERT returns its row"))
     }
 
     async fn tenant_by_slug(&self, slug: &str) -> Result<Tenant> {
@@ -70,8 +63,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
             self.keyring
                 .seal(&dsn_aad(tenant.0, &new.name), d.expose_secret().as_bytes())
         });
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(format!(
+        let stmt = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO source (tenant_id, name, kind, dsn_ciphertext, dsn_display, table_name, \
              scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {}",
@@ -87,15 +79,10 @@ impl<B: Driver> Sources for SqlLedger<B> {
         .bind(new.abandoned_after_secs)
         .bind(new.overlap_secs)
         .bind(new.full_scan_every_secs)
-        .bind(time::now())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| match LedgerError::from(e) {
-            LedgerError::Conflict(_) => LedgerError::Conflict(format!("source {:?}", new.name)),
-            other => other,
-        })?;
-        tx.commit().await?;
-        rows::source::<B::DB>(&row)
+        .bind(time::now());
+        let row = self.write_opt(Scope::Tenant(tenant), stmt).await;
+        let row = row.map_err(|e| e.named(|| format!("source {:?}", new.name)))?;
+        rows::source::<B::DB>(&row.expect("an INSERT returns its row"))
     }
 
     async fn list_sources(&self, tenant: TenantId) -> Result<Vec<Source>> {
@@ -135,8 +122,7 @@ impl<B: Driver> Sources for SqlLedger<B> {
             self.keyring
                 .seal(&dsn_aad(tenant.0, name), d.expose_secret().as_bytes())
         });
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(rows::update_source_sql()))
+        let stmt = sqlx::query(AssertSqlSafe(rows::update_source_sql()))
             .bind(tenant.0)
             .bind(name)
             .bind(sealed)
@@ -146,12 +132,11 @@ impl<B: Driver> Sources for SqlLedger<B> {
             .bind(change.abandoned_after_secs)
             .bind(change.overlap_secs)
             .bind(change.full_scan_every_secs)
-            .bind(change.moves_the_source())
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?;
-        tx.commit().await?;
-        rows::source::<B::DB>(&row)
+            .bind(change.moves_the_source());
+        let row = self.write_opt(Scope::Tenant(tenant), stmt).await?;
+        rows::source::<B::DB>(
+            &row.ok_or_else(|| LedgerError::NotFound(format!("source {name:?}")))?,
+        )
     }
 
     /// Every scanned source of every tenant, for the scheduler (operator scope).
@@ -170,16 +155,12 @@ impl<B: Driver> Sources for SqlLedger<B> {
 
     /// The source's DSN, decrypted.
     async fn source_dsn(&self, tenant: TenantId, source: &Source) -> Result<SecretString> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let sealed: Option<Vec<u8>> = sqlx::query_scalar(
-            "SELECT dsn_ciphertext FROM source WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant.0)
-        .bind(source.id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .flatten();
-        tx.commit().await?;
+        let stmt =
+            sqlx::query("SELECT dsn_ciphertext FROM source WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant.0)
+                .bind(source.id);
+        let row = self.read_opt(Scope::Tenant(tenant), stmt).await?;
+        let sealed: Option<Vec<u8>> = row.map(|r| r.try_get(0)).transpose()?.flatten();
         let sealed = sealed.ok_or_else(|| LedgerError::NotFound("source DSN".into()))?;
         let plain = self
             .keyring
@@ -199,21 +180,13 @@ impl<B: Driver> Sources for SqlLedger<B> {
         full: bool,
         lease: Option<&Lease>,
     ) -> Result<()> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        fence::<B>(&mut tx, lease).await?;
-        sqlx::query(
+        let stmt = sqlx::query(
             "UPDATE source SET last_scan_at = $1, last_success_at = $1, consecutive_failures = 0, \
-             last_full_scan_at = CASE WHEN $2 THEN $1 ELSE last_full_scan_at END \
-             WHERE tenant_id = $3 AND id = $4",
-        )
-        .bind(at)
-        .bind(full)
-        .bind(tenant.0)
-        .bind(source_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+             last_full_scan_at = CASE WHEN $4 THEN $1 ELSE last_full_scan_at END \
+             WHERE tenant_id = $2 AND id = $3",
+        );
+        let stmt = stmt.bind(at).bind(tenant.0).bind(source_id).bind(full);
+        self.exec_fenced(Scope::Tenant(tenant), lease, stmt).await
     }
 
     /// Fenced by `lease` when given, like [`Sources::record_scan_success`].
@@ -225,40 +198,30 @@ impl<B: Driver> Sources for SqlLedger<B> {
         error: &str,
         lease: Option<&Lease>,
     ) -> Result<()> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        fence::<B>(&mut tx, lease).await?;
-        sqlx::query(
-            "UPDATE source SET last_scan_at = $1, last_error = $2, last_error_at = $1, \
-             consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $3 AND id = $4",
-        )
-        .bind(at)
-        .bind(error)
-        .bind(tenant.0)
-        .bind(source_id)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let stmt = sqlx::query(
+            "UPDATE source SET last_scan_at = $1, last_error = $4, last_error_at = $1, \
+             consecutive_failures = consecutive_failures + 1 WHERE tenant_id = $2 AND id = $3",
+        );
+        let stmt = stmt.bind(at).bind(tenant.0).bind(source_id).bind(error);
+        self.exec_fenced(Scope::Tenant(tenant), lease, stmt).await
     }
 
     /// "Scan now": the scheduler of any replica scans a scanned source whose request is
     /// newer than its last scan's start. `NotFound` for a push source or another tenant's.
-    async fn request_scan(
-        &self,
-        tenant: TenantId,
-        name: &str,
-        at: f64,
-    ) -> Result<crate::model::Source> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        let row = sqlx::query(AssertSqlSafe(crate::dashboard::request_scan_sql()))
-            .bind(tenant.0)
-            .bind(name)
-            .bind(at)
-            .fetch_optional(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        let row =
-            row.ok_or_else(|| crate::LedgerError::NotFound(format!("scanned source {name:?}")))?;
-        crate::rows::source::<B::DB>(&row)
+    async fn request_scan(&self, tenant: TenantId, name: &str, at: f64) -> Result<Source> {
+        // Push sources have nothing to scan.
+        let stmt = sqlx::query(AssertSqlSafe(format!(
+            "UPDATE source SET scan_requested_at = $3 WHERE tenant_id = $1 AND name = $2 \
+             AND kind <> 'push' RETURNING {}",
+            rows::SOURCE_COLUMNS
+        )));
+        let row = self.write_opt(
+            Scope::Tenant(tenant),
+            stmt.bind(tenant.0).bind(name).bind(at),
+        );
+        let row = row.await?;
+        rows::source::<B::DB>(
+            &row.ok_or_else(|| LedgerError::NotFound(format!("scanned source {name:?}")))?,
+        )
     }
 }

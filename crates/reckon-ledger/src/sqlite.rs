@@ -7,10 +7,10 @@ use crate::accounts::Scope;
 use crate::driver::{Driver, Existing, Lite, SqlLedger};
 use crate::metrics::{
     MetricsQuery, MetricsSnapshot, NEEDS_ATTENTION_SQL, QUARANTINE_SQL, SOURCES_SQL,
-    UNRESOLVED_SQL, map_rows, tenant_param,
+    UNRESOLVED_SQL, tenant_param,
 };
 use crate::model::{IngestBatch, TenantId};
-use crate::{Backend, LedgerError, Result, Store, rows};
+use crate::{LedgerError, Result, Store, rows};
 use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::Keyring;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -25,7 +25,6 @@ pub type SqliteLedger = SqlLedger<Lite>;
 impl Driver for Lite {
     type DB = Sqlite;
     type Done = sqlx::sqlite::SqliteQueryResult;
-    const KIND: Backend = Backend::Sqlite;
     const LOCK_CLAIM: &'static str = "";
     const NOW: &'static str = "((julianday('now') - 2440587.5) * 86400.0)";
     const LOCK_FENCE: &'static str = "";
@@ -85,12 +84,7 @@ impl Driver for Lite {
         .bind(keys_json)
         .fetch_all(&mut *conn)
         .await?;
-        let mut existing = HashMap::new();
-        for row in &found {
-            let (id, snap) = rows::snapshot::<Sqlite>(row)?;
-            existing.insert(snap.record.key.clone(), (id, snap));
-        }
-        Ok(existing)
+        rows::existing::<Sqlite>(&found)
     }
 
     /// Row by row: SQLite runs in-process, so a statement per row costs no round trip.
@@ -104,14 +98,22 @@ impl Driver for Lite {
     ) -> Result<bool> {
         let now = batch.observed_at;
         let mut ids: HashMap<&str, i64> = HashMap::new();
-        for w in &plan.creates {
+        let creates = plan.creates.iter().map(|w| (w, true));
+        for (w, new) in creates.chain(plan.updates.iter().map(|(_, w)| (w, false))) {
             let r = &w.record;
+            // A new key is inserted; a changed one (its key already held) is updated in
+            // place, keeping when it was first seen.
             let id: i64 = sqlx::query_scalar(
                 "INSERT INTO effect (tenant_id, source_id, key, operation, key_version, subject, \
                  state, request_hash, response, attempts, created_at, updated_at, expires_at, \
                  abandoned_at, first_seen_at, last_changed_at) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15) \
-                 RETURNING id",
+                 ON CONFLICT (tenant_id, source_id, key) DO UPDATE SET state = excluded.state, \
+                 request_hash = excluded.request_hash, response = excluded.response, \
+                 attempts = excluded.attempts, created_at = excluded.created_at, \
+                 updated_at = excluded.updated_at, expires_at = excluded.expires_at, \
+                 abandoned_at = excluded.abandoned_at, last_changed_at = excluded.last_changed_at, \
+                 gone_at = NULL, gone_reason = NULL RETURNING id",
             )
             .bind(tenant.0)
             .bind(source_id)
@@ -130,7 +132,7 @@ impl Driver for Lite {
             .bind(now)
             .fetch_one(&mut *tx)
             .await?;
-            for part in &w.extra_parts {
+            for part in w.extra_parts.iter().filter(|_| new) {
                 sqlx::query(
                     "INSERT OR IGNORE INTO effect_key_part (effect_id, tenant_id, part) \
                      VALUES ($1, $2, $3)",
@@ -142,29 +144,6 @@ impl Driver for Lite {
                 .await?;
             }
             ids.insert(r.key.as_str(), id);
-        }
-        for (id, w) in &plan.updates {
-            let r = &w.record;
-            sqlx::query(
-                "UPDATE effect SET state = $1, request_hash = $2, response = $3, attempts = $4, \
-                 created_at = $5, updated_at = $6, expires_at = $7, abandoned_at = $8, \
-                 last_changed_at = $9, gone_at = NULL, gone_reason = NULL \
-                 WHERE id = $10 AND tenant_id = $11",
-            )
-            .bind(r.state.as_str())
-            .bind(&r.request_hash)
-            .bind(&r.response)
-            .bind(r.attempts)
-            .bind(r.created_at)
-            .bind(r.updated_at)
-            .bind(r.expires_at)
-            .bind(w.abandoned_at)
-            .bind(now)
-            .bind(id)
-            .bind(tenant.0)
-            .execute(&mut *tx)
-            .await?;
-            ids.insert(r.key.as_str(), *id);
         }
         for ev in &plan.events {
             let id = ids[ev.key.as_str()];
@@ -200,20 +179,17 @@ impl Driver for Lite {
             .bind(q.replay_closed_created_before)
             .fetch_all(&mut *tx)
             .await?;
-        let sources = sqlx::query(SOURCES_SQL)
-            .bind(tenant)
-            .fetch_all(&mut *tx)
-            .await?;
-        let quarantine = sqlx::query(QUARANTINE_SQL)
-            .bind(tenant)
-            .fetch_all(&mut *tx)
-            .await?;
-        let attention = sqlx::query(NEEDS_ATTENTION_SQL)
-            .bind(tenant)
-            .fetch_all(&mut *tx)
-            .await?;
+        let mut by_tenant = Vec::new();
+        for sql in [SOURCES_SQL, QUARANTINE_SQL, NEEDS_ATTENTION_SQL] {
+            by_tenant.push(sqlx::query(sql).bind(tenant).fetch_all(&mut *tx).await?);
+        }
         tx.commit().await?;
-        Ok(map_rows(&unresolved, &sources, &quarantine, &attention)?)
+        Ok(MetricsSnapshot {
+            unresolved: rows::all(&unresolved)?,
+            sources: rows::all(&by_tenant[0])?,
+            quarantine: rows::all(&by_tenant[1])?,
+            needs_attention: rows::all(&by_tenant[2])?,
+        })
     }
 }
 

@@ -1,23 +1,18 @@
 //! The store itself: its schema, its identity, its liveness, and the master key it seals
 //! its secrets with.
 //!
-//! The master key: a check value tells at start whether the
-//! configured key is the one the ledger's secrets were sealed with, and rotation re-seals
-//! every secret under a new key.
-//!
-//! Why a check value: a lost key file (or a replica started without `RECKON_MASTER_KEY`)
-//! would otherwise get a fresh key, start, and fail on every source and provider later, one
-//! by one. With it, reckon refuses to start and says why, before anything is read.
-//!
-//! Rotation runs in one transaction (on PostgreSQL re-scoped tenant by tenant under
-//! row-level security), so the ledger is never half rotated. It is also resumable: a
-//! secret that already opens under the new key is left as it is, so running the same
-//! rotation twice (say, after the operator's new key was not yet saved) is harmless.
+//! A check value tells at start whether the configured master key is the one the secrets
+//! were sealed with: a lost key file (or a replica started without `RECKON_MASTER_KEY`)
+//! would otherwise get a fresh key, start, and fail on every source and provider later.
+//! Rotation re-seals every secret in one transaction (never half rotated) and is resumable:
+//! a secret that already opens under the new key is left as it is.
 
+use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, sql};
-use crate::{Backend, PoolStatus, Result};
+use crate::{PoolStatus, Result};
 use macro_rules_attribute::apply;
 use serde::Serialize;
+use sqlx::{AssertSqlSafe, Row};
 
 /// The plaintext of the check value; its AAD binds it to this one use.
 pub(crate) const CHECK_PLAINTEXT: &[u8] = b"reckon master key check v1";
@@ -35,10 +30,6 @@ pub struct RotateReport {
 
 #[apply(sql!)]
 impl<B: Driver> Store for SqlLedger<B> {
-    fn backend(&self) -> Backend {
-        B::KIND
-    }
-
     /// Apply the embedded migrations of this backend (idempotent), then the data jobs they
     /// queue (charge search terms, the scrub of stored credentials).
     async fn migrate(&self) -> Result<()> {
@@ -77,7 +68,7 @@ impl<B: Driver> Store for SqlLedger<B> {
     /// ([`crate::LedgerError::WrongMasterKey`]); on a new ledger, record the key's check
     /// value.
     async fn check_keyring(&self) -> crate::Result<()> {
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         let sealed: Option<Vec<u8>> =
             sqlx::query_scalar("SELECT sealed FROM keyring_check WHERE id = 1")
                 .fetch_optional(&mut *tx)
@@ -115,7 +106,6 @@ impl<B: Driver> Store for SqlLedger<B> {
         &self,
         new: &crate::Keyring,
     ) -> crate::Result<crate::store::RotateReport> {
-        use sqlx::Row;
         let old = &self.keyring;
         let mut report = crate::store::RotateReport::default();
         // Re-seal one ciphertext: open under the old key (or find it already under
@@ -134,62 +124,52 @@ impl<B: Driver> Store for SqlLedger<B> {
             })?;
             Ok(Some(new.seal(aad, &plain)))
         };
-        let mut tx = B::begin(self, crate::accounts::Scope::Global, true).await?;
+        let mut tx = B::begin(self, Scope::Global, true).await?;
         let tenants: Vec<i64> = sqlx::query_scalar("SELECT id FROM tenant ORDER BY id")
             .fetch_all(&mut *tx)
             .await?;
         for t in tenants {
-            B::rescope(&mut tx, crate::accounts::Scope::Tenant(crate::TenantId(t))).await?;
-            let rows = sqlx::query(
-                "SELECT id, name, dsn_ciphertext FROM source \
-                 WHERE tenant_id = $1 AND dsn_ciphertext IS NOT NULL",
-            )
-            .bind(t)
-            .fetch_all(&mut *tx)
-            .await?;
-            for r in rows {
-                let (id, name, sealed): (i64, String, Vec<u8>) =
-                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-                let aad = reckon_keyring::dsn_aad(t, &name);
-                if let Some(s) = reseal(&aad, &sealed, &format!("source {name:?}'s DSN"))? {
-                    sqlx::query(
-                        "UPDATE source SET dsn_ciphertext = $1 WHERE id = $2 AND tenant_id = $3",
-                    )
+            B::rescope(&mut tx, Scope::Tenant(crate::TenantId(t))).await?;
+            // Each table's sealed column, and what a secret of it is called in an error.
+            for (table, column, what) in [
+                ("source", "dsn_ciphertext", "DSN"),
+                ("provider", "secret_ciphertext", "secret"),
+            ] {
+                let rows = sqlx::query(AssertSqlSafe(format!(
+                    "SELECT id, name, {column} FROM {table} \
+                     WHERE tenant_id = $1 AND {column} IS NOT NULL"
+                )))
+                .bind(t)
+                .fetch_all(&mut *tx)
+                .await?;
+                for r in rows {
+                    let (id, name, sealed): (i64, String, Vec<u8>) =
+                        (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
+                    let aad = match table {
+                        "source" => reckon_keyring::dsn_aad(t, &name),
+                        _ => crate::providers::provider_secret_aad(t, &name),
+                    };
+                    let Some(s) = reseal(&aad, &sealed, &format!("{table} {name:?}'s {what}"))?
+                    else {
+                        report.already_rotated += 1;
+                        continue;
+                    };
+                    sqlx::query(AssertSqlSafe(format!(
+                        "UPDATE {table} SET {column} = $1 WHERE id = $2 AND tenant_id = $3"
+                    )))
                     .bind(s)
                     .bind(id)
                     .bind(t)
                     .execute(&mut *tx)
                     .await?;
-                    report.source_dsns += 1;
-                } else {
-                    report.already_rotated += 1;
-                }
-            }
-            let rows = sqlx::query(
-                "SELECT id, name, secret_ciphertext FROM provider \
-                 WHERE tenant_id = $1 AND secret_ciphertext IS NOT NULL",
-            )
-            .bind(t)
-            .fetch_all(&mut *tx)
-            .await?;
-            for r in rows {
-                let (id, name, sealed): (i64, String, Vec<u8>) =
-                    (r.try_get(0)?, r.try_get(1)?, r.try_get(2)?);
-                let aad = crate::providers::provider_secret_aad(t, &name);
-                if let Some(s) = reseal(&aad, &sealed, &format!("provider {name:?}'s secret"))? {
-                    sqlx::query("UPDATE provider SET secret_ciphertext = $1 WHERE id = $2 AND tenant_id = $3")
-                        .bind(s)
-                        .bind(id)
-                        .bind(t)
-                        .execute(&mut *tx)
-                        .await?;
-                    report.provider_secrets += 1;
-                } else {
-                    report.already_rotated += 1;
+                    match table {
+                        "source" => report.source_dsns += 1,
+                        _ => report.provider_secrets += 1,
+                    }
                 }
             }
         }
-        B::rescope(&mut tx, crate::accounts::Scope::Global).await?;
+        B::rescope(&mut tx, Scope::Global).await?;
         let rows =
             sqlx::query("SELECT id, totp_secret FROM app_user WHERE totp_secret IS NOT NULL")
                 .fetch_all(&mut *tx)

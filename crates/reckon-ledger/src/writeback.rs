@@ -16,7 +16,7 @@ use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use reckon_domain::time;
 use serde::Serialize;
-use sqlx::Row;
+use sqlx::{FromRow, Row};
 
 pub use reckon_domain::writeback::{WritebackAction, WritebackPolicy, WritebackStatus};
 
@@ -34,19 +34,21 @@ pub struct WritebackCandidate {
 }
 
 /// One write-back, from intent to outcome.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Writeback {
     pub id: i64,
     pub source_id: i64,
     pub effect_id: i64,
     pub resolution_id: i64,
     pub key: String,
+    #[sqlx(try_from = "String")]
     pub action: WritebackAction,
     pub seen_state: String,
     pub seen_updated_at: f64,
     /// The exact JSON text written into `response` (`None` for a release).
     pub new_response: Option<String>,
     pub new_updated_at: f64,
+    #[sqlx(try_from = "String")]
     pub status: WritebackStatus,
     pub detail: Option<String>,
     pub recovered: bool,
@@ -72,31 +74,6 @@ pub(crate) const WRITEBACK_COLUMNS: &str = "id, source_id, effect_id, resolution
     action, seen_state, seen_updated_at, new_response, new_updated_at, status, detail, \
     recovered, created_at, settled_at";
 
-#[apply(row!)]
-pub(crate) fn writeback_row<DB: Database>(row: &DB::Row) -> Result<Writeback> {
-    let action: String = row.try_get("action")?;
-    let status: String = row.try_get("status")?;
-    Ok(Writeback {
-        id: row.try_get("id")?,
-        source_id: row.try_get("source_id")?,
-        effect_id: row.try_get("effect_id")?,
-        resolution_id: row.try_get("resolution_id")?,
-        key: row.try_get("key")?,
-        action: WritebackAction::parse(&action)
-            .ok_or_else(|| LedgerError::Invalid(format!("stored write-back action {action:?}")))?,
-        seen_state: row.try_get("seen_state")?,
-        seen_updated_at: row.try_get("seen_updated_at")?,
-        new_response: row.try_get("new_response")?,
-        new_updated_at: row.try_get("new_updated_at")?,
-        status: WritebackStatus::parse(&status)
-            .ok_or_else(|| LedgerError::Invalid(format!("stored write-back status {status:?}")))?,
-        detail: row.try_get("detail")?,
-        recovered: row.try_get("recovered")?,
-        created_at: row.try_get("created_at")?,
-        settled_at: row.try_get("settled_at")?,
-    })
-}
-
 pub(crate) const CANDIDATE_SQL: &str = "SELECT e.id AS effect_id, e.source_id, s.name AS source_name, \
     e.key, e.state, e.updated_at, r.id AS r_id, r.outcome AS r_outcome, r.author AS r_author, \
     r.note AS r_note, r.evidence AS r_evidence, r.attempt_id AS r_attempt_id, \
@@ -109,7 +86,6 @@ pub(crate) const CANDIDATE_SQL: &str = "SELECT e.id AS effect_id, e.source_id, s
 
 #[apply(row!)]
 pub(crate) fn candidate_row<DB: Database>(row: &DB::Row) -> Result<WritebackCandidate> {
-    let evidence: String = row.try_get("r_evidence")?;
     Ok(WritebackCandidate {
         source_id: row.try_get("source_id")?,
         source: row.try_get("source_name")?,
@@ -122,8 +98,7 @@ pub(crate) fn candidate_row<DB: Database>(row: &DB::Row) -> Result<WritebackCand
             outcome: crate::reconcile::outcome(&row.try_get::<String, _>("r_outcome")?)?,
             author: row.try_get("r_author")?,
             note: row.try_get("r_note")?,
-            evidence: serde_json::from_str(&evidence)
-                .map_err(|e| LedgerError::Invalid(format!("stored JSON: {e}")))?,
+            evidence: rows::json(row, "r_evidence")?,
             attempt_id: row.try_get("r_attempt_id")?,
             created_at: row.try_get("r_created_at")?,
         },
@@ -171,22 +146,12 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         source_id: Option<i64>,
         limit: i64,
     ) -> Result<Vec<crate::WritebackCandidate>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let filter = if source_id.is_some() {
-            " AND s.id = $3"
-        } else {
-            ""
-        };
-        let sql = format!("{CANDIDATE_SQL}{filter} ORDER BY r.id LIMIT $2");
-        let q = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let sql = format!("{CANDIDATE_SQL} AND (s.id = $3 OR $4) ORDER BY r.id LIMIT $2");
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant.0)
             .bind(limit);
-        let q = match source_id {
-            Some(id) => q.bind(id),
-            None => q,
-        };
-        let rows = q.fetch_all(&mut *tx).await?;
-        tx.commit().await?;
+        let stmt = stmt.bind(source_id.unwrap_or(-1)).bind(source_id.is_none());
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
         rows.iter().map(candidate_row::<B::DB>).collect()
     }
 
@@ -198,28 +163,14 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         status: Option<crate::WritebackStatus>,
         limit: i64,
     ) -> Result<Vec<crate::Writeback>> {
-        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
-        let mut sql = format!("SELECT {WRITEBACK_COLUMNS} FROM writeback WHERE tenant_id = $1");
-        let mut n = 2;
-        if source_id.is_some() {
-            sql.push_str(&format!(" AND source_id = ${n}"));
-            n += 1;
-        }
-        if status.is_some() {
-            sql.push_str(&format!(" AND status = ${n}"));
-            n += 1;
-        }
-        sql.push_str(&format!(" ORDER BY id LIMIT ${n}"));
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(tenant.0);
-        if let Some(id) = source_id {
-            q = q.bind(id);
-        }
-        if let Some(s) = status {
-            q = q.bind(s.as_str());
-        }
-        let rows = q.bind(limit).fetch_all(&mut *tx).await?;
-        tx.commit().await?;
-        rows.iter().map(writeback_row::<B::DB>).collect()
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {WRITEBACK_COLUMNS} FROM writeback WHERE tenant_id = $1 \
+             AND (source_id = $2 OR $2 IS NULL) AND (status = $3 OR $3 IS NULL) \
+             ORDER BY id LIMIT $4"
+        )));
+        let stmt = stmt.bind(tenant.0).bind(source_id);
+        let stmt = stmt.bind(status.map(WritebackStatus::as_str)).bind(limit);
+        rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
     }
 
     /// Record the intent (`pending`) before the source is written, fenced by `lease`. The
@@ -274,7 +225,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
             ));
         };
         tx.commit().await?;
-        writeback_row::<B::DB>(&row)
+        Ok(Writeback::from_row(&row)?)
     }
 
     /// Settle a pending write-back as `written` or `conflict`; an already settled one is
@@ -317,6 +268,6 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         .await?
         .ok_or_else(|| LedgerError::NotFound(format!("write-back #{id}")))?;
         tx.commit().await?;
-        writeback_row::<B::DB>(&row)
+        Ok(Writeback::from_row(&row)?)
     }
 }

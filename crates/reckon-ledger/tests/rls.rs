@@ -14,7 +14,7 @@
 mod support;
 
 use reckon_domain::{SourceRecord, State, time};
-use reckon_ledger::{IngestBatch, NewSource, Origin, Role, SourceKind, TokenCreator};
+use reckon_ledger::{Admission, IngestBatch, NewSource, Origin, Role, SourceKind, TokenCreator};
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Row};
 use support::{RawDb, TestDb};
@@ -552,35 +552,26 @@ async fn sqlite_and_postgres_agree_on_accounts() {
                 .iter()
                 .any(|(_, v)| v.windows(16).any(|w| w == b"0123456789abcdef"))
         );
-        // Throttle counters.
+        // The sign-in throttle: an account with three free attempts is locked after them,
+        // until a sign-in succeeds.
         let now = time::now();
+        let policy = reckon_ledger::ThrottlePolicy {
+            account_free: 3,
+            lock_secs: 60.0,
+            max_lock_secs: 3600.0,
+            forget_after_secs: 900.0,
+            address_limit: 100,
+            address_window_secs: 60.0,
+        };
+        let admit = || l.throttle_admit("alice@acme.test", "192.0.2.1", now, &policy);
         for _ in 0..3 {
-            l.throttle_record_failure("account", "alice@acme.test", now, 900.0)
-                .await
-                .unwrap();
+            assert_eq!(admit().await.unwrap(), Admission::Admitted);
         }
-        assert_eq!(
-            l.throttle_failures("account", "alice@acme.test", now, 900.0)
-                .await
-                .unwrap(),
-            3
-        );
-        // After the window, the count starts again.
-        assert_eq!(
-            l.throttle_failures("account", "alice@acme.test", now + 901.0, 900.0)
-                .await
-                .unwrap(),
-            0
-        );
-        l.throttle_reset("account", "alice@acme.test")
+        assert_eq!(admit().await.unwrap(), Admission::AccountLocked(now + 60.0));
+        l.throttle_succeeded("alice@acme.test", "192.0.2.1")
             .await
             .unwrap();
-        assert_eq!(
-            l.throttle_failures("account", "alice@acme.test", now, 900.0)
-                .await
-                .unwrap(),
-            0
-        );
+        assert_eq!(admit().await.unwrap(), Admission::Admitted);
         // A session dies with its user's generation.
         l.create_session(
             t.id,
