@@ -2,7 +2,7 @@
 //! decide every write (the effect rows, their history events, each record's status). A
 //! ledger only executes the plan, inside one transaction.
 
-use crate::record::{Decision, SourceRecord, StoredSnapshot, decide};
+use crate::record::{Decision, Rejected, SourceRecord, StoredSnapshot, decide};
 use crate::{OperationKey, State};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -42,6 +42,40 @@ impl Origin {
 pub struct Cursor {
     pub updated_at: f64,
     pub key: Vec<u8>,
+}
+
+/// One batch for the ledger's ingest.
+#[derive(Debug, Clone)]
+pub struct IngestBatch {
+    pub origin: Origin,
+    pub observed_at: f64,
+    /// In source order for scans; request order for pushes.
+    pub records: Vec<SourceRecord>,
+    pub rejected: Vec<Rejected>,
+    /// The source's grace period after a lease ends before a claim counts as abandoned.
+    pub abandoned_after_secs: f64,
+    /// Where the scan stands after this batch; `None` leaves the cursor alone (pushes).
+    pub cursor: Option<Cursor>,
+    /// The scan's lease: when given, the batch is written only while it is still held.
+    pub lease: Option<Lease>,
+    /// A hint, not a promise: the ledger is expected to hold none of these keys (a
+    /// source's first scan). A backend may then insert first and look keys up only if one
+    /// conflicts; what is stored is the same either way.
+    pub expect_new: bool,
+}
+
+/// A claim on a piece of work that exactly one replica may do at a time (a source's scan, a
+/// day's audit, a scheduled job), held until `expires_at` unless renewed.
+///
+/// `term` grows every time the work changes hands (or the same owner re-takes it after it
+/// expired), so a write fenced with an old lease can never pass for a current one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub name: String,
+    pub owner: String,
+    pub term: i64,
+    /// Epoch seconds on the ledger's clock (PostgreSQL's, shared by every replica).
+    pub expires_at: f64,
 }
 
 /// What ingest did with one batch.

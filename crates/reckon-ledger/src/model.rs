@@ -1,8 +1,8 @@
 //! The ledger's types: what callers pass in and get back.
 
+use reckon_domain::State;
 pub use reckon_domain::effect::{Effect, EffectDetail, EffectEvent};
-pub use reckon_domain::ingest::{Cursor, IngestOutcome, ItemStatus, Origin};
-use reckon_domain::{Rejected, SourceRecord, State};
+pub use reckon_domain::ingest::{Cursor, IngestBatch, IngestOutcome, ItemStatus, Lease, Origin};
 use serde::Serialize;
 
 /// A tenant's id. Only the ledger makes these (from a slug it looked up or a token it
@@ -131,26 +131,6 @@ impl Source {
     }
 }
 
-/// One batch for [`crate::Ledger::ingest`].
-#[derive(Debug, Clone)]
-pub struct IngestBatch {
-    pub origin: Origin,
-    pub observed_at: f64,
-    /// In source order for scans; request order for pushes.
-    pub records: Vec<SourceRecord>,
-    pub rejected: Vec<Rejected>,
-    /// The source's grace period after a lease ends before a claim counts as abandoned.
-    pub abandoned_after_secs: f64,
-    /// Where the scan stands after this batch; `None` leaves the cursor alone (pushes).
-    pub cursor: Option<Cursor>,
-    /// The scan's lease: when given, the batch is written only while it is still held.
-    pub lease: Option<Lease>,
-    /// A hint, not a promise: the ledger is expected to hold none of these keys (a
-    /// source's first scan). A backend may then insert first and look keys up only if one
-    /// conflicts; what is stored is the same either way.
-    pub expect_new: bool,
-}
-
 /// Filters and page for [`crate::Ledger::list_effects`]. Pages are keyed by effect id.
 #[derive(Debug, Clone, Default)]
 pub struct EffectQuery {
@@ -181,18 +161,4 @@ pub struct QuarantineEntry {
     pub excerpt: String,
     pub origin: String,
     pub first_seen_at: f64,
-}
-
-/// A claim on a piece of work that exactly one replica may do at a time (a source's scan, a
-/// day's audit, a scheduled job), held until `expires_at` unless renewed.
-///
-/// `term` grows every time the work changes hands (or the same owner re-takes it after it
-/// expired), so a write fenced with an old lease can never pass for a current one.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Lease {
-    pub name: String,
-    pub owner: String,
-    pub term: i64,
-    /// Epoch seconds on the ledger's clock (PostgreSQL's, shared by every replica).
-    pub expires_at: f64,
 }
