@@ -1,5 +1,6 @@
 //! The PostgreSQL ledger, for production and several replicas: every transaction names its
-//! row-level-security scope, and ingest and the scrape use array-bound statements.
+//! row-level-security scope; new effects arrive by binary COPY, the rest of ingest and the
+//! scrape by array-bound statements.
 
 mod metrics;
 
@@ -11,7 +12,7 @@ use crate::{LedgerError, Result, rows};
 use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::Keyring;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, PgConnection, Postgres, Row};
+use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
@@ -121,8 +122,8 @@ impl Driver for Pg {
         rows::existing::<Postgres>(&found)
     }
 
-    /// A handful of array-bound statements (`UNNEST`) per batch instead of one round trip
-    /// per row: a million-row initial scan is dominated by these.
+    /// A COPY and a handful of array-bound statements (`UNNEST`) per batch instead of one
+    /// round trip per row: a million-row initial scan is dominated by these.
     async fn write_plan(
         tx: &mut PgConnection,
         tenant: TenantId,
@@ -135,33 +136,16 @@ impl Driver for Pg {
             && plan.events.len() == plan.creates.len()
             && plan.events.iter().all(|e| e.kind == "first_seen")
         {
-            return insert_first_seen(tx, tenant, source_id, batch, plan, optimistic).await;
+            let done = insert_staged(tx, tenant, source_id, batch, plan, optimistic, true).await?;
+            return Ok(done.is_some());
         }
         let now = batch.observed_at;
         let mut ids: HashMap<String, i64> = HashMap::new();
         if !plan.creates.is_empty() {
-            let c = &plan.creates;
-            let inserted = bind_creates(
-                sqlx::query(AssertSqlSafe(format!("{INSERT_EFFECTS} RETURNING id, key"))),
-                tenant,
-                source_id,
-                c,
-                now,
-            )
-            .fetch_all(&mut *tx)
-            .await;
-            let inserted = match inserted {
-                // `optimistic`: a key the ledger already held. The statement failed whole
-                // and the transaction with it: the caller drops it and plans again. (A
-                // plain INSERT, not ON CONFLICT DO NOTHING, whose speculative insertion
-                // cost 18 % more per row, measured on 2,000-row batches.)
-                Err(e) if optimistic && already_held(&e) => return Ok(false),
-                other => other?,
-            };
-            for row in &inserted {
-                ids.insert(row.try_get("key")?, row.try_get("id")?);
+            match insert_staged(tx, tenant, source_id, batch, plan, optimistic, false).await? {
+                Some(inserted) => ids.extend(inserted),
+                None => return Ok(false),
             }
-            insert_key_parts(tx, tenant, c, &ids).await?;
         }
         if !plan.updates.is_empty() {
             // One statement for the whole batch: a rescan's cost follows the rows that
@@ -242,7 +226,9 @@ impl PgLedger {
             .acquire_timeout(Duration::from_secs(30))
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
-                    sqlx::raw_sql("SET ROLE reckon_app").execute(conn).await?;
+                    sqlx::raw_sql(AssertSqlSafe(format!("SET ROLE reckon_app; {STAGE_TABLE}")))
+                        .execute(conn)
+                        .await?;
                     Ok(())
                 })
             })
@@ -274,40 +260,6 @@ impl PgLedger {
     }
 }
 
-/// New effects from arrays, one per column: `$1` tenant, `$2` source, `$3`..`$14` the
-/// rows, `$15` the time they were first seen (bound by [`bind_creates`]).
-const INSERT_EFFECTS: &str = "INSERT INTO effect (tenant_id, source_id, key, operation, \
-     key_version, subject, state, request_hash, response, attempts, created_at, updated_at, \
-     expires_at, abandoned_at, first_seen_at, last_changed_at) \
-     SELECT $1, $2, u.*, $15, $15 FROM UNNEST($3::text[], $4::text[], $5::text[], $6::text[], \
-     $7::text[], $8::text[], $9::text[], $10::int8[], $11::float8[], $12::float8[], \
-     $13::float8[], $14::float8[]) AS u";
-
-/// Bind [`INSERT_EFFECTS`]'s parameters.
-fn bind_creates<'q>(
-    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
-    tenant: TenantId,
-    source_id: i64,
-    c: &'q [reckon_domain::ingest::EffectWrite],
-    now: f64,
-) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-    q.bind(tenant.0)
-        .bind(source_id)
-        .bind(col(c, |w| w.record.key.as_str()))
-        .bind(col(c, |w| w.operation.as_deref()))
-        .bind(col(c, |w| w.key_version.as_deref()))
-        .bind(col(c, |w| w.subject.as_deref()))
-        .bind(col(c, |w| w.record.state.as_str()))
-        .bind(col(c, |w| w.record.request_hash.as_str()))
-        .bind(col(c, |w| w.record.response.as_deref()))
-        .bind(col(c, |w| w.record.attempts))
-        .bind(col(c, |w| w.record.created_at))
-        .bind(col(c, |w| w.record.updated_at))
-        .bind(col(c, |w| w.record.expires_at))
-        .bind(col(c, |w| w.abandoned_at))
-        .bind(now)
-}
-
 /// One column of a batch, as the array that binds it.
 fn col<'a, T, U>(rows: &'a [T], f: impl Fn(&'a T) -> U) -> Vec<U> {
     rows.iter().map(f).collect()
@@ -319,20 +271,117 @@ fn already_held(e: &sqlx::Error) -> bool {
         .is_some_and(sqlx::error::DatabaseError::is_unique_violation)
 }
 
-/// The lookup parts of multi-part subjects (`effect_key_part`) of newly inserted effects.
-async fn insert_key_parts(
+/// Where new effects wait, in each pooled connection, between the COPY that sends them and
+/// the statement that inserts them. Temporary, so it needs no tenant policy (no other
+/// session sees it); emptied by every commit or rollback, so a batch never meets another's
+/// rows.
+const STAGE_TABLE: &str = "CREATE TEMP TABLE effect_stage (n int8, key text, operation text, \
+     key_version text, subject text, state text, request_hash text, response text, \
+     attempts int8, created_at float8, updated_at float8, expires_at float8, \
+     abandoned_at float8) ON COMMIT DELETE ROWS";
+
+/// Insert a batch's new effects: a binary COPY into the staging table, then one statement
+/// that moves them into `effect` in source order (ids follow it). COPY is PostgreSQL's
+/// cheapest way in: twelve bound arrays cost about twice as much per row, mostly in
+/// unpacking them.
+///
+/// `first_seen` (a batch of new effects with nothing but their first-seen events, every
+/// batch of a first scan): the same statement writes the history rows, derived from what
+/// it inserted (a first-seen event is the new row's own state, attempts and `updated_at`),
+/// and only the effects with extra lookup parts come back. Otherwise every new key comes
+/// back with its id, for the events the caller writes.
+///
+/// `None`: under the first-scan hint (`optimistic`), a key the ledger already held failed
+/// the statement and the transaction with it; the caller plans the batch again against
+/// the stored keys. (A plain INSERT, not ON CONFLICT DO NOTHING, whose speculative
+/// insertion cost 18 % more per row.)
+async fn insert_staged(
     tx: &mut PgConnection,
     tenant: TenantId,
-    creates: &[reckon_domain::ingest::EffectWrite],
-    ids: &HashMap<String, i64>,
-) -> Result<()> {
-    let (mut part_ids, mut parts) = (Vec::new(), Vec::new());
-    for w in creates {
-        for p in &w.extra_parts {
-            part_ids.push(ids[&w.record.key]);
-            parts.push(p.clone());
+    source_id: i64,
+    batch: &IngestBatch,
+    plan: &IngestPlan,
+    optimistic: bool,
+    first_seen: bool,
+) -> Result<Option<HashMap<String, i64>>> {
+    let c = &plan.creates;
+    let mut copy = CopyBinary::new();
+    for (n, w) in c.iter().enumerate() {
+        let r = &w.record;
+        copy.row(13);
+        copy.eight(Some((n as i64).to_be_bytes()));
+        for text in [
+            Some(r.key.as_str()),
+            w.operation.as_deref(),
+            w.key_version.as_deref(),
+            w.subject.as_deref(),
+            Some(r.state.as_str()),
+            Some(r.request_hash.as_str()),
+            r.response.as_deref(),
+        ] {
+            copy.text(text)?;
+        }
+        copy.eight(Some(r.attempts.to_be_bytes()));
+        for number in [
+            Some(r.created_at),
+            Some(r.updated_at),
+            r.expires_at,
+            w.abandoned_at,
+        ] {
+            copy.eight(number.map(f64::to_be_bytes));
         }
     }
+    let mut stage = tx
+        .copy_in_raw("COPY pg_temp.effect_stage FROM STDIN (FORMAT binary)")
+        .await?;
+    stage.send(copy.finish()).await?;
+    stage.finish().await?;
+
+    let parts = c.iter().any(|w| !w.extra_parts.is_empty());
+    let events = if first_seen {
+        ", ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
+         from_state, to_state, attempts, source_updated_at, detail) \
+         SELECT $1, id, $3, $4, 'first_seen', NULL, state, attempts, updated_at, NULL \
+         FROM ins ORDER BY id)"
+    } else {
+        ""
+    };
+    // The inserts run in full whatever the final SELECT reads.
+    let returned = if first_seen && !parts {
+        " WHERE false"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "WITH ins AS (INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
+         subject, state, request_hash, response, attempts, created_at, updated_at, expires_at, \
+         abandoned_at, first_seen_at, last_changed_at) \
+         SELECT $1, $2, key, operation, key_version, subject, state, request_hash, response, \
+         attempts, created_at, updated_at, expires_at, abandoned_at, $3, $3 \
+         FROM pg_temp.effect_stage ORDER BY n \
+         RETURNING id, key, state, attempts, updated_at){events} SELECT id, key FROM ins{returned}"
+    );
+    let inserted: Vec<(i64, String)> = match sqlx::query_as(AssertSqlSafe(sql))
+        .bind(tenant.0)
+        .bind(source_id)
+        .bind(batch.observed_at)
+        .bind(batch.origin.as_str())
+        .fetch_all(&mut *tx)
+        .await
+    {
+        Err(e) if optimistic && already_held(&e) => return Ok(None),
+        other => other?,
+    };
+    let ids: HashMap<String, i64> = inserted.into_iter().map(|(id, key)| (key, id)).collect();
+    // The lookup parts of multi-part subjects.
+    let (part_ids, parts): (Vec<i64>, Vec<&str>) = c
+        .iter()
+        .flat_map(|w| {
+            w.extra_parts
+                .iter()
+                .map(|p| (ids[&w.record.key], p.as_str()))
+        })
+        .unzip();
     if !parts.is_empty() {
         sqlx::query(
             "INSERT INTO effect_key_part (effect_id, tenant_id, part) \
@@ -345,63 +394,50 @@ async fn insert_key_parts(
         .execute(&mut *tx)
         .await?;
     }
-    Ok(())
+    Ok(Some(ids))
 }
 
-/// A batch of new effects only, each with nothing but its first-seen event (every batch
-/// of a first scan): one statement inserts the effects and derives their history rows
-/// from what it inserted, server-side. A first-seen event is the new row's own state,
-/// attempts and `updated_at`, so sending it again as seven more arrays, and the effect ids
-/// back for it, cost a quarter of a first scan for nothing.
-async fn insert_first_seen(
-    tx: &mut PgConnection,
-    tenant: TenantId,
-    source_id: i64,
-    batch: &IngestBatch,
-    plan: &IngestPlan,
-    optimistic: bool,
-) -> Result<bool> {
-    let c = &plan.creates;
-    let parts = c.iter().any(|w| !w.extra_parts.is_empty());
-    // A first-seen event is the new row's own state, attempts and `updated_at`.
-    let sql = format!(
-        "WITH ins AS ({INSERT_EFFECTS} RETURNING id, key, state, attempts, updated_at), \
-         ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
-         from_state, to_state, attempts, source_updated_at, detail) \
-         SELECT $1, id, $15, $16, 'first_seen', NULL, state, attempts, updated_at, NULL \
-         FROM ins ORDER BY id) {}",
-        if parts {
-            "SELECT id, key FROM ins"
-        } else {
-            "SELECT count(*) AS n FROM ins"
-        }
-    );
-    let inserted = bind_creates(
-        sqlx::query(AssertSqlSafe(sql)),
-        tenant,
-        source_id,
-        c,
-        batch.observed_at,
-    )
-    .bind(batch.origin.as_str())
-    .fetch_all(&mut *tx)
-    .await;
-    let inserted = match inserted {
-        // As in the general path: under the first-scan hint a key the ledger already held
-        // fails the statement and the transaction; the caller plans the batch again
-        // against the stored keys.
-        Err(e) if optimistic && already_held(&e) => return Ok(false),
-        other => other?,
-    };
-    if parts {
-        let mut ids = HashMap::with_capacity(inserted.len());
-        for row in &inserted {
-            ids.insert(
-                row.try_get::<String, _>("key")?,
-                row.try_get::<i64, _>("id")?,
-            );
-        }
-        insert_key_parts(tx, tenant, c, &ids).await?;
+/// Rows in PostgreSQL's binary COPY format: no escaping to get wrong, numbers as their
+/// bytes.
+struct CopyBinary(Vec<u8>);
+
+impl CopyBinary {
+    fn new() -> CopyBinary {
+        let mut buf = b"PGCOPY\n\xff\r\n\0".to_vec();
+        // Flags, then the length of the header extension: none of either.
+        buf.extend([0u8; 8]);
+        CopyBinary(buf)
     }
-    Ok(true)
+
+    fn row(&mut self, fields: i16) {
+        self.0.extend(fields.to_be_bytes());
+    }
+
+    fn text(&mut self, v: Option<&str>) -> Result<()> {
+        let Some(v) = v else {
+            self.0.extend((-1i32).to_be_bytes());
+            return Ok(());
+        };
+        let len = i32::try_from(v.len())
+            .map_err(|_| LedgerError::Invalid(format!("a value of {} bytes", v.len())))?;
+        self.0.extend(len.to_be_bytes());
+        self.0.extend(v.as_bytes());
+        Ok(())
+    }
+
+    /// An `int8` or a `float8`: eight bytes, big-endian.
+    fn eight(&mut self, v: Option<[u8; 8]>) {
+        match v {
+            Some(v) => {
+                self.0.extend(8i32.to_be_bytes());
+                self.0.extend(v);
+            }
+            None => self.0.extend((-1i32).to_be_bytes()),
+        }
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.0.extend((-1i16).to_be_bytes());
+        self.0
+    }
 }

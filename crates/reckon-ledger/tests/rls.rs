@@ -209,9 +209,11 @@ async fn every_tenant_table_has_forced_row_level_security_and_the_app_role_bypas
             .unwrap();
     assert!(!role.get::<bool, _>(0), "reckon_app is a superuser");
     assert!(!role.get::<bool, _>(1), "reckon_app has BYPASSRLS");
+    // Its connections' temporary staging tables excepted: each is private to the session
+    // that made it and holds only what that session put there.
     let owned: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner \
-         WHERE r.rolname = 'reckon_app'",
+         WHERE r.rolname = 'reckon_app' AND c.relpersistence <> 't'",
     )
     .fetch_one(&mut conn)
     .await
@@ -710,5 +712,42 @@ async fn a_scope_value_that_is_not_letters_and_digits_is_bound_not_written_into_
     // A hash of neither finds nothing, whatever it says.
     let probe = format!("{plain}', true), set_config('reckon.tenant', '{a}");
     assert!(l.authenticate_token(&probe).await.unwrap().is_none());
+    db.finish().await;
+}
+
+/// New effects are staged in a temporary table each pooled connection makes as the app
+/// role: a database whose PUBLIC may not make temporary tables still takes a first scan's
+/// batch, because the migrations granted that to the app role itself.
+#[tokio::test]
+async fn new_effects_are_staged_where_public_may_not_make_temporary_tables() {
+    let db = TestDb::postgres().await;
+    db.raw
+        .exec(
+            "DO $$ BEGIN EXECUTE format('REVOKE TEMPORARY ON DATABASE %I FROM PUBLIC', \
+             current_database()); END $$",
+        )
+        .await;
+    let l = db.raw.reopen().await;
+    let t = l.create_tenant("acme").await.unwrap();
+    let s = l.add_source(t.id, push_source("shop")).await.unwrap();
+    let outcome = l
+        .ingest(
+            t.id,
+            s.id,
+            IngestBatch {
+                origin: Origin::Scan,
+                observed_at: time::now(),
+                records: vec![record("charge:v1:ORD-1"), record("charge:v1:ORD-2")],
+                rejected: Vec::new(),
+                abandoned_after_secs: 300.0,
+                cursor: None,
+                lease: None,
+                expect_new: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.created, 2);
+    drop(l);
     db.finish().await;
 }
