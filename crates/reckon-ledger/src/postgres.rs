@@ -132,14 +132,15 @@ impl Driver for Pg {
         plan: &IngestPlan,
         optimistic: bool,
     ) -> Result<bool> {
-        if plan.updates.is_empty()
+        // A batch with nothing new (a rescan's unchanged rows) sends nothing.
+        if !plan.creates.is_empty()
+            && plan.updates.is_empty()
             && plan.events.len() == plan.creates.len()
             && plan.events.iter().all(|e| e.kind == "first_seen")
         {
             let done = insert_staged(tx, tenant, source_id, batch, plan, optimistic, true).await?;
             return Ok(done.is_some());
         }
-        let now = batch.observed_at;
         let mut ids: HashMap<String, i64> = HashMap::new();
         if !plan.creates.is_empty() {
             match insert_staged(tx, tenant, source_id, batch, plan, optimistic, false).await? {
@@ -163,7 +164,7 @@ impl Driver for Pg {
                  expires_at, abandoned_at) \
                  WHERE e.id = u.id AND e.tenant_id = $2",
             )
-            .bind(now)
+            .bind(batch.observed_at)
             .bind(tenant.0)
             .bind(col(u, |(id, _)| *id))
             .bind(col(u, |(_, w)| w.record.state.as_str()))
@@ -194,7 +195,7 @@ impl Driver for Pg {
                  AS u(effect_id, kind, from_state, to_state, attempts, source_updated_at, detail)",
             )
             .bind(tenant.0)
-            .bind(now)
+            .bind(batch.observed_at)
             .bind(batch.origin.as_str())
             .bind(col(e, |ev| ids[&ev.key]))
             .bind(col(e, |ev| ev.kind))
@@ -337,7 +338,7 @@ async fn insert_staged(
     stage.send(copy.finish()).await?;
     stage.finish().await?;
 
-    let parts = c.iter().any(|w| !w.extra_parts.is_empty());
+    let has_parts = c.iter().any(|w| !w.extra_parts.is_empty());
     let events = if first_seen {
         ", ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
          from_state, to_state, attempts, source_updated_at, detail) \
@@ -347,7 +348,7 @@ async fn insert_staged(
         ""
     };
     // The inserts run in full whatever the final SELECT reads.
-    let returned = if first_seen && !parts {
+    let returned = if first_seen && !has_parts {
         " WHERE false"
     } else {
         ""
@@ -373,7 +374,6 @@ async fn insert_staged(
         other => other?,
     };
     let ids: HashMap<String, i64> = inserted.into_iter().map(|(id, key)| (key, id)).collect();
-    // The lookup parts of multi-part subjects.
     let (part_ids, parts): (Vec<i64>, Vec<&str>) = c
         .iter()
         .flat_map(|w| {
