@@ -118,8 +118,8 @@ FROM provider p WHERE p.tenant_id = $1 ORDER BY p.name";
 const UNRESOLVED_WHERE: &str = "\
 e.tenant_id = $1 \
 AND (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
-AND (e.state = 'unknown' OR e.abandoned_at <= $2) \
-AND NOT EXISTS (SELECT 1 FROM resolution z WHERE z.effect_id = e.id)";
+AND NOT e.resolved \
+AND (e.state = 'unknown' OR e.abandoned_at <= $2)";
 
 /// An abandoned claim is unresolved from the end of its lease (`expires_at`).
 const SINCE: &str = "(CASE WHEN e.state = 'unknown' THEN e.updated_at ELSE COALESCE(e.expires_at, e.updated_at) END)";
@@ -167,22 +167,17 @@ impl ReplayClosing {
 }
 
 /// `$1` tenant, `$2` now, `$3` replay window opened after, `$4` replay closing before.
-/// The counts read the covering index of the unresolved effects alone (migration 0021);
-/// those parked for a person are counted apart, from the partial index of parked states
-/// (migration 0010), so neither read joins every unresolved effect to its reconcile state.
+/// One pass over the backlog's covering index (0023), each entry probing a hash of those
+/// parked for a person (0010's partial index): no second pass, no probe per effect.
 pub(crate) fn summary_sql() -> String {
     format!(
-        "SELECT CASE WHEN k.state = 'unknown' THEN 'unknown' ELSE 'abandoned' END AS kind, \
-           k.n AS count, k.oldest AS oldest_since, \
-           COALESCE(a.attention, 0) AS needs_attention, k.replay AS replay_closing \
-         FROM (SELECT e.state, COUNT(*) AS n, MIN({SINCE}) AS oldest, \
-                 SUM(CASE WHEN e.created_at > $3 AND e.created_at <= $4 THEN 1 ELSE 0 END) AS replay \
-               FROM effect e WHERE {UNRESOLVED_WHERE} GROUP BY e.state) k \
-         LEFT JOIN (SELECT e.state, COUNT(*) AS attention \
-               FROM reconcile_state rs JOIN effect e ON e.id = rs.effect_id \
-               WHERE rs.tenant_id = $1 AND rs.needs_attention AND {UNRESOLVED_WHERE} \
-               GROUP BY e.state) a ON a.state = k.state \
-         ORDER BY k.state DESC"
+        "SELECT CASE WHEN e.state = 'unknown' THEN 'unknown' ELSE 'abandoned' END AS kind, \
+           COUNT(*) AS count, MIN({SINCE}) AS oldest_since, \
+           SUM(CASE WHEN rs.effect_id IS NULL THEN 0 ELSE 1 END) AS needs_attention, \
+           SUM(CASE WHEN e.created_at > $3 AND e.created_at <= $4 THEN 1 ELSE 0 END) AS replay_closing \
+         FROM effect e LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
+           AND rs.tenant_id = $1 AND rs.needs_attention \
+         WHERE {UNRESOLVED_WHERE} GROUP BY e.state ORDER BY e.state DESC"
     )
 }
 

@@ -347,7 +347,7 @@ where
                  AND e.abandoned_at <= ",
             )
             .push_bind(q.now)
-            .push(")) AND NOT EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id)");
+            .push(")) AND NOT e.resolved");
         }
         Some(false) => {
             qb.push(
@@ -355,7 +355,7 @@ where
                  AND e.abandoned_at IS NOT NULL AND e.abandoned_at <= ",
             )
             .push_bind(q.now)
-            .push(")) OR EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id))");
+            .push(")) OR e.resolved)");
         }
         None => {}
     }

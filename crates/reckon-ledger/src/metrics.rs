@@ -145,8 +145,8 @@ FROM (SELECT t.slug AS tenant, s.name AS source, g.operation, g.unknown, g.aband
             FROM effect e \
             WHERE (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
               AND (e.state = 'unknown' OR e.abandoned_at <= $1) \
+              AND NOT e.resolved \
               AND ($3 = 0 OR e.tenant_id = $3) \
-              AND NOT EXISTS (SELECT 1 FROM resolution r WHERE r.effect_id = e.id) \
             GROUP BY e.tenant_id, e.source_id, e.operation) g \
       JOIN source s ON s.id = g.source_id \
       JOIN tenant t ON t.id = g.tenant_id \
@@ -177,7 +177,7 @@ SELECT t.slug AS tenant, s.name AS source, g.operation, g.n AS count \
 FROM (SELECT e.tenant_id, e.source_id, e.operation, COUNT(*) AS n \
       FROM reconcile_state r JOIN effect e ON e.id = r.effect_id \
       WHERE r.needs_attention AND ($1 = 0 OR r.tenant_id = $1) \
-        AND NOT EXISTS (SELECT 1 FROM resolution x WHERE x.effect_id = r.effect_id) \
+        AND NOT e.resolved \
       GROUP BY e.tenant_id, e.source_id, e.operation) g \
 JOIN source s ON s.id = g.source_id \
 JOIN tenant t ON t.id = g.tenant_id";

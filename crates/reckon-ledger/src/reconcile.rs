@@ -74,9 +74,9 @@ pub(crate) fn resolution_row<DB: Database>(row: &DB::Row) -> Result<Resolution> 
     })
 }
 
-/// The unresolved predicate of `push_filters`, plus "no resolution yet".
-const OPEN_EFFECT: &str = "(e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL \
-     AND e.abandoned_at <= $2)) AND NOT EXISTS (SELECT 1 FROM resolution z WHERE z.effect_id = e.id)";
+/// `push_filters`' unresolved predicate, in the terms of the backlog's indexes (0023).
+const OPEN_EFFECT: &str = "(e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
+     AND NOT e.resolved AND (e.state = 'unknown' OR e.abandoned_at <= $2)";
 
 /// Ids bound in one statement: under SQLite's limit of 32,766 parameters, and PostgreSQL's
 /// of 65,535.
@@ -96,12 +96,17 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         limit: i64,
     ) -> Result<Vec<Claim>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        // Chosen from the backlog's covering index (a locking read would fetch each effect of
+        // the backlog from the table), then locked; 16x the batch leaves room for other replicas.
         let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT e.id FROM effect e LEFT JOIN reconcile_state r ON r.effect_id = e.id \
-             WHERE e.tenant_id = $1 AND {OPEN_EFFECT} \
-             AND (r.effect_id IS NULL OR (r.next_attempt_at <= $2 \
-                  AND (r.lease_until IS NULL OR r.lease_until <= $2))) \
-             ORDER BY COALESCE(r.next_attempt_at, 0), e.id LIMIT $3{}",
+            "WITH due AS (SELECT e.id, COALESCE(r.next_attempt_at, 0) AS at \
+               FROM effect e LEFT JOIN reconcile_state r ON r.effect_id = e.id \
+               WHERE e.tenant_id = $1 AND {OPEN_EFFECT} \
+               AND (r.effect_id IS NULL OR (r.next_attempt_at <= $2 \
+                    AND (r.lease_until IS NULL OR r.lease_until <= $2))) \
+               ORDER BY at, e.id LIMIT $3 * 16) \
+             SELECT e.id FROM due JOIN effect e ON e.id = due.id \
+             ORDER BY due.at, e.id LIMIT $3{}",
             B::LOCK_CLAIM
         )))
         .bind(tenant.0)

@@ -115,6 +115,114 @@ pub(crate) async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawD
     assert!(kept.contains(&"applied".to_owned()));
 }
 
+/// A ledger that resolved effects before the backlog was flagged on the effect row is
+/// upgraded: its resolved effects leave the queue, the counts, the metrics and the claims
+/// at once, the open one stays, and a resolution recorded afterwards takes its effect out.
+pub(crate) async fn story_rc_upgrade_backlog(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    let keys = [
+        "charge:v1:open",
+        "charge:v1:hand",
+        "charge:v1:rc",
+        "charge:v1:later",
+    ];
+    let recs = keys.iter().map(|k| rec(k, State::Unknown, now - 100.0));
+    ledger
+        .ingest(t.id, s.id, batch(recs.collect()))
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
+    let by_hand = reckon_ledger::NewResolution {
+        outcome: reckon_ledger::Outcome::NotApplied,
+        author: "user:finance@acme.test".into(),
+        note: Some("refunded by hand".into()),
+        evidence: serde_json::json!({}),
+    };
+    ledger
+        .resolve_by_hand(t.id, id(keys[1]), by_hand.clone())
+        .await
+        .unwrap();
+    let a = attempt("not_applied", now, now + 3600.0, true);
+    ledger
+        .record_attempt(t.id, id(keys[2]), "w", a)
+        .await
+        .unwrap();
+    for k in [keys[0], keys[3]] {
+        let a = attempt("indeterminate", now, now - 1.0, false);
+        ledger.record_attempt(t.id, id(k), "w", a).await.unwrap();
+    }
+    drop(ledger);
+
+    // The ledger as it was before: no flag, no trigger, indexes of the same names.
+    let (triggers, function) = match raw {
+        RawDb::Sqlite(_) => (
+            "DROP TRIGGER resolution_marks_effect; DROP TRIGGER resolution_unmarks_effect;",
+            "",
+        ),
+        RawDb::Postgres(_) => (
+            "DROP TRIGGER resolution_marks_effect ON resolution;",
+            "DROP FUNCTION reckon_mark_resolved();",
+        ),
+    };
+    raw.exec(&format!(
+        "{triggers} {function} DROP INDEX effect_metrics_unresolved; \
+         DROP INDEX effect_unresolved_since; ALTER TABLE effect DROP COLUMN resolved; \
+         CREATE INDEX effect_metrics_unresolved ON effect (tenant_id); \
+         CREATE INDEX effect_unresolved_since ON effect (tenant_id); \
+         DELETE FROM _sqlx_migrations WHERE version = 23;"
+    ))
+    .await;
+    let ledger = raw.reopen().await;
+    let open = |keys: &[&str]| {
+        let mut keys: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        keys.sort();
+        keys
+    };
+    let backlog = |ledger: Arc<dyn Ledger>| async move {
+        let q = reckon_ledger::QueueQuery {
+            now: time::now(),
+            limit: 50,
+            ..Default::default()
+        };
+        let queue = ledger.unresolved_queue(t.id, &q).await.unwrap();
+        let summary = ledger
+            .unresolved_summary(t.id, time::now(), reckon_ledger::ReplayClosing::NONE)
+            .await
+            .unwrap();
+        let m = reckon_ledger::MetricsQuery {
+            tenant: Some(t.id),
+            now: time::now(),
+            replay_closing_created_before: 0.0,
+            replay_closed_created_before: 0.0,
+        };
+        let metrics = ledger.metrics_snapshot(m).await.unwrap();
+        let mut keys: Vec<String> = queue.into_iter().map(|r| r.effect.key).collect();
+        keys.sort();
+        let count: i64 = summary.iter().map(|k| k.count).sum();
+        let unknown: i64 = metrics.unresolved.iter().map(|u| u.unknown).sum();
+        (keys, count, unknown)
+    };
+    assert_eq!(
+        backlog(ledger.clone()).await,
+        (open(&[keys[0], keys[3]]), 2, 2),
+        "the effects resolved before the upgrade left the backlog"
+    );
+    let due = ledger
+        .claim_due(t.id, "w2", time::now(), 60.0, 10)
+        .await
+        .unwrap();
+    let mut due: Vec<String> = due.into_iter().map(|c| c.effect.key).collect();
+    due.sort();
+    assert_eq!(due, open(&[keys[0], keys[3]]));
+    ledger
+        .resolve_by_hand(t.id, id(keys[3]), by_hand)
+        .await
+        .unwrap();
+    assert_eq!(backlog(ledger).await, (open(&[keys[0]]), 1, 1));
+}
+
 pub(crate) async fn story_rc_claims(ledger: Arc<dyn Ledger>) {
     let (t, _) = tenant_and_source(&*ledger, "acme", "shop").await;
     let now = time::now();
