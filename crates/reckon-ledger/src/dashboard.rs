@@ -114,12 +114,10 @@ SELECT p.name AS provider, \
      AND a.provider_id = p.id AND a.error IS NOT NULL ORDER BY a.finished_at DESC LIMIT 1) AS last_error_at \
 FROM provider p WHERE p.tenant_id = $1 ORDER BY p.name";
 
-/// Effects still present and unresolved, not yet resolved by anyone. `$1` tenant, `$2` now.
-const UNRESOLVED_WHERE: &str = "\
-e.tenant_id = $1 \
-AND (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
-AND NOT e.resolved \
-AND (e.state = 'unknown' OR e.abandoned_at <= $2)";
+/// The backlog's index terms (`$1` tenant), and which of it is unresolved (`$2` now).
+const BACKLOG: &str = "e.tenant_id = $1 AND (e.state = 'unknown' OR (e.state = 'in_progress' \
+     AND e.gone_at IS NULL)) AND NOT e.resolved";
+const OPEN: &str = "(e.state = 'unknown' OR e.abandoned_at <= $2)";
 
 /// An abandoned claim is unresolved from the end of its lease (`expires_at`).
 const SINCE: &str = "(CASE WHEN e.state = 'unknown' THEN e.updated_at ELSE COALESCE(e.expires_at, e.updated_at) END)";
@@ -136,7 +134,7 @@ pub(crate) fn queue_sql() -> String {
          FROM effect e JOIN source s ON s.id = e.source_id \
          LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
          LEFT JOIN provider p ON p.id = rs.provider_id \
-         WHERE {UNRESOLVED_WHERE} \
+         WHERE {BACKLOG} AND {OPEN} \
            AND ($3 IS NULL OR s.name = $3) \
            AND ($4 IS NULL OR e.operation = $4) \
            AND ($5 IS NULL OR e.state = $5) \
@@ -167,17 +165,19 @@ impl ReplayClosing {
 }
 
 /// `$1` tenant, `$2` now, `$3` replay window opened after, `$4` replay closing before.
-/// One pass over the backlog's covering index (0023), each entry probing a hash of those
-/// parked for a person (0010's partial index): no second pass, no probe per effect.
+/// One pass over the backlog's covering index (0023), probing a hash of the parked (0010).
+/// `OPEN` is counted, not filtered: a filter's selectivity is taken twice, and sorts to group.
 pub(crate) fn summary_sql() -> String {
+    let n = format!("SUM(CASE WHEN {OPEN} THEN 1 ELSE 0 END)");
+    let replay = "e.created_at > $3 AND e.created_at <= $4";
     format!(
         "SELECT CASE WHEN e.state = 'unknown' THEN 'unknown' ELSE 'abandoned' END AS kind, \
-           COUNT(*) AS count, MIN({SINCE}) AS oldest_since, \
-           SUM(CASE WHEN rs.effect_id IS NULL THEN 0 ELSE 1 END) AS needs_attention, \
-           SUM(CASE WHEN e.created_at > $3 AND e.created_at <= $4 THEN 1 ELSE 0 END) AS replay_closing \
+           {n} AS count, MIN(CASE WHEN {OPEN} THEN {SINCE} END) AS oldest_since, \
+           SUM(CASE WHEN {OPEN} AND rs.effect_id IS NOT NULL THEN 1 ELSE 0 END) AS needs_attention, \
+           SUM(CASE WHEN {OPEN} AND {replay} THEN 1 ELSE 0 END) AS replay_closing \
          FROM effect e LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
            AND rs.tenant_id = $1 AND rs.needs_attention \
-         WHERE {UNRESOLVED_WHERE} GROUP BY e.state ORDER BY e.state DESC"
+         WHERE {BACKLOG} GROUP BY e.state HAVING {n} > 0 ORDER BY e.state DESC"
     )
 }
 
