@@ -187,10 +187,8 @@ pub async fn reconcile_one(
 ///
 /// Unlike a loop of [`reconcile_next`], whose every step waits for its slowest lookup
 /// before it claims again, this keeps `concurrency` lookups in flight across batches: the
-/// next batch is claimed (with `options.batch` effects) as soon as the last effect of the
-/// current one has been handed to a lookup, while the others are still answering (their
-/// answers wait in the socket buffers for the claim's few milliseconds). Routes and
-/// providers are read once per call.
+/// next batch (at least `options.batch` effects) is claimed while a round of lookups is
+/// still waiting to start. Routes and providers are read once per call.
 pub async fn reconcile_all(
     ctx: &ReconcileCtx,
     tenant: &Tenant,
@@ -199,16 +197,15 @@ pub async fn reconcile_all(
 }
 
 /// [`reconcile_all`], claiming no more once `stop()` answers true (a shutdown): the
-/// effects already claimed (at most one batch) are looked up and recorded, nothing new is
-/// claimed, so a stopping replica leaves no lease behind.
+/// effects already claimed (at most two rounds of lookups) are looked up and recorded,
+/// nothing new is claimed, so a stopping replica leaves no lease behind.
 ///
 /// A hand-written loop rather than a stream of claims through `buffer_unordered`: rustc
 /// cannot prove that stream's closure futures `Send` for every lifetime
 /// (rust-lang/rust#102211), and `reckon serve` spawns this. The claim runs *beside* the
-/// lookups in flight (`select`), never instead of them: a lookup suspended mid-record holds
-/// a pooled connection, so a claim awaited alone could wait for a connection that only the
-/// suspended lookups can give back (seen: 28 s pool stalls at concurrency 32 on
-/// PostgreSQL).
+/// lookups and writes in flight, never instead of them: a write holds a pooled connection,
+/// so a claim awaited alone could wait for a connection that only the writes can give back
+/// (seen: 28 s pool stalls at concurrency 32 on PostgreSQL).
 pub async fn reconcile_until<F: Fn() -> bool>(
     ctx: &ReconcileCtx,
     tenant: &Tenant,
@@ -326,18 +323,24 @@ async fn recount(
 }
 
 /// [`reconcile_until`]'s loop, over routes and providers read once.
+///
+/// Three kinds of work run side by side: the claim (one at a time), the lookups (as many
+/// as the providers' limits allow) and the ledger writes of the answered lookups. The next
+/// claim is made while a round of lookups is still queued, so the claim's round trip is
+/// never a gap in the providers' work; a lookup's place is free again as soon as its
+/// provider has answered.
 async fn reconcile_loop<F: Fn() -> bool>(
     ctx: &ReconcileCtx,
     tenant: &Tenant,
     routing: &Routing,
     stop: F,
 ) -> Result<Vec<EffectOutcome>, ReconcileError> {
-    use futures::future::{Either, select};
     let o = &ctx.options;
     let bounds = o.bounds();
     let providers: Vec<i64> = routing.providers.keys().copied().collect();
     let mut claimed: std::collections::VecDeque<Claim> = std::collections::VecDeque::new();
-    let mut in_flight = futures::stream::FuturesUnordered::new();
+    let mut looking = futures::stream::FuturesUnordered::new();
+    let mut recording = futures::stream::FuturesUnordered::new();
     let mut claiming = None;
     let mut more = true;
     let mut outcomes = Vec::new();
@@ -374,63 +377,56 @@ async fn reconcile_loop<F: Fn() -> bool>(
                 None => None,
             };
             let c = claimed.remove(i).expect("index in range");
-            in_flight.push(process(ctx, tenant, routing, c, permit));
+            looking.push(look(ctx, routing, c, permit));
         }
-        let room = ctx
-            .limits
-            .total(providers.iter().copied(), bounds)
-            .max(1)
-            .saturating_sub(in_flight.len());
-        if claimed.is_empty() && more && claiming.is_none() && room > 0 {
+        // One round of lookups: what the providers' limits let this process ask at once.
+        let round = ctx.limits.total(providers.iter().copied(), bounds).max(1);
+        // Claim ahead while less than a round waits, unless the ledger is behind with the
+        // writes (then claiming more would only queue more of them).
+        if claiming.is_none() && more && claimed.len() < round && recording.len() < round {
             if stop() || failed.is_some() {
                 more = false;
             } else {
+                let want = (2 * round).saturating_sub(claimed.len() + looking.len());
                 claiming = Some(ctx.ledger.claim_due(
                     tenant.id,
                     &o.owner,
                     reckon_domain::time::now(),
                     o.lease_secs,
-                    (room as i64).clamp(o.batch, MAX_CLAIM.max(o.batch)),
+                    (want as i64).clamp(o.batch, MAX_CLAIM.max(o.batch)),
                 ));
             }
         }
-        let claim = match (claiming.as_mut(), in_flight.is_empty()) {
-            (None, true) if claimed.is_empty() => {
+        if claiming.is_none() && looking.is_empty() && recording.is_empty() {
+            if claimed.is_empty() {
                 return match failed {
                     Some(e) => Err(e),
                     None => Ok(outcomes),
                 };
             }
-            (None, true) => {
-                // Claimed effects whose provider is at its limit with lookups of another
-                // run of this process: wait for a place.
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                continue;
-            }
-            (None, false) => {
-                let done = in_flight.next().await;
-                take(done, &mut outcomes, &mut failed);
-                continue;
-            }
-            (Some(c), true) => c.await,
-            (Some(c), false) => match select(c, in_flight.next()).await {
-                Either::Left((claim, _)) => claim,
-                Either::Right((done, _)) => {
-                    take(done, &mut outcomes, &mut failed);
-                    continue;
+            // Claimed effects whose provider is at its limit with lookups of another run
+            // of this process: wait for a place.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            continue;
+        }
+        tokio::select! {
+            claim = async { claiming.as_mut().expect("checked by the guard").await },
+                if claiming.is_some() =>
+            {
+                claiming = None;
+                match claim {
+                    Ok(batch) => {
+                        more = !batch.is_empty();
+                        claimed.extend(batch);
+                    }
+                    Err(e) => {
+                        more = false;
+                        failed.get_or_insert(e.into());
+                    }
                 }
-            },
-        };
-        claiming = None;
-        match claim {
-            Ok(batch) => {
-                more = !batch.is_empty();
-                claimed.extend(batch);
             }
-            Err(e) => {
-                more = false;
-                failed.get_or_insert(e.into());
-            }
+            Some(looked) = looking.next() => recording.push(record(ctx, tenant, looked)),
+            Some(done) = recording.next() => take(done, &mut outcomes, &mut failed),
         }
     }
 }
@@ -438,18 +434,17 @@ async fn reconcile_loop<F: Fn() -> bool>(
 /// The most effects one claim takes, however many lookups the providers' limits allow.
 const MAX_CLAIM: i64 = 256;
 
-/// One finished lookup into the run's outcomes, or its first error.
+/// One recorded lookup into the run's outcomes, or its first error.
 fn take(
-    done: Option<Result<EffectOutcome, ReconcileError>>,
+    done: Result<EffectOutcome, ReconcileError>,
     outcomes: &mut Vec<EffectOutcome>,
     failed: &mut Option<ReconcileError>,
 ) {
     match done {
-        Some(Ok(r)) => outcomes.push(r),
-        Some(Err(e)) => {
+        Ok(r) => outcomes.push(r),
+        Err(e) => {
             failed.get_or_insert(e);
         }
-        None => {}
     }
 }
 
@@ -552,6 +547,33 @@ async fn process(
     claim: Claim,
     permit: Option<Permit<'_>>,
 ) -> Result<EffectOutcome, ReconcileError> {
+    record(ctx, tenant, look(ctx, routing, claim, permit).await).await
+}
+
+/// A claimed effect once its provider has answered (or once it is known to have no
+/// provider to ask), waiting for the ledger write that ends its lookup.
+struct Looked {
+    claim: Claim,
+    out: EffectOutcome,
+    write: Write,
+}
+
+enum Write {
+    /// No provider to ask: look for a route again at this time.
+    Defer(f64),
+    /// The attempt, by the provider of this name.
+    Attempt(String, NewAttempt),
+}
+
+/// Ask the effect's provider and decide what to record. The provider's place (`permit`)
+/// is given back as soon as it has answered: the ledger write that follows is not the
+/// provider's work, and a slot held through it would idle for a commit's time per lookup.
+async fn look(
+    ctx: &ReconcileCtx,
+    routing: &Routing,
+    claim: Claim,
+    permit: Option<Permit<'_>>,
+) -> Looked {
     let o = &ctx.options;
     let e = &claim.effect;
     let mut out = EffectOutcome {
@@ -575,11 +597,11 @@ async fn process(
             Some(_) => "no provider: routed to none".into(),
             None => "no provider: no route for this operation".into(),
         };
-        ctx.ledger
-            .defer(tenant.id, e.id, &claim.owner, next, &out.reason)
-            .await?;
-        out.next_attempt_at = Some(next);
-        return Ok(out);
+        return Looked {
+            claim,
+            out,
+            write: Write::Defer(next),
+        };
     };
     out.provider = Some(row.name.clone());
     let started = reckon_domain::time::now();
@@ -637,26 +659,55 @@ async fn process(
     out.reason = class
         .as_ref()
         .map_or_else(|| error.clone().unwrap_or_default(), |c| c.reason.clone());
+    let attempt = NewAttempt {
+        provider_id: Some(row.id),
+        started_at: started,
+        finished_at: finished,
+        outcome,
+        method,
+        error,
+        evidence,
+        next_attempt_at: next,
+        non_final,
+        needs_attention: attention,
+        resolve,
+    };
+    Looked {
+        write: Write::Attempt(row.name.clone(), attempt),
+        claim,
+        out,
+    }
+}
+
+/// Write what a lookup found: the attempt (and the resolution it makes), or the deferral.
+async fn record(
+    ctx: &ReconcileCtx,
+    tenant: &Tenant,
+    looked: Looked,
+) -> Result<EffectOutcome, ReconcileError> {
+    let Looked {
+        claim,
+        mut out,
+        write,
+    } = looked;
+    let (provider, attempt) = match write {
+        Write::Defer(next) => {
+            ctx.ledger
+                .defer(tenant.id, claim.effect.id, &claim.owner, next, &out.reason)
+                .await?;
+            out.next_attempt_at = Some(next);
+            return Ok(out);
+        }
+        Write::Attempt(provider, attempt) => (provider, attempt),
+    };
+    let (outcome, attention, next) = (
+        attempt.outcome,
+        attempt.needs_attention,
+        attempt.next_attempt_at,
+    );
     let recorded = ctx
         .ledger
-        .record_attempt(
-            tenant.id,
-            e.id,
-            &claim.owner,
-            NewAttempt {
-                provider_id: Some(row.id),
-                started_at: started,
-                finished_at: finished,
-                outcome,
-                method,
-                error,
-                evidence,
-                next_attempt_at: next,
-                non_final,
-                needs_attention: attention,
-                resolve,
-            },
-        )
+        .record_attempt(tenant.id, claim.effect.id, &claim.owner, attempt)
         .await;
     let recorded = match recorded {
         Ok(r) => r,
@@ -669,7 +720,7 @@ async fn process(
         }
         Err(e) => return Err(e.into()),
     };
-    observe_outcome(ctx, tenant, &row.name, outcome);
+    observe_outcome(ctx, tenant, &provider, outcome);
     out.resolved = recorded.resolution.is_some();
     out.needs_attention = attention;
     out.next_attempt_at = (!out.resolved).then_some(next);

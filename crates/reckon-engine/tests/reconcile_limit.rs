@@ -66,6 +66,13 @@ async fn ledger_with(
     let ledger = reckon_ledger::connect(None, dir.path(), keyring)
         .await
         .unwrap();
+    let t = fill(&ledger, n, demo, base).await;
+    (dir, ledger, t)
+}
+
+/// A tenant in `ledger` with `n` hour-old unknown charges routed to the demo provider at
+/// `base`, every one of them charged there.
+async fn fill(ledger: &Arc<dyn Ledger>, n: usize, demo: &DemoState, base: &str) -> Tenant {
     let t = ledger.create_tenant("acme").await.unwrap();
     let s = ledger
         .add_source(
@@ -138,7 +145,7 @@ async fn ledger_with(
         .set_route(t.id, "shop", "charge", Some("demo"))
         .await
         .unwrap();
-    (dir, ledger, t)
+    t
 }
 
 fn ctx(ledger: &Arc<dyn Ledger>, options: ReconcileOptions) -> ReconcileCtx {
@@ -205,4 +212,77 @@ async fn a_provider_that_refuses_above_its_capacity_is_asked_about_as_much_as_it
         (1..=capacity + 4).contains(&learnt),
         "the limit settled near the capacity ({capacity}): {learnt}"
     );
+}
+
+/// A lookup's place is the provider's: while the ledger is slow to take one answer, the
+/// next lookups go on. Here the ledger's attempt table is locked by another session, so
+/// the first answer's write waits; the provider, one lookup at a time, is still asked
+/// about every claimed effect, and every answer is written once the lock goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_lookup_starts_while_the_last_answer_waits_for_the_ledger() {
+    use sqlx::{AssertSqlSafe, Connection, Executor};
+    let admin = std::env::var("RECKON_TEST_PG_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let name = format!("reckon_slots_{:016x}", rand::random::<u64>());
+    let mut c = sqlx::PgConnection::connect(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {admin}: {e}"));
+    c.execute(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .await
+        .unwrap();
+    let (base_url, _) = admin.split('?').next().unwrap().rsplit_once('/').unwrap();
+    let url = format!("{base_url}/{name}");
+
+    let demo = DemoState::new();
+    let (base, seen) = provider(demo.clone(), Duration::ZERO, usize::MAX).await;
+    let keyring = Keyring::from_base64(&Keyring::generate_base64()).unwrap();
+    let ledger = reckon_ledger::connect(Some(&url), &std::env::temp_dir(), keyring)
+        .await
+        .unwrap();
+    let t = fill(&ledger, 3, &demo, &base).await;
+
+    let mut blocker = sqlx::PgConnection::connect(&url).await.unwrap();
+    blocker
+        .execute("BEGIN; LOCK TABLE reconcile_attempt IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let one_at_a_time = ReconcileOptions {
+        concurrency: 1,
+        max_concurrency: 1,
+        ..ReconcileOptions::default()
+    };
+    let c_run = ctx(&ledger, one_at_a_time);
+    let t_run = t.clone();
+    let run = tokio::spawn(async move { reconcile_all(&c_run, &t_run).await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while seen.answered.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answered = seen.answered.load(Ordering::SeqCst);
+    blocker.execute("ROLLBACK").await.unwrap();
+    assert_eq!(
+        answered, 3,
+        "with the first answer's write held by the ledger, the provider was asked {answered} \
+         time(s) of 3"
+    );
+    let outcomes = run.await.unwrap().unwrap();
+    assert_eq!(
+        outcomes.iter().filter(|o| o.resolved).count(),
+        3,
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        seen.answered.load(Ordering::SeqCst),
+        3,
+        "one lookup per effect"
+    );
+    drop(ledger);
+    blocker.close().await.ok();
+    c.execute(AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+    )))
+    .await
+    .unwrap();
 }
