@@ -175,7 +175,7 @@ impl<B: Driver> Effects for SqlLedger<B> {
         };
         let effect = rows::effect::<B::DB>(&row, now)?;
         let history = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM effect_event WHERE tenant_id = $1 AND effect_id = $2 ORDER BY id",
+            "SELECT {} FROM effect_history WHERE tenant_id = $1 AND effect_id = $2 ORDER BY id",
             rows::EVENT_COLUMNS
         )))
         .bind(tenant.0)

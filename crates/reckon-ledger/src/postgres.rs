@@ -287,10 +287,10 @@ const STAGE_TABLE: &str = "CREATE TEMP TABLE effect_stage (n int8, key text, ope
 /// unpacking them.
 ///
 /// `first_seen` (a batch of new effects with nothing but their first-seen events, every
-/// batch of a first scan): the same statement writes the history rows, derived from what
-/// it inserted (a first-seen event is the new row's own state, attempts and `updated_at`),
-/// and only the effects with extra lookup parts come back. Otherwise every new key comes
-/// back with its id, for the events the caller writes.
+/// batch of a first scan): each new row keeps its own first sight (its state, attempts and
+/// `updated_at` as inserted) instead of a history row, and only the effects with extra
+/// lookup parts come back. Otherwise every new key comes back with its id, for the events
+/// the caller writes.
 ///
 /// `None`: under the first-scan hint (`optimistic`), a key the ledger already held failed
 /// the statement and the transaction with it; the caller plans the batch again against
@@ -339,28 +339,26 @@ async fn insert_staged(
     stage.finish().await?;
 
     let has_parts = c.iter().any(|w| !w.extra_parts.is_empty());
-    let events = if first_seen {
-        ", ev AS (INSERT INTO effect_event (tenant_id, effect_id, observed_at, origin, kind, \
-         from_state, to_state, attempts, source_updated_at, detail) \
-         SELECT $1, id, $3, $4, 'first_seen', NULL, state, attempts, updated_at, NULL \
-         FROM ins ORDER BY id)"
+    // A first sight is kept in the new row itself (migration 0024 says why); otherwise the
+    // caller writes it as a history row.
+    let (first, first_values, returned) = if first_seen {
+        (
+            ", first_event_id, first_origin, first_state, first_attempts, first_updated_at",
+            ", nextval('effect_event_id_seq'), $4, state, attempts, updated_at",
+            // The insert runs in full whatever the final SELECT reads.
+            if has_parts { "" } else { " WHERE false" },
+        )
     } else {
-        ""
-    };
-    // The inserts run in full whatever the final SELECT reads.
-    let returned = if first_seen && !has_parts {
-        " WHERE false"
-    } else {
-        ""
+        ("", "", "")
     };
     let sql = format!(
         "WITH ins AS (INSERT INTO effect (tenant_id, source_id, key, operation, key_version, \
          subject, state, request_hash, response, attempts, created_at, updated_at, expires_at, \
-         abandoned_at, first_seen_at, last_changed_at) \
+         abandoned_at, first_seen_at, last_changed_at{first}) \
          SELECT $1, $2, key, operation, key_version, subject, state, request_hash, response, \
-         attempts, created_at, updated_at, expires_at, abandoned_at, $3, $3 \
+         attempts, created_at, updated_at, expires_at, abandoned_at, $3, $3{first_values} \
          FROM pg_temp.effect_stage ORDER BY n \
-         RETURNING id, key, state, attempts, updated_at){events} SELECT id, key FROM ins{returned}"
+         RETURNING id, key) SELECT id, key FROM ins{returned}"
     );
     let inserted: Vec<(i64, String)> = match sqlx::query_as(AssertSqlSafe(sql))
         .bind(tenant.0)

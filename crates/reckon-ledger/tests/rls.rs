@@ -54,22 +54,31 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
     for slug in ["tenant-a", "tenant-b"] {
         let t = l.create_tenant(slug).await.unwrap();
         let s = l.add_source(t.id, push_source("shop")).await.unwrap();
-        l.ingest(
-            t.id,
-            s.id,
-            IngestBatch {
-                origin: Origin::Push,
-                observed_at: time::now(),
-                records: vec![record(&format!("charge:v1:cus_{slug}:ORD-1"))],
-                rejected: Vec::new(),
-                abandoned_after_secs: 300.0,
-                cursor: None,
-                lease: None,
-                expect_new: false,
-            },
-        )
-        .await
-        .unwrap();
+        // First seen (kept in the effect's own row), then changed (a history row).
+        let key = format!("charge:v1:cus_{slug}:ORD-1");
+        let changed = SourceRecord {
+            attempts: 2,
+            updated_at: 1_700_000_002.0,
+            ..record(&key)
+        };
+        for r in [record(&key), changed] {
+            l.ingest(
+                t.id,
+                s.id,
+                IngestBatch {
+                    origin: Origin::Push,
+                    observed_at: time::now(),
+                    records: vec![r],
+                    rejected: Vec::new(),
+                    abandoned_after_secs: 300.0,
+                    cursor: None,
+                    lease: None,
+                    expect_new: false,
+                },
+            )
+            .await
+            .unwrap();
+        }
         l.create_token_by(
             t.id,
             Role::Admin,
@@ -158,13 +167,17 @@ fn url(db: &TestDb) -> String {
     }
 }
 
-async fn tenant_tables(conn: &mut PgConnection) -> Vec<String> {
+/// The tables with a `tenant_id` column, and with `views`, the views that have one too (a
+/// view holds no rows of its own: what it shows is its tables' rows, through their policies).
+async fn tenant_tables(conn: &mut PgConnection, views: bool) -> Vec<String> {
     sqlx::query_scalar(
         "SELECT c.relname::text FROM pg_class c \
          JOIN pg_namespace n ON n.oid = c.relnamespace \
          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped \
-         WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') ORDER BY 1",
+         WHERE n.nspname = 'public' AND (c.relkind IN ('r', 'p') OR ($1 AND c.relkind = 'v')) \
+         ORDER BY 1",
     )
+    .bind(views)
     .fetch_all(conn)
     .await
     .unwrap()
@@ -174,7 +187,7 @@ async fn tenant_tables(conn: &mut PgConnection) -> Vec<String> {
 async fn every_tenant_table_has_forced_row_level_security_and_the_app_role_bypasses_nothing() {
     let db = TestDb::postgres().await;
     let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
-    let tables = tenant_tables(&mut conn).await;
+    let tables = tenant_tables(&mut conn, false).await;
     for t in [
         "api_token",
         "effect",
@@ -228,7 +241,8 @@ async fn a_raw_query_as_the_app_role_sees_and_writes_nothing_of_another_tenant()
     let db = TestDb::postgres().await;
     let (a, b) = two_tenants(&db).await;
     let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
-    let tables = tenant_tables(&mut conn).await;
+    let tables = tenant_tables(&mut conn, true).await;
+    assert!(tables.iter().any(|t| t == "effect_history"), "{tables:?}");
     sqlx::raw_sql("SET ROLE reckon_app")
         .execute(&mut conn)
         .await
@@ -369,7 +383,7 @@ async fn weakening_any_tenant_tables_row_level_security_is_caught_by_the_raw_que
     let db = TestDb::postgres().await;
     let (a, b) = two_tenants(&db).await;
     let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
-    let tables = tenant_tables(&mut conn).await;
+    let tables = tenant_tables(&mut conn, false).await;
     let mut unseeded = Vec::new();
     let mut killed = 0;
     for t in &tables {

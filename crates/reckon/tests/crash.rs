@@ -157,7 +157,7 @@ async fn a_scan_killed_mid_way_and_restarted_loses_nothing_and_doubles_nothing()
     assert_eq!(
         count(
             &ledger_db,
-            "SELECT COUNT(*) FROM effect_event WHERE kind = 'first_seen'"
+            "SELECT COUNT(*) FROM effect_history WHERE kind = 'first_seen'"
         )
         .await as usize,
         ROWS
@@ -165,7 +165,7 @@ async fn a_scan_killed_mid_way_and_restarted_loses_nothing_and_doubles_nothing()
     assert_eq!(
         count(
             &ledger_db,
-            "SELECT COUNT(*) FROM effect_event WHERE kind <> 'first_seen'"
+            "SELECT COUNT(*) FROM effect_history WHERE kind <> 'first_seen'"
         )
         .await,
         0,

@@ -987,6 +987,8 @@ pub(crate) async fn story_ingest_expect_new_large(ledger: Arc<dyn Ledger>) {
         .await
         .unwrap();
     assert_eq!(out.created, n as u64, "{out:?}");
+    // Each first sight is an event of its own, whichever way the ledger keeps it.
+    let mut first_ids = BTreeSet::new();
     for (i, r) in records.iter().enumerate() {
         let e = effect(&*ledger, t.id, "shop", &r.key).await;
         assert_eq!(e.key, r.key);
@@ -1012,6 +1014,9 @@ pub(crate) async fn story_ingest_expect_new_large(ledger: Arc<dyn Ledger>) {
         }
         let h = history(&*ledger, t.id, "shop", &r.key).await;
         assert_eq!(kinds(&h), ["first_seen"], "{}", r.key);
+        assert!(first_ids.insert(h[0].id), "event id {} twice", h[0].id);
+        assert_eq!(h[0].origin, "scan");
+        assert_eq!(h[0].attempts, Some(r.attempts));
         assert_eq!(h[0].to_state.as_deref(), Some(r.state.as_str()));
         assert_eq!(
             h[0].source_updated_at.map(f64::to_bits),
@@ -1039,9 +1044,17 @@ pub(crate) async fn story_ingest_expect_new_large(ledger: Arc<dyn Ledger>) {
     });
     let out = ledger.ingest(t.id, src.id, hinted(again)).await.unwrap();
     assert_eq!((out.created, out.updated), (n as u64, 1), "{out:?}");
+    let h = history(&*ledger, t.id, "shop", &records[1].key).await;
+    assert_eq!(kinds(&h), ["first_seen", "changed"]);
+    assert_eq!(h[0].to_state.as_deref(), Some(records[1].state.as_str()));
     assert_eq!(
-        kinds(&history(&*ledger, t.id, "shop", &records[1].key).await),
-        ["first_seen", "changed"]
+        h[0].source_updated_at.map(f64::to_bits),
+        Some(records[1].updated_at.to_bits()),
+        "the first sight is as it was, not as the row is now"
+    );
+    assert!(
+        !first_ids.contains(&h[1].id),
+        "the change has an id of its own"
     );
     let all = ledger.present_keys(t.id, src.id, 0, 10_000).await.unwrap();
     assert_eq!(all.len(), 2 * n, "nothing doubled");
