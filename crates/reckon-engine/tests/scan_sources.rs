@@ -514,6 +514,41 @@ async fn first_pass_cut_short(kind: Kind) {
     db.drop_db().await;
 }
 
+/// A batch ends at its byte bound as well as at its row count: with a bound smaller than
+/// any row, every row is a batch of its own (the progress moves one row at a time), and
+/// every row is stored all the same.
+async fn batches_cut_at_their_byte_bound(kind: Kind) {
+    let (db, l, populate) = populated(kind).await;
+    let rows = populate["rows"].as_array().expect("rows").len() as u64;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let progress = seen.clone();
+    let opts = reckon_engine::ScanOptions {
+        batch_bytes: 1,
+        egress: common::test_egress(),
+        progress: Some(std::sync::Arc::new(move |read| {
+            progress.lock().unwrap().push(read);
+        })),
+        ..Default::default()
+    };
+    assert!(
+        opts.batch_size as u64 > rows,
+        "the row count alone would make one batch"
+    );
+    let source = l.source(SOURCE).await;
+    let report = reckon_engine::scan_source(&*l.ledger, &l.tenant, &source, &opts)
+        .await
+        .unwrap();
+    assert_eq!(report.rows_read, rows, "{report:?}");
+    assert_eq!(report.created + report.quarantined, rows, "{report:?}");
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.windows(2).all(|w| w[1] - w[0] <= 1) && seen.first() == Some(&1),
+        "batches of one row each: progress {seen:?}"
+    );
+    assert_eq!(all_keys(&*l.ledger, l.tenant.id).await.len() as u64, rows);
+    db.drop_db().await;
+}
+
 macro_rules! for_each_kind {
     ($($name:ident => $body:ident;)*) => {
         $(
@@ -538,4 +573,5 @@ for_each_kind! {
     a_hostile_row_is_quarantined_with_its_reason_and_the_scan_goes_on => hostile_rows_quarantined;
     an_unreachable_source_or_missing_table_fails_its_own_scan_with_a_clear_message => failing_sources;
     a_first_pass_cut_short_goes_on_from_its_cursor_and_counts_as_full => first_pass_cut_short;
+    a_batch_ends_at_its_byte_bound_and_every_row_is_stored => batches_cut_at_their_byte_bound;
 }
