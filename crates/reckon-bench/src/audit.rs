@@ -281,6 +281,10 @@ async fn drop_db(args: &Args, l: Loaded) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The allocator `reckon` runs with (its main.rs says why), for the code this runs in-process.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();

@@ -40,6 +40,10 @@ struct Args {
     keep: bool,
 }
 
+/// The allocator `reckon` runs with (its main.rs says why), for the code this runs in-process.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();

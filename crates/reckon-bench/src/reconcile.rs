@@ -293,6 +293,10 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "MET" } else { "MISSED" }
 }
 
+/// The allocator `reckon` runs with (its main.rs says why), for the code this runs in-process.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();

@@ -368,6 +368,11 @@ pub async fn open_ledger(settings: &Settings, access: Access) -> anyhow::Result<
 
 /// Errors end the process with one line on stderr (the whole `anyhow` chain, no
 /// backtrace) and exit status 1; clap's own usage errors exit 2.
+/// mimalloc rather than the system allocator: a scan allocates a few strings per row, and
+/// glibc's malloc and free were a third of reckon's CPU in a first scan (7 % of its time).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     if let Err(e) = logging::init() {
