@@ -17,8 +17,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// How long a scan's lease lasts without renewal: a replica that dies (or is paused) gives
-/// its scans up to another this long after its last renewal.
+/// How long a scan's lease lasts without renewal: a replica that is paused, or cut off from
+/// the ledger, gives its scans up to another this long after its last renewal. One that
+/// dies gives them up at once (the lease carries its presence: `Leases::try_lease_present`).
 pub const SCAN_LEASE_SECS: f64 = 30.0;
 
 /// What became of one scan the scheduler started.
@@ -92,7 +93,10 @@ impl ScanScheduler {
     pub async fn scan_claimed(&self, tenant: Tenant, source: Source, now: f64) -> Claimed {
         let ledger = &self.ledger;
         let name = format!("scan:{}", source.id);
-        let lease = match ledger.try_lease(&name, &self.owner, SCAN_LEASE_SECS).await {
+        let lease = match ledger
+            .try_lease_present(&name, &self.owner, SCAN_LEASE_SECS)
+            .await
+        {
             Ok(Some(l)) => l,
             Ok(None) => return Claimed::NotOurs,
             Err(e) => {
@@ -126,7 +130,7 @@ impl ScanScheduler {
         let name = format!("scan:{}", source.id);
         match self
             .ledger
-            .try_lease(&name, &self.owner, SCAN_LEASE_SECS)
+            .try_lease_present(&name, &self.owner, SCAN_LEASE_SECS)
             .await
         {
             Ok(Some(lease)) => self.run_leased(tenant, source, lease, opts).await,

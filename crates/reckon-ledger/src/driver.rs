@@ -20,7 +20,7 @@ use reckon_domain::StoredSnapshot;
 use reckon_domain::ingest::IngestPlan;
 use sqlx::Database;
 use sqlx::postgres::PgConnectOptions;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 /// The ledger's copies of a batch's keys: key -> (effect id, snapshot).
@@ -109,6 +109,14 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
         l: &SqlLedger<Self>,
         q: MetricsQuery,
     ) -> impl Future<Output = Result<MetricsSnapshot>> + Send;
+
+    /// Mark this ledger present as the holder of lease `name`, with a mark that ends with
+    /// the process (see `Leases::try_lease_present`): false when another's mark stands, or
+    /// when no mark can be made.
+    fn mark(&self, name: &str) -> impl Future<Output = bool> + Send;
+
+    /// Take back the mark of lease `name`, if this ledger holds it.
+    fn unmark(&self, name: &str) -> impl Future<Output = ()> + Send;
 }
 
 /// Helpers every aggregate uses.
@@ -203,14 +211,20 @@ pub struct SqlLedger<B: Driver> {
     pub(crate) driver: B,
 }
 
-/// SQLite: nothing to keep besides the pool.
-pub struct Lite;
+/// SQLite: the marks of presence, as locked files in a folder beside the ledger's file
+/// (`None` for a ledger in memory, which no other process can open).
+pub struct Lite {
+    pub(crate) marks: Option<std::path::PathBuf>,
+    pub(crate) held: std::sync::Mutex<HashMap<String, std::fs::File>>,
+}
 
 /// PostgreSQL.
 pub struct Pg {
     /// The login user's options: migrations run as it (the tables' owner), on their own
     /// connection; the pool's connections drop to `reckon_app`.
     pub(crate) owner_opts: PgConnectOptions,
+    /// The session whose advisory locks are this ledger's marks of presence, and their names.
+    pub(crate) marks: tokio::sync::Mutex<(Option<sqlx::PgConnection>, HashSet<String>)>,
 }
 
 /// The sqlx bounds of every generic block, written once: `#[apply(sql!)]` on an

@@ -13,7 +13,7 @@ use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::Keyring;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -213,6 +213,41 @@ impl Driver for Pg {
     async fn metrics_snapshot(l: &PgLedger, q: MetricsQuery) -> Result<MetricsSnapshot> {
         l.metrics_snapshot_pg(q).await
     }
+
+    /// An advisory lock of a session of this ledger's own, which the server lets go the
+    /// moment that session ends (a process killed closes its sockets). Locks that share a
+    /// hash make a taker wait for the term, never take a lease from a holder still present.
+    async fn mark(&self, name: &str) -> bool {
+        let mut marks = self.marks.lock().await;
+        let (conn, held) = &mut *marks;
+        if held.contains(name) {
+            return true;
+        }
+        if conn.is_none() {
+            *conn = sqlx::ConnectOptions::connect(&self.owner_opts).await.ok();
+        }
+        let Some(c) = conn.as_mut() else { return false };
+        let sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))";
+        match sqlx::query_scalar(sql).bind(name).fetch_one(c).await {
+            Ok(got) => got && held.insert(name.to_owned()),
+            Err(_) => {
+                // The session is gone, and every mark with it: the next mark starts anew.
+                (*conn, *held) = (None, HashSet::new());
+                false
+            }
+        }
+    }
+
+    async fn unmark(&self, name: &str) {
+        let mut marks = self.marks.lock().await;
+        let (conn, held) = &mut *marks;
+        if let (Some(c), true) = (conn.as_mut(), held.remove(name)) {
+            let sql = "SELECT pg_advisory_unlock(hashtextextended($1, 0))";
+            if sqlx::query(sql).bind(name).execute(c).await.is_err() {
+                (*conn, *held) = (None, HashSet::new());
+            }
+        }
+    }
 }
 
 impl PgLedger {
@@ -238,7 +273,10 @@ impl PgLedger {
         let ledger = SqlLedger {
             pool,
             keyring,
-            driver: Pg { owner_opts },
+            driver: Pg {
+                owner_opts,
+                marks: tokio::sync::Mutex::default(),
+            },
         };
         ledger.backfill_charge_terms().await?;
         ledger.scrub_pending().await?;

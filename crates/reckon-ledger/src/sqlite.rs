@@ -12,12 +12,13 @@ use crate::metrics::{
 use crate::model::{IngestBatch, TenantId};
 use crate::{LedgerError, Result, Store, rows};
 use reckon_domain::ingest::IngestPlan;
-use reckon_keyring::Keyring;
+use reckon_keyring::{Keyring, files};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, Sqlite, SqliteConnection};
 use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 pub type SqliteLedger = SqlLedger<Lite>;
@@ -191,12 +192,45 @@ impl Driver for Lite {
             needs_attention: rows::all(&by_tenant[2])?,
         })
     }
+
+    async fn mark(&self, name: &str) -> bool {
+        let Some(dir) = &self.marks else { return false };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.contains_key(name) {
+            return true;
+        }
+        // One file per lease; names that meet in one file make a taker wait for the term,
+        // never take a lease from a holder still present.
+        let file: String = (name.chars().take(100))
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let (dir, path) = (dir.as_path(), dir.join(file));
+        let open = files::create_private_dir(dir).and_then(|()| files::create_private_file(&path));
+        match open.and_then(|()| std::fs::OpenOptions::new().write(true).open(&path)) {
+            Ok(f) if f.try_lock().is_ok() => held.insert(name.to_owned(), f).is_none(),
+            _ => false,
+        }
+    }
+
+    async fn unmark(&self, name: &str) {
+        // Closing the file lets its lock go.
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
 }
 
 impl SqliteLedger {
     pub async fn open_file(path: &Path, keyring: Keyring) -> Result<SqliteLedger> {
         if let Some(dir) = path.parent() {
-            reckon_keyring::files::create_private_dir(dir).map_err(|e| {
+            files::create_private_dir(dir).map_err(|e| {
                 LedgerError::Invalid(format!("cannot create data directory {dir:?}: {e}"))
             })?;
         }
@@ -212,11 +246,17 @@ impl SqliteLedger {
         // Made 0600 before SQLite creates it 0644 (see files.rs); its -wal and -shm follow.
         let file = opts.get_filename();
         let name = file.to_string_lossy();
-        if !name.is_empty() && !name.contains(":memory:") && !name.starts_with("file:") {
-            reckon_keyring::files::create_private_file(file).map_err(|e| {
+        let on_disk = !name.is_empty() && !name.contains(":memory:") && !name.starts_with("file:");
+        if on_disk {
+            files::create_private_file(file).map_err(|e| {
                 LedgerError::Invalid(format!("cannot create the ledger file {file:?}: {e}"))
             })?;
         }
+        let marks = on_disk.then(|| {
+            let mut dir = file.as_os_str().to_owned();
+            dir.push(".leases");
+            dir.into()
+        });
         let opts = opts
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -230,7 +270,10 @@ impl SqliteLedger {
         let ledger = SqlLedger {
             pool,
             keyring,
-            driver: Lite,
+            driver: Lite {
+                marks,
+                held: Mutex::default(),
+            },
         };
         ledger.migrate().await?;
         Ok(ledger)

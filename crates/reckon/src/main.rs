@@ -600,7 +600,7 @@ async fn source_cmd(
                 let (slug, name) = (t.slug.clone(), s.name.clone());
                 // A scan another process runs now is waited for, then this one runs: a
                 // replica's scan ends and hands its lease back, and a process that died
-                // loses it within the lease's term.
+                // lets it go as it dies (a paused one, within the lease's term).
                 let until = std::time::Instant::now() + CLI_SCAN_WAIT;
                 let mut waiting = false;
                 let result = loop {
@@ -610,8 +610,8 @@ async fn source_cmd(
                                 bar.suspend(|| {
                                     eprintln!(
                                         "{slug}/{name}: another process is scanning it now; \
-                                         waiting for that scan to end (a process that died \
-                                         frees it within {SCAN_LEASE_SECS:.0} s)"
+                                         waiting for that scan to end (a process that stopped \
+                                         answering frees it within {SCAN_LEASE_SECS:.0} s)"
                                     );
                                 });
                                 waiting = true;

@@ -156,3 +156,82 @@ pub(crate) async fn story_leases(ledger: Arc<dyn Ledger>) {
         ));
     }
 }
+
+/// A lease taken with a mark of presence is the next taker's as soon as its holder's
+/// process is gone (here: its ledger dropped without a release, as a killed process leaves
+/// it), long before its term ends; while the holder is there, or when it marked nothing,
+/// the lease is its own for the whole term.
+pub(crate) async fn story_lease_presence(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let ttl = 600.0;
+    let other = raw.reopen().await;
+    let held = other
+        .try_lease_present("scan:7", "A", ttl)
+        .await
+        .unwrap()
+        .expect("free: A takes it");
+    for present in [true, false] {
+        let taken = if present {
+            ledger.try_lease_present("scan:7", "B", ttl).await
+        } else {
+            ledger.try_lease("scan:7", "B", ttl).await
+        };
+        assert!(taken.unwrap().is_none(), "A is there: B cannot take it");
+    }
+    let plain = ledger
+        .try_lease("plain:1", "C", ttl)
+        .await
+        .unwrap()
+        .expect("free: C takes it");
+    assert!(
+        other
+            .try_lease_present("plain:1", "D", ttl)
+            .await
+            .unwrap()
+            .is_none(),
+        "a holder that marked no presence keeps its lease for its term"
+    );
+
+    // A's process dies: B takes the lease over at once, in the next term, and A's term
+    // writes nothing more.
+    drop(other);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let b = loop {
+        if let Some(b) = ledger.try_lease_present("scan:7", "B", ttl).await.unwrap() {
+            break b;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "10 s after A went, its lease (a term of {ttl} s) was still not free"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(b.term, held.term + 1, "a take-over starts the next term");
+    assert!(ledger.renew_lease(&held, ttl).await.unwrap().is_none());
+    assert!(ledger.renew_lease(&plain, ttl).await.unwrap().is_some());
+
+    // B is there now: another process waits; once B hands the lease back, it takes it.
+    let third = raw.reopen().await;
+    assert!(
+        third
+            .try_lease_present("scan:7", "E", ttl)
+            .await
+            .unwrap()
+            .is_none(),
+        "B is there: E cannot take it"
+    );
+    ledger.release_lease(&b).await.unwrap();
+    let e = third
+        .try_lease_present("scan:7", "E", ttl)
+        .await
+        .unwrap()
+        .expect("handed back: E takes it");
+    assert!(
+        ledger
+            .try_lease_present("scan:7", "B", ttl)
+            .await
+            .unwrap()
+            .is_none(),
+        "B's mark went with its release, and E's stands"
+    );
+    assert_eq!(e.term, b.term + 1);
+}

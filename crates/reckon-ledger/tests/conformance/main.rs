@@ -100,6 +100,7 @@ conformance! {
     a_tenant_cannot_write_into_another_tenants_source => story_isolation_writes;
     effect_listings_filter_by_source_state_operation_and_time_and_page_by_id => story_list_filters;
     a_lease_has_one_holder_and_a_lost_lease_writes_nothing => story_leases;
+    a_lease_whose_present_holder_is_gone_is_taken_over_at_once => story_lease_presence with raw;
     the_metrics_snapshot_groups_every_tenants_unresolved_and_a_tenant_sees_its_own => story_metrics_snapshot;
     the_metrics_snapshot_routes_as_the_reconciler_and_counts_replay_windows_of_routed_effects_only => story_metrics_routes;
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
