@@ -288,8 +288,16 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // The large ledger's day is spread over ten times the pages of the anchor's: how many
+    // of them the server's buffer cache holds is part of the figure.
+    let mut admin = PgConnection::connect(&args.admin_url).await?;
+    let shared_buffers: String = sqlx::query_scalar("SELECT current_setting('shared_buffers')")
+        .fetch_one(&mut admin)
+        .await?;
+    admin.close().await?;
     println!(
-        "audit benchmark: day of {} effects + charges; ledgers of {} and {} effects",
+        "audit benchmark: day of {} effects + charges; ledgers of {} and {} effects; \
+         server shared_buffers {shared_buffers}",
         args.day, args.ledger, args.small_ledger
     );
     let big = load(&args, args.ledger, "big").await?;

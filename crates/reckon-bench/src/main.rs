@@ -735,9 +735,12 @@ async fn run(
     .await
     .context("open ledger")?;
     let mut ledger_db = PgConnection::connect(&ledger_url).await?;
-    let autovacuum: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
-        .fetch_one(&mut ledger_db)
-        .await?;
+    // The server settings the figures depend on: the rescan's cost follows the ledger's
+    // pages read from outside the buffer cache.
+    let (autovacuum, shared_buffers): (String, String) =
+        sqlx::query_as("SELECT current_setting('autovacuum'), current_setting('shared_buffers')")
+            .fetch_one(&mut ledger_db)
+            .await?;
     let analyze_note = match args.analyze_ledger_every {
         Some(s) => format!("ledger ANALYZE every {s} s by the bench"),
         None => "no ANALYZE by the bench".into(),
@@ -970,7 +973,7 @@ async fn run(
         format!(
             "(host: {} cpus; 1-min load average {load_start} before the anchor, {load_scan} \
              after the initial scan, {} at the end; server autovacuum {autovacuum}, \
-             {analyze_note})",
+             shared_buffers {shared_buffers}, {analyze_note})",
             std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
             load1()
         ),
