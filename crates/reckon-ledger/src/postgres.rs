@@ -224,7 +224,13 @@ impl Driver for Pg {
             return true;
         }
         if conn.is_none() {
-            *conn = sqlx::ConnectOptions::connect(&self.owner_opts).await.ok();
+            match sqlx::ConnectOptions::connect(&self.owner_opts).await {
+                Ok(c) => *conn = Some(c),
+                // Not an error of the lease: without a mark it is held for its term, as
+                // before marks existed; said, so a slow resume after a crash has a reason.
+                Err(e) => tracing::warn!(error = %e, "no session for lease marks: a scan \
+                    whose process dies keeps its lease until the lease's term ends"),
+            }
         }
         let Some(c) = conn.as_mut() else { return false };
         let sql = "SELECT pg_try_advisory_lock(hashtextextended($1, 0))";
