@@ -21,9 +21,10 @@ pub(crate) async fn story_audit_charges(ledger: Arc<dyn Ledger>) {
         .store_provider_charges(
             a.id,
             &[
+                // Stored out of time order: reads come back by (created, charge id).
+                stored_charge(pa.id, "ch_3", 300.0, 900),
                 stored_charge(pa.id, "ch_1", 100.0, 500),
                 stored_charge(pa.id, "ch_2", 200.0, 700),
-                stored_charge(pa.id, "ch_3", 300.0, 900),
             ],
         )
         .await
@@ -45,14 +46,14 @@ pub(crate) async fn story_audit_charges(ledger: Arc<dyn Ledger>) {
     assert_eq!(got.len(), 2);
     assert_eq!(got[1], again, "stored and read back field for field");
     assert_eq!(got[0].raw["object"], "charge");
-    assert_eq!(
-        ledger
-            .provider_charges(a.id, None, 0.0, 1e10)
-            .await
-            .unwrap()
-            .len(),
-        3
-    );
+    let all: Vec<String> = ledger
+        .provider_charges(a.id, None, 0.0, 1e10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.charge_id)
+        .collect();
+    assert_eq!(all, ["ch_1", "ch_2", "ch_3"]);
     assert_eq!(
         ledger
             .provider_charges(a.id, Some(pa.id + 1000), 0.0, 1e10)
@@ -78,9 +79,10 @@ pub(crate) async fn story_audit_charges(ledger: Arc<dyn Ledger>) {
         .ingest(
             a.id,
             src.id,
+            // Stored (and numbered) late first: reads come back by (created_at, id).
             batch(vec![
-                rec("charge:v1:early", State::Succeeded, 50.0),
                 rec("charge:v1:in", State::Succeeded, 150.0),
+                rec("charge:v1:early", State::Succeeded, 50.0),
             ]),
         )
         .await
@@ -92,7 +94,7 @@ pub(crate) async fn story_audit_charges(ledger: Arc<dyn Ledger>) {
         .iter()
         .map(|e| e.created_at)
         .collect();
-    assert_eq!(created.len(), 2);
+    assert_eq!(created, [49.0, 149.0]);
     let some = ledger
         .effects_created_between(a.id, created[1], 1e10, 1e10)
         .await
