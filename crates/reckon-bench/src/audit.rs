@@ -49,9 +49,17 @@ struct Args {
     admin_url: String,
     #[arg(long)]
     keep: bool,
+    /// Audit the ledgers an earlier `--keep` run left (`reckon_bench_audit_{big,small}_PID`)
+    /// instead of loading new ones: the load takes minutes, the audit seconds.
+    #[arg(long, value_name = "PID")]
+    reuse: Option<u32>,
 }
 
 const DAY: &str = "2026-11-28";
+
+/// One master key for every ledger this bench makes, so `--reuse` can open what `--keep`
+/// left. The ledgers hold no secret (the providers are never contacted).
+const BENCH_KEY: &str = "cmVja29uLWJlbmNoLWF1ZGl0LWxlZGdlcnMta2V5ISE=";
 
 fn db_url(admin: &str, name: &str) -> String {
     let base = admin.split('?').next().unwrap_or(admin);
@@ -68,6 +76,9 @@ struct Loaded {
 
 /// A fresh database with `total` effects, `day` of them the audited tenant's day.
 async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
+    if let Some(pid) = args.reuse {
+        return reuse(args, &format!("reckon_bench_audit_{label}_{pid}")).await;
+    }
     let name = format!("reckon_bench_audit_{label}_{}", std::process::id());
     let mut admin = PgConnection::connect(&args.admin_url).await?;
     admin
@@ -78,7 +89,7 @@ async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
         .await?;
     admin.close().await?;
     let url = db_url(&args.admin_url, &name);
-    let keyring = Keyring::from_base64(&Keyring::generate_base64())?;
+    let keyring = Keyring::from_base64(BENCH_KEY)?;
     let ledger = reckon_ledger::connect(Some(&url), std::env::temp_dir().as_path(), keyring)
         .await
         .context("opening the benchmark ledger")?;
@@ -207,6 +218,22 @@ async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
     })
 }
 
+/// A ledger an earlier run kept: its first tenant is the audited one.
+async fn reuse(args: &Args, name: &str) -> anyhow::Result<Loaded> {
+    let url = db_url(&args.admin_url, name);
+    let keyring = Keyring::from_base64(BENCH_KEY)?;
+    let ledger = reckon_ledger::connect(Some(&url), std::env::temp_dir().as_path(), keyring)
+        .await
+        .with_context(|| format!("opening the kept ledger {name}"))?;
+    let tenant = ledger.tenant_by_slug("bench1").await?.id;
+    Ok(Loaded {
+        ledger,
+        tenant,
+        name: name.to_owned(),
+        load_secs: 0.0,
+    })
+}
+
 /// The best of `repeat` audits of the day, and the last one's report.
 async fn time_audit(l: &Loaded, repeat: u32) -> anyhow::Result<(f64, AuditReport)> {
     let w = DayWindow::new(DAY, "UTC")?;
@@ -268,7 +295,7 @@ fn shape(r: &AuditReport) -> String {
 async fn drop_db(args: &Args, l: Loaded) -> anyhow::Result<()> {
     let Loaded { ledger, name, .. } = l;
     drop(ledger);
-    if args.keep {
+    if args.keep || args.reuse.is_some() {
         println!("kept database {name}");
         return Ok(());
     }
