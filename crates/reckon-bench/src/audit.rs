@@ -327,15 +327,20 @@ async fn main() -> anyhow::Result<()> {
          server shared_buffers {shared_buffers}",
         args.day, args.ledger, args.small_ledger
     );
+    // A reused ledger was loaded by the run that kept it: its shape is that run's.
+    let loaded = |what: &str, l: &Loaded| match args.reuse {
+        Some(_) => println!("reused {what}: {}", l.name),
+        None => println!("loaded {what} in {:.1} s", l.load_secs),
+    };
     let big = load(&args, args.ledger, "big").await?;
-    println!(
-        "loaded the large ledger ({} tenants) in {:.1} s",
-        args.tenants, big.load_secs
+    loaded(
+        &format!("the large ledger ({} tenants)", args.tenants),
+        &big,
     );
     let (t_big, report) = time_audit(&big, args.repeat).await?;
     drop_db(&args, big).await?;
     let small = load(&args, args.small_ledger, "small").await?;
-    println!("loaded the anchor's ledger in {:.1} s", small.load_secs);
+    loaded("the anchor's ledger", &small);
     let (t_small, anchor) = time_audit(&small, args.repeat).await?;
     drop_db(&args, small).await?;
     println!("the day, large ledger: {}", shape(&report));
