@@ -347,45 +347,55 @@ pub async fn audit_day(
 ) -> Result<reckon_audit::AuditReport, AuditRunError> {
     let (from, to) = (window.start - MARGIN_SECS, window.end + MARGIN_SECS);
     let routes = ledger.list_routes(tenant).await?;
-    let audited: HashMap<i64, &ProviderRow> = providers.iter().map(|p| (p.id, p)).collect();
-    let mut effects: Vec<AuditEffect> = Vec::new();
-    // (index in `effects`, effect id) of the ones whose source row says unresolved.
-    let mut unresolved: Vec<(usize, i64)> = Vec::new();
-    for e in &ledger
-        .effects_created_between(tenant, from, to, now)
-        .await?
-    {
-        let Some(row) = route_of(&routes, e)
-            .and_then(|r| r.provider_id)
-            .and_then(|p| audited.get(&p))
-        else {
-            continue;
-        };
-        let a = audit_effect(e, Some(&row.settings));
-        if a.unresolved.is_some() {
-            unresolved.push((effects.len(), e.id));
+    // The day's effects and its charges are independent reads of a day spread over the
+    // ledger's pages: read at once, the server reads one's pages while reckon decodes the
+    // other's rows.
+    let effects = async {
+        let audited: HashMap<i64, &ProviderRow> = providers.iter().map(|p| (p.id, p)).collect();
+        let mut effects: Vec<AuditEffect> = Vec::new();
+        // (index in `effects`, effect id) of the ones whose source row says unresolved.
+        let mut unresolved: Vec<(usize, i64)> = Vec::new();
+        for e in &ledger
+            .effects_created_between(tenant, from, to, now)
+            .await?
+        {
+            let Some(row) = route_of(&routes, e)
+                .and_then(|r| r.provider_id)
+                .and_then(|p| audited.get(&p))
+            else {
+                continue;
+            };
+            let a = audit_effect(e, Some(&row.settings));
+            if a.unresolved.is_some() {
+                unresolved.push((effects.len(), e.id));
+            }
+            effects.push(a);
         }
-        effects.push(a);
-    }
-    // An effect reckon (or a person) resolved is no longer unresolved, whatever its source
-    // row says: its outcome is known (its matching to charges is unchanged).
-    let ids: Vec<i64> = unresolved.iter().map(|&(_, id)| id).collect();
-    let resolved = ledger.resolved_among(tenant, &ids).await?;
-    for (i, id) in unresolved {
-        if resolved.binary_search(&id).is_ok() {
-            effects[i].unresolved = None;
+        // An effect reckon (or a person) resolved is no longer unresolved, whatever its
+        // source row says: its outcome is known (its matching to charges is unchanged).
+        let ids: Vec<i64> = unresolved.iter().map(|&(_, id)| id).collect();
+        let resolved = ledger.resolved_among(tenant, &ids).await?;
+        for (i, id) in unresolved {
+            if resolved.binary_search(&id).is_ok() {
+                effects[i].unresolved = None;
+            }
         }
-    }
-    let mut charges = Vec::new();
-    for p in providers {
-        charges.extend(
-            ledger
-                .provider_charges(tenant, Some(p.id), from, to)
-                .await?
-                .into_iter()
-                .map(provider_charge),
-        );
-    }
+        Ok::<_, AuditRunError>(effects)
+    };
+    let charges = async {
+        let mut charges = Vec::new();
+        for p in providers {
+            charges.extend(
+                ledger
+                    .provider_charges(tenant, Some(p.id), from, to)
+                    .await?
+                    .into_iter()
+                    .map(provider_charge),
+            );
+        }
+        Ok::<_, AuditRunError>(charges)
+    };
+    let (effects, charges) = futures::try_join!(effects, charges)?;
     let mut rules = MatchRules::default();
     for p in providers {
         if let Some(f) = p.settings.get("metadata_field").and_then(Value::as_str)
