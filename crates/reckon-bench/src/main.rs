@@ -563,6 +563,19 @@ async fn scan(
     }
 }
 
+/// The server's WAL position: a rescan's extra cost on a large table is largely its
+/// writes (rows far apart dirty a page each, and each page's first change after a
+/// checkpoint is written whole to the WAL), so the bench prints the WAL each rescan wrote.
+/// The position is exact at once; the statistics views lag by up to the backends' flush
+/// interval, so they cannot be read around a scan.
+async fn wal_lsn(c: &mut PgConnection) -> anyhow::Result<i64> {
+    Ok(
+        sqlx::query_scalar("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::int8")
+            .fetch_one(&mut *c)
+            .await?,
+    )
+}
+
 fn print_report(what: &str, r: &ScanReport, d: Duration) {
     println!(
         "{what}: {:.3} s, rows read {}, created {}, updated {}, unchanged {}, stale {}, \
@@ -893,6 +906,7 @@ async fn run(
             round + 1
         );
         for (name, rows) in [("big", n), ("small", small)] {
+            let wal_before = wal_lsn(&mut ledger_db).await?;
             let s = scan(
                 &*ledger,
                 calls,
@@ -906,6 +920,8 @@ async fn run(
             let taken = calls.take();
             let what = format!("rescan of the {rows}-row table{}", s.attempts_note());
             print_report(&what, &s.report, s.time);
+            let wal = wal_lsn(&mut ledger_db).await? - wal_before;
+            println!("  WAL written: {:.1} MB", wal as f64 / 1e6);
             // The statements of the first round only: the others look the same.
             if round == 0 {
                 print_breakdown(&taken, s.start, s.time);
