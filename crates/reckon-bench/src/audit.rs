@@ -344,16 +344,19 @@ async fn main() -> anyhow::Result<()> {
     );
     let small = load(&args, args.small_ledger, "small").await?;
     loaded("the anchor's ledger", &small);
-    // The loads' dirty pages written out now, not during the audits (the bench's role on
-    // its server is the superuser's).
+    // The loads' dirty pages written out now, not during the audits. CHECKPOINT needs a
+    // superuser or pg_checkpoint: an admin role without it is told so, and the audits run
+    // anyway (in turns, the checkpointer's work still falls on both ledgers).
     let mut admin = PgConnection::connect(&args.admin_url).await?;
     let t0 = Instant::now();
-    admin.execute("CHECKPOINT").await?;
+    match admin.execute("CHECKPOINT").await {
+        Ok(_) => println!(
+            "checkpoint after the loads: {:.1} s",
+            t0.elapsed().as_secs_f64()
+        ),
+        Err(e) => println!("no checkpoint after the loads ({e}): the audits run without it"),
+    }
     admin.close().await?;
-    println!(
-        "checkpoint after the loads: {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
     time_reads(&big).await?;
     time_reads(&small).await?;
     let (mut t_big, mut t_small) = (f64::INFINITY, f64::INFINITY);
