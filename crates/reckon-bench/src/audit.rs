@@ -254,7 +254,7 @@ async fn time_reads(l: &Loaded) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let charges = l
         .ledger
-        .provider_charges(l.tenant, None, from, to)
+        .charges_to_match(l.tenant, None, from, to)
         .await?
         .len();
     println!(

@@ -387,7 +387,7 @@ pub async fn audit_day(
         for p in providers {
             charges.extend(
                 ledger
-                    .provider_charges(tenant, Some(p.id), from, to)
+                    .charges_to_match(tenant, Some(p.id), from, to)
                     .await?
                     .into_iter()
                     .map(provider_charge),

@@ -46,6 +46,28 @@ pub(crate) async fn story_audit_charges(ledger: Arc<dyn Ledger>) {
     assert_eq!(got.len(), 2);
     assert_eq!(got[1], again, "stored and read back field for field");
     assert_eq!(got[0].raw["object"], "charge");
+    // The audit's read: the same charges, every field but the provider's object.
+    let to_match = ledger
+        .charges_to_match(a.id, Some(pa.id), 100.0, 300.0)
+        .await
+        .unwrap();
+    let without_raw: Vec<_> = got
+        .iter()
+        .cloned()
+        .map(|c| reckon_ledger::StoredCharge {
+            raw: serde_json::Value::Null,
+            ..c
+        })
+        .collect();
+    assert_eq!(to_match, without_raw);
+    assert!(
+        ledger
+            .charges_to_match(b.id, None, 0.0, 1e10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "tenant B matches none of A's charges"
+    );
     let all: Vec<String> = ledger
         .provider_charges(a.id, None, 0.0, 1e10)
         .await
