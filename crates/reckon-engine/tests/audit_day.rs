@@ -4,9 +4,11 @@
 //! the tenant's chain. Finds exactly what was planted, totals exact to the cent; a provider
 //! failure anywhere in the import fails the run with its reason and records no findings.
 
+use reckon_audit::FindingKind;
 use reckon_domain::{SourceRecord, State, time};
 use reckon_engine::audit::{
-    AuditCtx, AuditRequest, CSV_HEADER, findings_csv, run_audit, run_due, set_settings, verify,
+    AuditCtx, AuditRequest, CSV_HEADER, audit_day, day_window, findings_csv, run_audit, run_due,
+    set_settings, verify,
 };
 use reckon_ledger::{
     AuditRun, IngestBatch, Keyring, Ledger, NewProvider, NewSource, Origin, SourceKind, TenantId,
@@ -623,6 +625,32 @@ async fn the_planted_day_through_the_whole_pipeline(w: World) {
         .unwrap();
     assert_eq!(found(&again, "unresolved"), set(&["charge:v1:ABN-1"]));
     assert_eq!(found(&again, "duplicate").len(), 3, "the rest as before");
+
+    // The audit reads every field of a charge but the provider's object (kilobytes each,
+    // at a real provider): with every stored object made unreadable, the whole-record read
+    // fails and the day still audits to the same findings.
+    w.raw("UPDATE provider_charge SET raw = 'not json'").await;
+    assert!(
+        w.ledger
+            .provider_charges(t, None, START - 3600.0, END + 3600.0)
+            .await
+            .is_err()
+    );
+    let window = day_window(w.ledger.as_ref(), t, Some(DAY), time::now())
+        .await
+        .unwrap();
+    let providers = w.ledger.list_providers(t).await.unwrap();
+    let report = audit_day(w.ledger.as_ref(), t, &window, &providers, time::now())
+        .await
+        .unwrap();
+    let kinds = |kind: FindingKind| report.count(kind) as i64;
+    for kind in FindingKind::ALL {
+        assert_eq!(
+            json!(kinds(kind)),
+            again.run.counts["findings"][kind.as_str()],
+            "{kind:?}"
+        );
+    }
     w.finish().await;
 }
 
