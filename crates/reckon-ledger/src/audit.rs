@@ -332,6 +332,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         self.charges_between(CHARGE_COLUMNS_TO_MATCH, tenant, provider_id, from, to)
             .await
     }
+
     /// Charges of any of the tenant's providers whose id is one of `ids` or whose
     /// idempotency key is one of `keys` (the support lookup; indexes of migration 0013),
     /// oldest first, at most `limit`.
