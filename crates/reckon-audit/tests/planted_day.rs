@@ -388,3 +388,56 @@ fn a_weak_match_is_only_ever_a_suggestion() {
     assert!(orphan.suggestions[0].why.contains("suggested"));
     assert!(r.matches.is_empty());
 }
+
+#[test]
+fn a_runs_matches_summary_counts_them_by_method_and_digests_the_list_in_order() {
+    use reckon_audit::{Match, MatchMethod, matches_summary};
+    use sha2::Digest;
+    let d = planted_day();
+    let r = audit(&d.window, &d.effects, &d.charges, &MatchRules::default());
+    assert!(r.matches.len() > 10, "{}", r.matches.len());
+    let s = matches_summary(&r.matches);
+    assert_eq!(s["count"], json!(r.matches.len()));
+    let idem = r
+        .matches
+        .iter()
+        .filter(|m| m.method == MatchMethod::IdempotencyKey)
+        .count();
+    assert!(idem > 0);
+    assert_eq!(s["by_method"]["idempotency_key"], json!(idem));
+    let by_method: u64 = s["by_method"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(by_method as usize, r.matches.len());
+    // The digest is of the list as written out by hand here: one JSON array per line.
+    let mut text = String::new();
+    for m in &r.matches {
+        let method = serde_json::to_value(m.method).unwrap();
+        text.push_str(&json!([m.charge, m.source, m.key, method]).to_string());
+        text.push('\n');
+    }
+    assert_eq!(
+        s["sha256"],
+        json!(hex::encode(sha2::Sha256::digest(text.as_bytes())))
+    );
+
+    // Another order, or a match whose key holds what would separate two fields, is another
+    // list and another digest.
+    let m = |charge: &str, key: &str| Match {
+        charge: charge.into(),
+        source: "shop".into(),
+        key: key.into(),
+        method: MatchMethod::IdempotencyKey,
+    };
+    let (a, b) = (m("ch_1", "k1"), m("ch_2", "k2"));
+    let digest = |ms: &[Match]| matches_summary(ms)["sha256"].clone();
+    assert_ne!(digest(&[a.clone(), b.clone()]), digest(&[b, a]));
+    assert_ne!(
+        digest(&[m("ch_1", "k\",\"x")]),
+        digest(&[m("ch_1\",\"k", "x")])
+    );
+    assert_eq!(matches_summary(&[])["count"], 0);
+}

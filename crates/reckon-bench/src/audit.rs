@@ -281,6 +281,66 @@ async fn time_audit(l: &Loaded) -> anyhow::Result<(f64, AuditReport)> {
     Ok((t0.elapsed().as_secs_f64(), report))
 }
 
+/// Peak resident memory of this process so far (MB).
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The report stored as the nightly run stores it, then the day's runs read back as the
+/// audit page and the support lookup read them: what a day's run costs beyond the audit.
+async fn time_store(args: &Args, l: &Loaded, report: &AuditReport) -> anyhow::Result<()> {
+    let w = DayWindow::new(DAY, "UTC")?;
+    let now = reckon_domain::time::now();
+    let before = peak_rss_mb();
+    let t0 = Instant::now();
+    let mut run = reckon_ledger::NewAuditRun {
+        day: w.date.clone(),
+        time_zone: w.time_zone.clone(),
+        window_start: w.start,
+        window_end: w.end,
+        provider: reckon_ledger::ALL_PROVIDERS.into(),
+        triggered_by: "operator".into(),
+        status: "complete".into(),
+        reason: None,
+        started_at: now,
+        finished_at: now,
+        counts: serde_json::json!({}),
+        findings: serde_json::json!([]),
+        totals: serde_json::json!([]),
+        evidence: serde_json::json!({"pages": [], "providers": []}),
+    };
+    reckon_engine::audit::store_report(&mut run, Some(report), 0);
+    let stored = l.ledger.record_audit_run(l.tenant, run, None).await?;
+    let t_store = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let runs = l.ledger.list_audit_runs(l.tenant, Some(DAY), 50).await?;
+    let t_list = t0.elapsed().as_secs_f64();
+    let mut c = PgConnection::connect(&db_url(&args.admin_url, &l.name)).await?;
+    let (findings, evidence): (i32, i32) = sqlx::query_as(
+        "SELECT octet_length(findings), octet_length(evidence) FROM audit_run WHERE id = $1",
+    )
+    .bind(stored.id)
+    .fetch_one(&mut c)
+    .await?;
+    c.close().await?;
+    println!(
+        "  stored as a run in {t_store:.2} s (findings {:.1} MB, evidence {:.1} MB; peak memory \
+         {before:.0} -> {:.0} MB); the day's {} runs read back in {t_list:.2} s",
+        f64::from(findings) / 1e6,
+        f64::from(evidence) / 1e6,
+        peak_rss_mb(),
+        runs.len(),
+    );
+    Ok(())
+}
+
 /// The report's shape: effects and charges of the day, and findings by kind.
 fn shape(r: &AuditReport) -> String {
     let kinds = FindingKind::ALL
@@ -375,6 +435,7 @@ async fn main() -> anyhow::Result<()> {
         report.context("no audit ran")?,
         anchor.context("no audit ran")?,
     );
+    time_store(&args, &big, &report).await?;
     drop_db(&args, big).await?;
     drop_db(&args, small).await?;
     println!("the day, large ledger: {}", shape(&report));

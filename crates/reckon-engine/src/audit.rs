@@ -422,6 +422,23 @@ fn counts(report: Option<&reckon_audit::AuditReport>, imported: u64) -> Value {
     serde_json::to_value(counts).unwrap_or_default()
 }
 
+/// What a run stores of its day's report (none when no provider was read whole): the
+/// counts, the findings, the totals, and in the evidence a summary of the matches
+/// ([`reckon_audit::matches_summary`]: not the list, which is as long as the day).
+/// `run.evidence` must be a JSON object.
+pub fn store_report(
+    run: &mut NewAuditRun,
+    report: Option<&reckon_audit::AuditReport>,
+    imported: u64,
+) {
+    run.counts = counts(report, imported);
+    if let Some(report) = report {
+        run.findings = serde_json::to_value(&report.findings).unwrap_or(json!([]));
+        run.totals = serde_json::to_value(&report.totals).unwrap_or(json!([]));
+    }
+    run.evidence["matches"] = reckon_audit::matches_summary(report.map_or(&[], |r| &r.matches));
+}
+
 /// Import, audit and store one run. Returns the stored run, `complete` or `failed`.
 pub async fn run_audit(
     ctx: &AuditCtx,
@@ -502,14 +519,8 @@ async fn run_window(
                 if !failed.is_empty() {
                     run.reason = Some(reasons);
                 }
-                run.counts = counts(report.as_ref(), imported.stored);
-                if let Some(report) = &report {
-                    run.findings = serde_json::to_value(&report.findings).unwrap_or(json!([]));
-                    run.totals = serde_json::to_value(&report.totals).unwrap_or(json!([]));
-                }
                 run.evidence = json!({
                     "pages": imported.pages,
-                    "matches": report.as_ref().map(|r| json!(r.matches)).unwrap_or(json!([])),
                     "providers": parts.iter().map(|p| json!({
                         "name": p.provider,
                         "kind": p.kind,
@@ -517,6 +528,7 @@ async fn run_window(
                         "reason": p.reason,
                     })).collect::<Vec<_>>(),
                 });
+                store_report(&mut run, report.as_ref(), imported.stored);
             }
         }
     }
@@ -722,16 +734,26 @@ pub async fn verify(
     ledger: &dyn Ledger,
     tenant: TenantId,
 ) -> Result<(usize, Vec<ChainBreak>), AuditRunError> {
-    let mut all: Vec<AuditRun> = Vec::new();
+    // A page of runs at a time, keeping only their links: a run of a big day holds
+    // megabytes of findings, and a tenant's chain grows by a run a night for years.
+    const PAGE: i64 = 20;
+    let mut links = Vec::new();
+    let mut edited = Vec::new();
     let mut after = 0;
     loop {
-        let page = ledger.audit_chain(tenant, after, 1000).await?;
+        let page = ledger.audit_chain(tenant, after, PAGE).await?;
         let Some(last) = page.last() else { break };
         after = last.seq;
-        all.extend(page);
+        for r in &page {
+            links.push(r.link());
+            edited.extend(reckon_ledger::verify_content(tenant.get(), r));
+        }
     }
-    let breaks = reckon_ledger::verify_chain(tenant.get(), &all);
-    Ok((all.len(), breaks))
+    // What `verify_chain` gives for the whole chain in memory, run by run in chain order.
+    let mut breaks = reckon_ledger::verify_links(&links);
+    breaks.extend(edited);
+    breaks.sort_by_key(|b| b.seq);
+    Ok((links.len(), breaks))
 }
 
 // CSV for finance.

@@ -651,6 +651,20 @@ async fn the_planted_day_through_the_whole_pipeline(w: World) {
             "{kind:?}"
         );
     }
+    // The run keeps a summary of its matches, not the list (as long as the day): their
+    // count, by method, and the digest of the list this audit of the day found again.
+    let summary = &again.run.evidence["matches"];
+    assert!(summary.is_object(), "{summary}");
+    assert_eq!(summary["count"], again.run.counts["matches"]);
+    assert_eq!(summary["count"], json!(report.matches.len()));
+    let by_method: i64 = summary["by_method"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_i64().unwrap())
+        .sum();
+    assert_eq!(json!(by_method), summary["count"]);
+    assert_eq!(*summary, reckon_audit::matches_summary(&report.matches));
     w.finish().await;
 }
 
@@ -1037,6 +1051,33 @@ async fn verify_detects_an_edited_and_a_removed_run(w: World) {
             .iter()
             .any(|b| b.id == third.id && b.reason.contains("removed"))
     );
+
+    // A chain longer than the pages `verify` reads it in: every run after the removed one
+    // is out of sequence, whichever page it is on, and an edit on the last page is found.
+    let mut after_removed = vec![third.id];
+    for _ in 0..40 {
+        after_removed.push(run_audit(&c, t, &request(DAY), None).await.unwrap().id);
+    }
+    let last = *after_removed.last().unwrap();
+    w.raw(&format!(
+        "UPDATE audit_run SET counts = '{{}}' WHERE id = {last}"
+    ))
+    .await;
+    let (n, breaks) = verify(w.ledger.as_ref(), t).await.unwrap();
+    assert_eq!(n, 42);
+    let with = |word: &str| -> Vec<i64> {
+        let mut ids: Vec<i64> = breaks
+            .iter()
+            .filter(|b| b.reason.contains(word))
+            .map(|b| b.id)
+            .collect();
+        ids.dedup();
+        ids
+    };
+    assert_eq!(with("edited"), vec![last], "{breaks:?}");
+    assert_eq!(with("removed"), after_removed, "{breaks:?}");
+    let seqs: Vec<i64> = breaks.iter().map(|b| b.seq).collect();
+    assert!(seqs.is_sorted(), "in chain order: {seqs:?}");
     w.finish().await;
 }
 
