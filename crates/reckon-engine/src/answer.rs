@@ -563,12 +563,13 @@ impl Findings {
         days.dedup();
         let mut runs = Vec::new();
         for day in days.iter().take(14) {
-            if let Some(run) = ledger
-                .list_audit_runs(tenant, Some(day), 20)
-                .await?
-                .into_iter()
-                .filter(|r| r.run.status == "complete" || r.run.status == "partial")
-                .max_by_key(|r| r.seq)
+            // The day's runs at a glance first, then the one read whole: a run of a big day
+            // holds megabytes of findings, and a day may have been audited many times.
+            let Some(glance) = ledger.audit_glance(tenant, day).await? else {
+                continue;
+            };
+            if (glance.status == "complete" || glance.status == "partial")
+                && let Some(run) = ledger.get_audit_run(tenant, glance.id).await?
             {
                 runs.push(run);
             }
