@@ -114,6 +114,10 @@ pub struct Refund {
     pub reason: Option<String>,
 }
 
+/// A charge's metadata, key -> value, in key order: a sorted vector, a few dozen bytes for
+/// the one or two entries a charge carries (a `BTreeMap` allocates a ~540-byte node).
+pub type Metadata = litemap::LiteMap<String, String>;
+
 /// A money-moving object at the provider (a Stripe charge, or the `http` protocol's).
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderCharge {
@@ -128,7 +132,7 @@ pub struct ProviderCharge {
     pub amount_captured: i64,
     pub amount_refunded: i64,
     pub refunds: Vec<Refund>,
-    pub metadata: BTreeMap<String, String>,
+    pub metadata: Metadata,
     /// The key of the request that created it, when the provider reports one.
     pub idempotency_key: Option<String>,
     pub customer: Option<String>,
@@ -362,6 +366,29 @@ impl AuditReport {
     }
 }
 
+/// Strong ties from one side (charges, or effects) to the other, by index: a list per
+/// item, empty (and unallocated) for an item tied to nothing. A day has a million of each.
+pub(crate) struct Ties(Vec<Vec<usize>>);
+
+impl Ties {
+    fn new(n: usize) -> Ties {
+        Ties(vec![Vec::new(); n])
+    }
+
+    fn tie(&mut self, from: usize, to: usize) {
+        self.0[from].push(to);
+    }
+
+    /// What `i` is tied to, in index order; `None` when nothing.
+    pub(crate) fn get(&self, i: &usize) -> Option<&[usize]> {
+        self.0.get(*i).map(Vec::as_slice).filter(|t| !t.is_empty())
+    }
+
+    pub(crate) fn contains_key(&self, i: &usize) -> bool {
+        self.get(i).is_some()
+    }
+}
+
 /// Match charges to effects and name every discrepancy of `window`.
 pub fn audit(
     window: &DayWindow,
@@ -371,11 +398,13 @@ pub fn audit(
 ) -> AuditReport {
     let matches = match_charges(effects, charges, rules);
     // charge index -> effect indexes it is tied to (strong matches only).
-    let mut by_charge: HashMap<usize, BTreeSet<usize>> = HashMap::new();
-    let mut by_effect: HashMap<usize, BTreeSet<usize>> = HashMap::new();
+    let mut by_charge = Ties::new(charges.len());
+    let mut by_effect = Ties::new(effects.len());
+    // `matches` is in (charge, effect) order, each pair once: every list comes out sorted
+    // and without repeats.
     for &(c, e, _) in &matches {
-        by_charge.entry(c).or_default().insert(e);
-        by_effect.entry(e).or_default().insert(c);
+        by_charge.tie(c, e);
+        by_effect.tie(e, c);
     }
     let mut findings = Vec::new();
     findings.extend(duplicates(window, effects, charges, &by_charge, rules));
@@ -534,7 +563,11 @@ pub(crate) fn charge_ref(c: &ProviderCharge) -> ChargeRef {
         customer: c.customer.clone(),
         created: c.created,
         idempotency_key: c.idempotency_key.clone(),
-        metadata: c.metadata.clone(),
+        metadata: c
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
     }
 }
 
@@ -553,7 +586,7 @@ fn duplicates(
     window: &DayWindow,
     effects: &[AuditEffect],
     charges: &[ProviderCharge],
-    by_charge: &HashMap<usize, BTreeSet<usize>>,
+    by_charge: &Ties,
     rules: &MatchRules,
 ) -> Vec<Finding> {
     let ok: Vec<usize> = (0..charges.len())
@@ -679,8 +712,8 @@ fn orphans(
     window: &DayWindow,
     effects: &[AuditEffect],
     charges: &[ProviderCharge],
-    by_charge: &HashMap<usize, BTreeSet<usize>>,
-    by_effect: &HashMap<usize, BTreeSet<usize>>,
+    by_charge: &Ties,
+    by_effect: &Ties,
 ) -> Vec<Finding> {
     let leads = Leads::index(effects, by_effect);
     let mut out = Vec::new();
@@ -716,7 +749,7 @@ struct Leads {
 }
 
 impl Leads {
-    fn index(effects: &[AuditEffect], by_effect: &HashMap<usize, BTreeSet<usize>>) -> Self {
+    fn index(effects: &[AuditEffect], by_effect: &Ties) -> Self {
         let mut by_money: HashMap<(i64, String, String), Vec<usize>> = HashMap::new();
         for (e, ef) in effects.iter().enumerate() {
             if by_effect.contains_key(&e) {
@@ -770,7 +803,7 @@ fn missing(
     window: &DayWindow,
     effects: &[AuditEffect],
     charges: &[ProviderCharge],
-    by_effect: &HashMap<usize, BTreeSet<usize>>,
+    by_effect: &Ties,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for (e, ef) in effects.iter().enumerate() {
@@ -842,7 +875,7 @@ fn risky_reclaims(
     window: &DayWindow,
     effects: &[AuditEffect],
     charges: &[ProviderCharge],
-    by_effect: &HashMap<usize, BTreeSet<usize>>,
+    by_effect: &Ties,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for (e, ef) in effects.iter().enumerate() {
@@ -888,11 +921,7 @@ fn one_currency_total(cs: &[ChargeRef]) -> Option<(i64, String)> {
 }
 
 /// Totals of the day's successful charges per currency.
-fn totals(
-    window: &DayWindow,
-    charges: &[ProviderCharge],
-    by_charge: &HashMap<usize, BTreeSet<usize>>,
-) -> Vec<CurrencyTotals> {
+fn totals(window: &DayWindow, charges: &[ProviderCharge], by_charge: &Ties) -> Vec<CurrencyTotals> {
     let mut t: BTreeMap<String, CurrencyTotals> = BTreeMap::new();
     for (c, ch) in charges.iter().enumerate() {
         if !window.contains(ch.created) || !ch.successful() {

@@ -10,7 +10,7 @@ use crate::{
     AuditEffect, DayWindow, Finding, FindingKind, MatchRules, ProviderCharge, charge_ref,
     effect_ref,
 };
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The subject of the intent behind a key's subject: its `:`-separated parts without the
 /// ones that look per-attempt (a UUID, a Unix timestamp in seconds or milliseconds, a long
@@ -47,7 +47,7 @@ pub(crate) fn split_intents(
     window: &DayWindow,
     effects: &[AuditEffect],
     charges: &[ProviderCharge],
-    by_effect: &HashMap<usize, BTreeSet<usize>>,
+    by_effect: &crate::Ties,
     rules: &MatchRules,
 ) -> Vec<Finding> {
     let mut groups: BTreeMap<(&str, String), Vec<usize>> = BTreeMap::new();

@@ -7,7 +7,7 @@ use reckon_audit::{
 };
 use reckon_domain::{State, UnresolvedKind};
 use serde_json::json;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 const TZ: &str = "America/New_York";
 const DAY: &str = "2026-11-28";
@@ -64,7 +64,7 @@ impl Day {
             amount_captured: amount,
             amount_refunded: 0,
             refunds: vec![],
-            metadata: BTreeMap::new(),
+            metadata: Default::default(),
             idempotency_key: None,
             customer: Some(format!("cus_{}", self.next % 17)),
             created: at,

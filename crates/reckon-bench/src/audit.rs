@@ -245,18 +245,16 @@ async fn time_reads(l: &Loaded) -> anyhow::Result<()> {
     );
     let now = reckon_domain::time::now();
     let t0 = Instant::now();
-    let effects = l
-        .ledger
-        .effects_created_between(l.tenant, from, to, now)
-        .await?
-        .len();
+    let mut effects = 0;
+    l.ledger
+        .each_effect_created_between(l.tenant, from, to, now, &mut |_| effects += 1)
+        .await?;
     let t_effects = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
-    let charges = l
-        .ledger
-        .charges_to_match(l.tenant, None, from, to)
-        .await?
-        .len();
+    let mut charges = 0;
+    l.ledger
+        .each_charge_to_match(l.tenant, None, from, to, &mut |_| charges += 1)
+        .await?;
     println!(
         "  {} reads: {effects} effects {t_effects:.2} s, {charges} charges {:.2} s",
         l.name,
@@ -293,36 +291,59 @@ fn peak_rss_mb() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// The report stored as the nightly run stores it, then the day's runs read back as the
-/// audit page and the support lookup read them: what a day's run costs beyond the audit.
+/// The report stored as the nightly run stores it, then read back as the dashboard's audit
+/// page reads a tenant's history: the newest `HISTORY` runs, each verified against its
+/// digest. What a month of nightly runs of days like this one costs beyond the audits.
 async fn time_store(args: &Args, l: &Loaded, report: &AuditReport) -> anyhow::Result<()> {
+    const HISTORY: i64 = reckon_web::dash::audit::HISTORY;
     let w = DayWindow::new(DAY, "UTC")?;
-    let now = reckon_domain::time::now();
-    let before = peak_rss_mb();
-    let t0 = Instant::now();
-    let mut run = reckon_ledger::NewAuditRun {
-        day: w.date.clone(),
-        time_zone: w.time_zone.clone(),
-        window_start: w.start,
-        window_end: w.end,
-        provider: reckon_ledger::ALL_PROVIDERS.into(),
-        triggered_by: "operator".into(),
-        status: "complete".into(),
-        reason: None,
-        started_at: now,
-        finished_at: now,
-        counts: serde_json::json!({}),
-        findings: serde_json::json!([]),
-        totals: serde_json::json!([]),
-        evidence: serde_json::json!({"pages": [], "providers": []}),
-    };
-    reckon_engine::audit::store_report(&mut run, Some(report), 0);
-    let stored = l.ledger.record_audit_run(l.tenant, run, None).await?;
-    let t_store = t0.elapsed().as_secs_f64();
-    let t0 = Instant::now();
-    let runs = l.ledger.list_audit_runs(l.tenant, Some(DAY), 50).await?;
-    let t_list = t0.elapsed().as_secs_f64();
+    // A kept ledger's runs from an earlier run of the bench go first: what is read back is
+    // what this run stored.
     let mut c = PgConnection::connect(&db_url(&args.admin_url, &l.name)).await?;
+    sqlx::query("DELETE FROM audit_run WHERE tenant_id = $1")
+        .bind(l.tenant.get())
+        .execute(&mut c)
+        .await?;
+    let before = peak_rss_mb();
+    let mut t_store = f64::INFINITY;
+    let mut last = None;
+    for _ in 0..HISTORY {
+        let now = reckon_domain::time::now();
+        let t0 = Instant::now();
+        let mut run = reckon_ledger::NewAuditRun {
+            day: w.date.clone(),
+            time_zone: w.time_zone.clone(),
+            window_start: w.start,
+            window_end: w.end,
+            provider: reckon_ledger::ALL_PROVIDERS.into(),
+            triggered_by: "operator".into(),
+            status: "complete".into(),
+            reason: None,
+            started_at: now,
+            finished_at: now,
+            counts: serde_json::json!({}),
+            findings: serde_json::json!([]),
+            totals: serde_json::json!([]),
+            evidence: serde_json::json!({"pages": [], "providers": []}),
+        };
+        reckon_engine::audit::store_report(&mut run, Some(report), 0);
+        last = Some(l.ledger.record_audit_run(l.tenant, run, None).await?);
+        t_store = t_store.min(t0.elapsed().as_secs_f64());
+    }
+    let stored = last.context("no run stored")?;
+    let t0 = Instant::now();
+    let runs = l.ledger.list_audit_runs(l.tenant, None, HISTORY).await?;
+    let t_read = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let edited = runs
+        .iter()
+        .filter_map(|r| reckon_ledger::verify_content(l.tenant.get(), r))
+        .count();
+    let t_verify = t0.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        edited == 0,
+        "{edited} stored runs do not match their digests"
+    );
     let (findings, evidence): (i32, i32) = sqlx::query_as(
         "SELECT octet_length(findings), octet_length(evidence) FROM audit_run WHERE id = $1",
     )
@@ -331,11 +352,14 @@ async fn time_store(args: &Args, l: &Loaded, report: &AuditReport) -> anyhow::Re
     .await?;
     c.close().await?;
     println!(
-        "  stored as a run in {t_store:.2} s (findings {:.1} MB, evidence {:.1} MB; peak memory \
-         {before:.0} -> {:.0} MB); the day's {} runs read back in {t_list:.2} s",
+        "  stored as a run in {t_store:.2} s (best of {HISTORY}; findings {:.1} MB, evidence \
+         {:.2} MB; peak memory {before:.0} -> {:.0} MB)",
         f64::from(findings) / 1e6,
         f64::from(evidence) / 1e6,
         peak_rss_mb(),
+    );
+    println!(
+        "  the audit page's history ({} such runs): read {t_read:.2} s, verified {t_verify:.2} s",
         runs.len(),
     );
     Ok(())

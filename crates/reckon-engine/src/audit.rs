@@ -22,7 +22,7 @@ use reckon_providers::listing::{ListedCharge, PageEvidence};
 use reckon_providers::{GetClient, Redactor, build_provider, provider_key};
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 #[derive(Clone)]
@@ -269,7 +269,7 @@ async fn import(
     }
 }
 
-fn audit_effect(e: &Effect, settings: Option<&Value>) -> AuditEffect {
+fn audit_effect(e: Effect, settings: Option<&Value>) -> AuditEffect {
     let mut provider_keys = vec![e.key.clone()];
     if let Some(s) = settings {
         let k = provider_key(s, &e.key, e.operation.as_deref(), e.subject.as_deref());
@@ -278,18 +278,18 @@ fn audit_effect(e: &Effect, settings: Option<&Value>) -> AuditEffect {
         }
     }
     AuditEffect {
-        source: e.source.clone(),
-        key: e.key.clone(),
-        operation: e.operation.clone().unwrap_or_default(),
-        subject: e.subject.clone(),
-        state: e.state,
-        unresolved: e.unresolved_kind,
-        attempts: e.attempts,
-        created_at: e.created_at,
         response: e
             .response_json
             .as_deref()
             .and_then(|r| serde_json::from_str(r).ok()),
+        source: e.source,
+        key: e.key,
+        operation: e.operation.unwrap_or_default(),
+        subject: e.subject,
+        state: e.state,
+        unresolved: e.unresolved_kind,
+        attempts: e.attempts,
+        created_at: e.created_at,
         provider_keys,
     }
 }
@@ -310,7 +310,7 @@ fn provider_charge(c: StoredCharge) -> ProviderCharge {
                 .collect()
         })
         .unwrap_or_default();
-    let metadata: BTreeMap<String, String> = c
+    let metadata: reckon_audit::Metadata = c
         .metadata
         .as_object()
         .map(|m| {
@@ -352,22 +352,28 @@ pub async fn audit_day(
     // other's rows.
     let effects = async {
         let audited: HashMap<i64, &ProviderRow> = providers.iter().map(|p| (p.id, p)).collect();
-        let mut effects: Vec<AuditEffect> = Vec::new();
+        // Each effect becomes its audit form as its row arrives (the ledger's record is
+        // dropped there, never a day of them held at once), keyed for the sort.
+        let mut keyed: Vec<(f64, i64, AuditEffect)> = Vec::new();
+        ledger
+            .each_effect_created_between(tenant, from, to, now, &mut |e| {
+                let settings = route_of(&routes, &e)
+                    .and_then(|r| r.provider_id)
+                    .and_then(|p| audited.get(&p))
+                    .map(|row| &row.settings);
+                if let Some(settings) = settings {
+                    keyed.push((e.created_at, e.id, audit_effect(e, Some(settings))));
+                }
+            })
+            .await?;
+        // By (created_at, id): the report's order, whatever order the rows came in.
+        keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut effects: Vec<AuditEffect> = Vec::with_capacity(keyed.len());
         // (index in `effects`, effect id) of the ones whose source row says unresolved.
         let mut unresolved: Vec<(usize, i64)> = Vec::new();
-        for e in &ledger
-            .effects_created_between(tenant, from, to, now)
-            .await?
-        {
-            let Some(row) = route_of(&routes, e)
-                .and_then(|r| r.provider_id)
-                .and_then(|p| audited.get(&p))
-            else {
-                continue;
-            };
-            let a = audit_effect(e, Some(&row.settings));
+        for (_, id, a) in keyed {
             if a.unresolved.is_some() {
-                unresolved.push((effects.len(), e.id));
+                unresolved.push((effects.len(), id));
             }
             effects.push(a);
         }
@@ -383,15 +389,21 @@ pub async fn audit_day(
         Ok::<_, AuditRunError>(effects)
     };
     let charges = async {
-        let mut charges = Vec::new();
+        let mut charges: Vec<ProviderCharge> = Vec::new();
+        // Provider by provider, each charge converted as its row arrives, each provider's
+        // by (created, id).
         for p in providers {
-            charges.extend(
-                ledger
-                    .charges_to_match(tenant, Some(p.id), from, to)
-                    .await?
-                    .into_iter()
-                    .map(provider_charge),
-            );
+            let first = charges.len();
+            ledger
+                .each_charge_to_match(tenant, Some(p.id), from, to, &mut |c| {
+                    charges.push(provider_charge(c));
+                })
+                .await?;
+            charges[first..].sort_unstable_by(|a, b| {
+                a.created
+                    .total_cmp(&b.created)
+                    .then_with(|| a.id.cmp(&b.id))
+            });
         }
         Ok::<_, AuditRunError>(charges)
     };

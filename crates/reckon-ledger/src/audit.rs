@@ -179,16 +179,16 @@ impl<B: Driver> SqlLedger<B> {
         rows.iter().map(Self::charge_row).collect()
     }
 
-    /// `columns` of the charges created in `[from, to)`, of one provider or all, by
-    /// (created, charge id).
+    /// `columns` of each charge created in `[from, to)`, of one provider or all, handed to
+    /// `each` as its row arrives, in no order (see `each_effect_created_between`).
     async fn charges_between(
         &self,
         columns: &str,
         tenant: TenantId,
         provider_id: Option<i64>,
-        from: f64,
-        to: f64,
-    ) -> Result<Vec<StoredCharge>> {
+        (from, to): (f64, f64),
+        each: &mut (dyn FnMut(StoredCharge) + Send),
+    ) -> Result<()> {
         let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {columns} FROM provider_charge WHERE tenant_id = $1 AND created >= $2 \
              AND created < $3 AND (provider_id = $4 OR $5)"
@@ -198,14 +198,12 @@ impl<B: Driver> SqlLedger<B> {
         .bind(to)
         .bind(provider_id.unwrap_or(-1))
         .bind(provider_id.is_none());
-        // Sorted here, not by the server: see `effects_created_between`.
-        let mut charges = self
-            .read_each(Scope::Tenant(tenant), stmt, Self::charge_row)
-            .await?;
-        charges.sort_unstable_by(|a, b| {
-            (a.created.total_cmp(&b.created)).then_with(|| a.charge_id.cmp(&b.charge_id))
-        });
-        Ok(charges)
+        self.read_each(Scope::Tenant(tenant), stmt, |r| {
+            each(Self::charge_row(r)?);
+            Ok(())
+        })
+        .await?;
+        Ok(())
     }
 
     pub(crate) fn charge_row(row: &<B::DB as Database>::Row) -> Result<StoredCharge> {
@@ -314,22 +312,33 @@ impl<B: Driver> Audits for SqlLedger<B> {
         from: f64,
         to: f64,
     ) -> Result<Vec<StoredCharge>> {
-        self.charges_between(CHARGE_COLUMNS, tenant, provider_id, from, to)
-            .await
+        let mut charges = Vec::new();
+        let window = (from, to);
+        self.charges_between(CHARGE_COLUMNS, tenant, provider_id, window, &mut |c| {
+            charges.push(c);
+        })
+        .await?;
+        charges.sort_unstable_by(|a, b| {
+            (a.created.total_cmp(&b.created)).then_with(|| a.charge_id.cmp(&b.charge_id))
+        });
+        Ok(charges)
     }
 
-    /// [`provider_charges`](Self::provider_charges) without the provider's object: every
-    /// field the audit matches on, `raw` left `Null`. A real provider's object is most of a
-    /// charge's bytes (a Stripe charge is kilobytes of JSON) and the audit never reads it;
-    /// decoded for a day of a million charges it would be gigabytes of memory.
-    async fn charges_to_match(
+    /// Each charge created in `[from, to)`, of one provider or all, as its row arrives, in
+    /// no order, without the provider's object: every field the audit matches on, `raw`
+    /// left `Null`. A real provider's object is most of a charge's bytes (a Stripe charge is
+    /// kilobytes of JSON) and the audit never reads it; decoded for a day of a million
+    /// charges it would be gigabytes of memory. The caller keeps what it needs of each.
+    async fn each_charge_to_match(
         &self,
         tenant: TenantId,
         provider_id: Option<i64>,
         from: f64,
         to: f64,
-    ) -> Result<Vec<StoredCharge>> {
-        self.charges_between(CHARGE_COLUMNS_TO_MATCH, tenant, provider_id, from, to)
+        each: &mut (dyn FnMut(StoredCharge) + Send),
+    ) -> Result<()> {
+        let window = (from, to);
+        self.charges_between(CHARGE_COLUMNS_TO_MATCH, tenant, provider_id, window, each)
             .await
     }
 
@@ -377,15 +386,17 @@ impl<B: Driver> Audits for SqlLedger<B> {
         rows.iter().map(Self::charge_row).collect()
     }
 
-    /// Effects created in `[from, to)` by (created_at, id) (the `effect_created` index:
-    /// cost grows with the day).
-    async fn effects_created_between(
+    /// Each effect created in `[from, to)`, handed to `each` as its row arrives, in no
+    /// order (the `effect_created` index: cost grows with the day). The caller keeps what
+    /// it needs of each: a day of a million effects is never held whole here.
+    async fn each_effect_created_between(
         &self,
         tenant: TenantId,
         from: f64,
         to: f64,
         now: f64,
-    ) -> Result<Vec<crate::model::Effect>> {
+        each: &mut (dyn FnMut(crate::model::Effect) + Send),
+    ) -> Result<()> {
         let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
              WHERE e.tenant_id = $1 AND e.created_at >= $2 AND e.created_at < $3",
@@ -394,18 +405,15 @@ impl<B: Driver> Audits for SqlLedger<B> {
         .bind(tenant.0)
         .bind(from)
         .bind(to);
-        // Sorted here, not by the server: a day spread over a large ledger's pages is read
-        // best in page order (a bitmap scan), and a server-side sort of it sends nothing
-        // until the last page is read, where unsorted rows are decoded as they come.
-        let mut effects = self
-            .read_each(Scope::Tenant(tenant), stmt, |r| {
-                rows::effect::<B::DB>(r, now)
-            })
-            .await?;
-        effects.sort_unstable_by(|a, b| {
-            (a.created_at.total_cmp(&b.created_at)).then_with(|| a.id.cmp(&b.id))
-        });
-        Ok(effects)
+        // Unsorted: a day spread over a large ledger's pages is read best in page order (a
+        // bitmap scan), and a server-side sort of it sends nothing until the last page is
+        // read, where unsorted rows are decoded as they come. `Vec<()>` allocates nothing.
+        self.read_each(Scope::Tenant(tenant), stmt, |r| {
+            each(rows::effect::<B::DB>(r, now)?);
+            Ok(())
+        })
+        .await?;
+        Ok(())
     }
 
     /// Append a run to the tenant's chain, fenced by `lease` when given. A second completed
