@@ -464,9 +464,25 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     eprintln!("ReckonDown fired {:?} after the kill", killed_at.elapsed());
+    // `for: 30s` counts from the first evaluation that saw `up == 0`, which is the kill
+    // unless scrapes already failed before it (a 1 s scrape timeout on a loaded machine):
+    // the alert must have been pending 30 s, whenever that began.
+    let fired = firing
+        .iter()
+        .find(|a| matches(a, &down) && a["labels"]["instance"] == instance.as_str())
+        .unwrap();
+    let active_at: jiff::Timestamp = fired["activeAt"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("ReckonDown without an activeAt: {fired}"));
+    let pending = jiff::Timestamp::now().duration_since(active_at);
+    let before_kill = pending.as_secs_f64() - killed_at.elapsed().as_secs_f64();
+    if before_kill > 1.0 {
+        eprintln!("ReckonDown went pending {before_kill:.1} s before the kill: scrapes failed");
+    }
     assert!(
-        killed_at.elapsed() >= Duration::from_secs(30),
-        "ReckonDown before its 30s"
+        pending >= jiff::SignedDuration::from_secs(30),
+        "ReckonDown fired {pending:?} after it went pending, before its 30s"
     );
     check(
         firing.iter().find(|a| matches(a, &down)).unwrap(),
