@@ -193,18 +193,6 @@ pub enum MatchMethod {
     OrderReference,
 }
 
-impl MatchMethod {
-    /// The name it is stored and shown by (its serde name).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MatchMethod::ResponseId => "response_id",
-            MatchMethod::IdempotencyKey => "idempotency_key",
-            MatchMethod::MetadataKey => "metadata_key",
-            MatchMethod::OrderReference => "order_reference",
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Match {
     pub charge: String,
@@ -230,9 +218,10 @@ pub fn matches_summary(matches: &[Match]) -> serde_json::Value {
         let _ = serde_json::to_writer(&mut h, &(&m.charge, &m.source, &m.key, m.method));
         let _ = h.write_all(b"\n");
     }
+    // Named as the list names them (the enum's serde name), not by a second spelling.
     let by_method: serde_json::Map<String, serde_json::Value> = by_method
         .into_iter()
-        .map(|(m, n)| (m.as_str().to_owned(), n.into()))
+        .filter_map(|(m, n)| Some((serde_json::to_value(m).ok()?.as_str()?.to_owned(), n.into())))
         .collect();
     serde_json::json!({
         "count": matches.len(),
