@@ -165,19 +165,18 @@ impl ReplayClosing {
 }
 
 /// `$1` tenant, `$2` now, `$3` replay window opened after, `$4` replay closing before.
-/// One pass over the backlog's covering index (0023), probing a hash of the parked (0010).
-/// `OPEN` is counted, not filtered: a filter's selectivity is taken twice, and sorts to group.
+/// One pass over the backlog's covering index, which carries whether each entry is parked
+/// (0026), so nothing is joined per entry. `OPEN` is counted, not filtered: a filter's
+/// selectivity is taken twice, and sorts to group.
 pub(crate) fn summary_sql() -> String {
     let n = format!("SUM(CASE WHEN {OPEN} THEN 1 ELSE 0 END)");
     let replay = "e.created_at > $3 AND e.created_at <= $4";
     format!(
         "SELECT CASE WHEN e.state = 'unknown' THEN 'unknown' ELSE 'abandoned' END AS kind, \
            {n} AS count, MIN(CASE WHEN {OPEN} THEN {SINCE} END) AS oldest_since, \
-           SUM(CASE WHEN {OPEN} AND rs.effect_id IS NOT NULL THEN 1 ELSE 0 END) AS needs_attention, \
+           SUM(CASE WHEN {OPEN} AND e.parked THEN 1 ELSE 0 END) AS needs_attention, \
            SUM(CASE WHEN {OPEN} AND {replay} THEN 1 ELSE 0 END) AS replay_closing \
-         FROM effect e LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
-           AND rs.tenant_id = $1 AND rs.needs_attention \
-         WHERE {BACKLOG} GROUP BY e.state HAVING {n} > 0 ORDER BY e.state DESC"
+         FROM effect e WHERE {BACKLOG} GROUP BY e.state HAVING {n} > 0 ORDER BY e.state DESC"
     )
 }
 

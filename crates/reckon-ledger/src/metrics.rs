@@ -1,5 +1,6 @@
 //! What `/metrics` reads from the ledger at scrape time: unresolved effects grouped by
-//! tenant, source and operation, the health of every source, and quarantine counts.
+//! tenant, source and operation (with how many of them are parked for a person), the
+//! health of every source, and quarantine counts.
 //!
 //! The SQL is the same text on both backends (each backend's `metrics.rs` runs it), and it
 //! costs O(unresolved effects + live claims + sources + quarantined rows), never O(effects):
@@ -51,6 +52,9 @@ pub struct UnresolvedGroup {
     /// Routed unresolved effects created at or before
     /// `MetricsQuery::replay_closed_created_before`: their window has closed.
     pub replay_window_closed: i64,
+    /// Unresolved effects the reconciler has parked as needing a person (bounded attempts
+    /// spent, or a provider that said not to retry).
+    pub needs_attention: i64,
 }
 
 impl UnresolvedGroup {
@@ -96,9 +100,6 @@ pub struct MetricsSnapshot {
     pub unresolved: Vec<UnresolvedGroup>,
     pub sources: Vec<SourceHealth>,
     pub quarantine: Vec<QuarantineGroup>,
-    /// Unresolved effects the reconciler has parked as needing a person (bounded attempts
-    /// spent, or a provider that said not to retry), by source and operation.
-    pub needs_attention: Vec<NeedsAttentionGroup>,
 }
 
 impl MetricsSnapshot {
@@ -107,22 +108,14 @@ impl MetricsSnapshot {
         self.unresolved.extend(other.unresolved);
         self.sources.extend(other.sources);
         self.quarantine.extend(other.quarantine);
-        self.needs_attention.extend(other.needs_attention);
     }
-}
-
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow, Deserialize)]
-pub struct NeedsAttentionGroup {
-    pub tenant: String,
-    pub source: String,
-    pub operation: Option<String>,
-    pub count: i64,
 }
 
 /// `$1` now, `$2` replay-closing cutoff, `$3` tenant id or 0 for every tenant, `$4`
 /// replay-closed cutoff.
-/// Aggregate first (over the partial index), join names and routes after: the joins touch
-/// one row per group, not one per effect. The route is the reconciler's
+/// Aggregate first (over the partial index, which carries whether an effect is parked:
+/// migration 0026), join names and routes after: the joins touch one row per group, not
+/// one per effect. The route is the reconciler's
 /// (`reckon_engine::reconcile`, `Routing::route`): the route on the group's exact operation
 /// if there is one (even one that names no provider), else the source's `*` route; a group
 /// is routed when that route names a provider. An unparsed key's NULL operation matches no
@@ -131,9 +124,10 @@ pub struct NeedsAttentionGroup {
 pub(crate) const UNRESOLVED_SQL: &str = "\
 SELECT tenant, source, operation, unknown, abandoned, oldest_since, routed, \
        CASE WHEN routed THEN replay_closing ELSE 0 END AS replay_window_closing, \
-       CASE WHEN routed THEN replay_closed ELSE 0 END AS replay_window_closed \
+       CASE WHEN routed THEN replay_closed ELSE 0 END AS replay_window_closed, \
+       needs_attention \
 FROM (SELECT t.slug AS tenant, s.name AS source, g.operation, g.unknown, g.abandoned, \
-             g.oldest AS oldest_since, g.replay_closing, g.replay_closed, \
+             g.oldest AS oldest_since, g.replay_closing, g.replay_closed, g.needs_attention, \
              (ro.provider_id IS NOT NULL OR (ro.id IS NULL AND rs.provider_id IS NOT NULL)) \
                AS routed \
       FROM (SELECT e.tenant_id, e.source_id, e.operation, \
@@ -141,7 +135,8 @@ FROM (SELECT t.slug AS tenant, s.name AS source, g.operation, g.unknown, g.aband
                    SUM(CASE WHEN e.state = 'unknown' THEN 0 ELSE 1 END) AS abandoned, \
                    MIN(CASE WHEN e.state = 'unknown' THEN e.updated_at ELSE e.expires_at END) AS oldest, \
                    SUM(CASE WHEN e.created_at <= $2 AND e.created_at > $4 THEN 1 ELSE 0 END) AS replay_closing, \
-                   SUM(CASE WHEN e.created_at <= $4 THEN 1 ELSE 0 END) AS replay_closed \
+                   SUM(CASE WHEN e.created_at <= $4 THEN 1 ELSE 0 END) AS replay_closed, \
+                   SUM(CASE WHEN e.parked THEN 1 ELSE 0 END) AS needs_attention \
             FROM effect e \
             WHERE (e.state = 'unknown' OR (e.state = 'in_progress' AND e.gone_at IS NULL)) \
               AND (e.state = 'unknown' OR e.abandoned_at <= $1) \
@@ -167,18 +162,6 @@ pub(crate) const QUARANTINE_SQL: &str = "\
 SELECT t.slug AS tenant, s.name AS source, g.reason, g.n AS count \
 FROM (SELECT q.tenant_id, q.source_id, q.reason, COUNT(*) AS n FROM quarantine q \
       WHERE ($1 = 0 OR q.tenant_id = $1) GROUP BY q.tenant_id, q.source_id, q.reason) g \
-JOIN source s ON s.id = g.source_id \
-JOIN tenant t ON t.id = g.tenant_id";
-
-/// `$1` tenant id or 0. Served by the partial index `reconcile_state_attention`
-/// (migration 0010): O(parked effects), never O(effects). A resolved effect needs nobody.
-pub(crate) const NEEDS_ATTENTION_SQL: &str = "\
-SELECT t.slug AS tenant, s.name AS source, g.operation, g.n AS count \
-FROM (SELECT e.tenant_id, e.source_id, e.operation, COUNT(*) AS n \
-      FROM reconcile_state r JOIN effect e ON e.id = r.effect_id \
-      WHERE r.needs_attention AND ($1 = 0 OR r.tenant_id = $1) \
-        AND NOT e.resolved \
-      GROUP BY e.tenant_id, e.source_id, e.operation) g \
 JOIN source s ON s.id = g.source_id \
 JOIN tenant t ON t.id = g.tenant_id";
 

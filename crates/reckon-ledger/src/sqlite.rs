@@ -6,8 +6,7 @@
 use crate::accounts::Scope;
 use crate::driver::{Driver, Existing, Lite, SqlLedger};
 use crate::metrics::{
-    MetricsQuery, MetricsSnapshot, NEEDS_ATTENTION_SQL, QUARANTINE_SQL, SOURCES_SQL,
-    UNRESOLVED_SQL, tenant_param,
+    MetricsQuery, MetricsSnapshot, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL, tenant_param,
 };
 use crate::model::{IngestBatch, TenantId};
 use crate::{LedgerError, Result, Store, rows};
@@ -181,7 +180,7 @@ impl Driver for Lite {
             .fetch_all(&mut *tx)
             .await?;
         let mut by_tenant = Vec::new();
-        for sql in [SOURCES_SQL, QUARANTINE_SQL, NEEDS_ATTENTION_SQL] {
+        for sql in [SOURCES_SQL, QUARANTINE_SQL] {
             by_tenant.push(sqlx::query(sql).bind(tenant).fetch_all(&mut *tx).await?);
         }
         tx.commit().await?;
@@ -189,7 +188,6 @@ impl Driver for Lite {
             unresolved: rows::all(&unresolved)?,
             sources: rows::all(&by_tenant[0])?,
             quarantine: rows::all(&by_tenant[1])?,
-            needs_attention: rows::all(&by_tenant[2])?,
         })
     }
 

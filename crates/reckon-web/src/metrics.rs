@@ -261,6 +261,7 @@ impl MetricsState {
         let mut replay = Family::new(&REPLAY_CLOSING);
         let mut replay_closed = Family::new(&REPLAY_CLOSED);
         let mut unrouted = Family::new(&UNROUTED);
+        let mut needs_attention = Family::new(&NEEDS_ATTENTION);
         for ((t, src, op), v) in &rows {
             let tso = [("tenant", t.as_str()), ("source", src), ("operation", op)];
             let zero = Folded::default();
@@ -271,24 +272,12 @@ impl MetricsState {
             replay.sample(&tso, f.replay as f64);
             replay_closed.sample(&tso, f.replay_closed as f64);
             unrouted.sample(&tso, f.unrouted as f64);
+            needs_attention.sample(&tso, f.attention as f64);
             // Omitted when nothing is unresolved: a timestamp of 0 would read as "1970".
             if let Some(v) = v {
                 oldest_ts.sample(&tso, v.oldest);
                 oldest_age.sample(&tso, (now - v.oldest).max(0.0));
             }
-        }
-
-        let mut attention: BTreeMap<(&str, &str, &str), i64> = BTreeMap::new();
-        for n in &s.needs_attention {
-            let op = n.operation.as_deref().unwrap_or(UNPARSED_OPERATION);
-            *attention.entry((&n.tenant, &n.source, op)).or_default() += n.count;
-        }
-        let mut needs_attention = Family::new(&NEEDS_ATTENTION);
-        for ((t, src, op), n) in attention {
-            needs_attention.sample(
-                &[("tenant", t), ("source", src), ("operation", op)],
-                n as f64,
-            );
         }
 
         let mut by_reason: BTreeMap<(&str, &str, &str), i64> = BTreeMap::new();
@@ -345,6 +334,7 @@ struct Folded {
     replay: i64,
     replay_closed: i64,
     unrouted: i64,
+    attention: i64,
 }
 
 /// Group by (tenant, source, operation label), keeping at most
@@ -379,6 +369,7 @@ fn fold_operations(s: &MetricsSnapshot) -> BTreeMap<(String, String, String), Fo
             f.replay += u.replay_window_closing;
             f.replay_closed += u.replay_window_closed;
             f.unrouted += u.unrouted();
+            f.attention += u.needs_attention;
             f.oldest = f.oldest.min(u.oldest_since);
         }
     }
@@ -736,6 +727,7 @@ mod tests {
             routed: true,
             replay_window_closing: 0,
             replay_window_closed: 0,
+            needs_attention: 0,
         }
     }
 
@@ -809,6 +801,45 @@ mod tests {
         let text = scrape(&m, drained, None);
         assert!(text.contains(
             "reckon_unresolved_effects{tenant=\"beta\",source=\"app\",operation=\"email\",kind=\"unknown\"} 0\n"
+        ), "{text}");
+    }
+
+    #[test]
+    fn parked_effects_are_a_gauge_per_operation_folded_like_the_others_and_zero_once_drained() {
+        let m = MetricsState::default();
+        // One group per operation past the per-source limit: the smallest fold into "_other",
+        // parked counts with them.
+        let mut unresolved: Vec<UnresolvedGroup> = (0..MAX_OPERATIONS_PER_SOURCE as i64 + 2)
+            .map(|i| UnresolvedGroup {
+                needs_attention: 1,
+                ..group("acme", "shop", &format!("op{i:02}"), 100 - i)
+            })
+            .collect();
+        unresolved[0].needs_attention = 7;
+        let s = MetricsSnapshot {
+            unresolved,
+            sources: vec![source("acme", "shop")],
+            ..MetricsSnapshot::default()
+        };
+        let text = scrape(&m, s, None);
+        for line in [
+            "reckon_needs_attention_effects{tenant=\"acme\",source=\"shop\",operation=\"op00\"} 7\n",
+            "reckon_needs_attention_effects{tenant=\"acme\",source=\"shop\",operation=\"op01\"} 1\n",
+            "reckon_needs_attention_effects{tenant=\"acme\",source=\"shop\",operation=\"_other\"} 2\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
+        assert_eq!(
+            text.matches("reckon_needs_attention_effects{").count(),
+            MAX_OPERATIONS_PER_SOURCE + 1
+        );
+        let drained = MetricsSnapshot {
+            sources: vec![source("acme", "shop")],
+            ..MetricsSnapshot::default()
+        };
+        let text = scrape(&m, drained, None);
+        assert!(text.contains(
+            "reckon_needs_attention_effects{tenant=\"acme\",source=\"shop\",operation=\"op00\"} 0\n"
         ), "{text}");
     }
 

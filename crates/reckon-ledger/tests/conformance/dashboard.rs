@@ -75,6 +75,7 @@ pub(crate) async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
             routed: false,
             replay_window_closing: 0,
             replay_window_closed: 0,
+            needs_attention: 0,
         })
         .collect();
     assert_eq!(
@@ -112,7 +113,6 @@ pub(crate) async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
         union.unresolved.extend(one.unresolved);
         union.sources.extend(one.sources);
         union.quarantine.extend(one.quarantine);
-        union.needs_attention.extend(one.needs_attention);
     }
     assert_eq!(sorted(union), all);
 }
@@ -442,6 +442,151 @@ pub(crate) async fn story_dash_queue(ledger: Arc<dyn Ledger>) {
     // The other tenant sees only its own.
     let theirs = ledger.unresolved_queue(other.id, &q(|_| {})).await.unwrap();
     assert_eq!(keys_of(&theirs), ["charge:v1:x1"]);
+}
+
+/// Parked effects are counted from the effect's own flag, which the database keeps in step
+/// with the reconcile state: parking counts one, a requeue uncounts it, and an effect that
+/// leaves the backlog (a verdict, or its source finishing it) is not counted, in the
+/// overview's counts and in the scrape alike.
+pub(crate) async fn story_dash_parked(ledger: Arc<dyn Ledger>) {
+    use reckon_ledger::MetricsQuery;
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    let p = ledger
+        .add_provider(
+            t.id,
+            reckon_ledger::NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:o1", State::Unknown, now - 300.0),
+                rec("charge:v1:o2", State::Unknown, now - 200.0),
+                // Abandoned: its lease ended 1000 s ago (grace 300 s).
+                claim("charge:v1:o5", now - 2000.0, now - 1000.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    let id = |key: &'static str| {
+        let ledger = ledger.clone();
+        async move {
+            let all = ledger
+                .unresolved_queue(
+                    t.id,
+                    &reckon_ledger::QueueQuery {
+                        limit: 10,
+                        now,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            all.iter().find(|r| r.effect.key == key).unwrap().effect.id
+        }
+    };
+    let (o2, o5) = (id("charge:v1:o2").await, id("charge:v1:o5").await);
+    let park = |effect: i64| {
+        let ledger = ledger.clone();
+        async move {
+            assert!(
+                ledger
+                    .claim_effect(t.id, effect, "w", now, 30.0)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            let mut a = attempt("indeterminate", now, now + 9999.0, false);
+            a.provider_id = Some(p.id);
+            a.needs_attention = true;
+            ledger.record_attempt(t.id, effect, "w", a).await.unwrap();
+        }
+    };
+    // (unknown parked, abandoned parked) from the overview's counts, and the scrape's
+    // parked count of the charge group.
+    let counts = || {
+        let ledger = ledger.clone();
+        async move {
+            let kinds = ledger
+                .unresolved_summary(
+                    t.id,
+                    now,
+                    reckon_ledger::ReplayClosing {
+                        open_after: now - 1000.0,
+                        closing_before: now - 250.0,
+                    },
+                )
+                .await
+                .unwrap();
+            let parked = |kind: &str| {
+                kinds
+                    .iter()
+                    .find(|k| k.kind == kind)
+                    .map_or(0, |k| k.needs_attention)
+            };
+            let scrape = ledger
+                .metrics_snapshot(MetricsQuery {
+                    tenant: Some(t.id),
+                    now,
+                    replay_closing_created_before: now - 20.0 * 3600.0,
+                    replay_closed_created_before: now - 24.0 * 3600.0,
+                })
+                .await
+                .unwrap();
+            let scraped: i64 = scrape.unresolved.iter().map(|u| u.needs_attention).sum();
+            (parked("unknown"), parked("abandoned"), scraped)
+        }
+    };
+    assert_eq!(counts().await, (0, 0, 0));
+    park(o2).await;
+    assert_eq!(counts().await, (1, 0, 1), "o2 parked");
+    park(o5).await;
+    assert_eq!(counts().await, (1, 1, 2), "o5 parked too");
+    assert_eq!(
+        ledger
+            .requeue_indeterminate(t.id, p.id, 0.0, now, now)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(counts().await, (0, 0, 0), "a requeue unparks both");
+    park(o2).await;
+    park(o5).await;
+    assert_eq!(counts().await, (1, 1, 2));
+    ledger
+        .resolve_by_hand(
+            t.id,
+            o2,
+            reckon_ledger::NewResolution {
+                outcome: reckon_ledger::Outcome::Applied,
+                author: "alice@acme.test".into(),
+                note: Some("seen in the provider's dashboard".into()),
+                evidence: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts().await, (0, 1, 1), "a verdict takes o2 out");
+    // The application finished o5 itself: its source says succeeded, so nobody needs to
+    // decide it, though its reconcile state still says parked.
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![rec("charge:v1:o5", State::Succeeded, now - 5.0)]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(counts().await, (0, 0, 0), "o5 left the backlog");
 }
 
 pub(crate) async fn story_dash_snapshots(ledger: Arc<dyn Ledger>) {

@@ -114,6 +114,7 @@ conformance! {
     writeback_is_off_by_default_one_per_resolution_first_outcome_stands_and_tenant_bound => story_writeback;
     the_queue_lists_unresolved_unresolved_effects_oldest_first_with_filters_and_keyset_pages => story_dash_queue;
     snapshots_count_the_unresolved_once_per_hour_per_tenant => story_dash_snapshots;
+    parked_effects_are_counted_by_the_overview_and_the_scrape_while_in_the_backlog => story_dash_parked;
     a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
     charges_stored_before_search_terms_get_them_at_the_next_migrate => story_charge_terms_backfill with raw;
     the_audit_log_is_read_about_one_target_newest_first_in_its_tenant_only => story_actions_on;
