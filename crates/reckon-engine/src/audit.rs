@@ -731,14 +731,8 @@ async fn recently_failed(
 ) -> Result<bool, AuditRunError> {
     Ok(ctx
         .ledger
-        .list_audit_runs(tenant, Some(day), 20)
-        .await?
-        .iter()
-        .any(|r| {
-            r.run.triggered_by == SCHEDULE_AUTHOR
-                && (r.run.status == "failed" || r.run.status == "partial")
-                && r.run.finished_at > now - ctx.retry_failed_after_secs
-        }))
+        .scheduled_run_failed_since(tenant, day, now - ctx.retry_failed_after_secs)
+        .await?)
 }
 
 /// Walk the tenant's whole chain, page by page. Returns (runs checked, breaks).

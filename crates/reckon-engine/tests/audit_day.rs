@@ -1204,6 +1204,15 @@ async fn the_nightly_runs_health_is_in_the_metrics_a_failure_and_a_day_not_compl
         !text.contains("reckon_audit_scheduled_day_complete{tenant=\"beta\"}"),
         "{text}"
     );
+    // A minute later the failed day waits (the provider is given its retry wait)...
+    assert!(run_due(&c, due_at + 3660.0).await.unwrap().is_empty());
+    // ...and once the failure is older than the wait it is tried again. The run's
+    // `finished_at` is the wall clock's, the tick's `now` is the test's: the wait is set to
+    // end a second before this tick, on the wall clock.
+    c.retry_failed_after_secs = due_at + 3660.0 - time::now() - 1.0;
+    let again = run_due(&c, due_at + 3660.0).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].run.run.status, "failed");
     w.finish().await;
 }
 

@@ -555,6 +555,26 @@ impl<B: Driver> Audits for SqlLedger<B> {
         Ok(self.read_opt(Scope::Tenant(tenant), stmt).await?.is_some())
     }
 
+    /// Whether a scheduled run of `day` failed or stopped partial after `since`: the
+    /// scheduler waits before trying such a day again. Reads the runs' heads only (a partial
+    /// run of a big day holds megabytes of findings, and this is asked every minute).
+    async fn scheduled_run_failed_since(
+        &self,
+        tenant: TenantId,
+        day: &str,
+        since: f64,
+    ) -> Result<bool> {
+        let stmt = sqlx::query(
+            "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 AND triggered_by = $3 \
+             AND status IN ('failed', 'partial') AND finished_at > $4 LIMIT 1",
+        )
+        .bind(tenant.0)
+        .bind(day)
+        .bind(SCHEDULE_AUTHOR)
+        .bind(since);
+        Ok(self.read_opt(Scope::Tenant(tenant), stmt).await?.is_some())
+    }
+
     /// The newest run with findings (complete or partial), for metrics (`None`: no run yet).
     async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>> {
         use sqlx::Row;
