@@ -38,6 +38,11 @@ struct Args {
     admin_url: String,
     #[arg(long)]
     keep: bool,
+    /// Measure the ledger an earlier `--keep` run left (the database it names,
+    /// `reckon_bench_dash_PID`) instead of writing a new one: the write takes minutes at
+    /// 10,000,000 effects, the measurements one. Kept afterwards.
+    #[arg(long, value_name = "DATABASE")]
+    reuse: Option<String>,
 }
 
 /// The allocator `reckon` runs with (its main.rs says why), for the code this runs in-process.
@@ -50,17 +55,22 @@ async fn main() -> anyhow::Result<()> {
     if Command::new("wrk").arg("--version").output().is_err() {
         bail!("wrk is not installed: apt-get install wrk");
     }
-    let db = format!("reckon_bench_dash_{}", std::process::id());
+    let db = match &args.reuse {
+        Some(db) => db.clone(),
+        None => format!("reckon_bench_dash_{}", std::process::id()),
+    };
     let mut admin = PgConnection::connect(&args.admin_url)
         .await
         .context("PostgreSQL admin")?;
-    sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{db}\"")))
-        .execute(&mut admin)
-        .await?;
+    if args.reuse.is_none() {
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE \"{db}\"")))
+            .execute(&mut admin)
+            .await?;
+    }
     let base = args.admin_url.rsplit_once('/').context("admin URL")?.0;
     let url = format!("{base}/{db}");
     let result = run(&args, &url).await;
-    if !args.keep {
+    if !args.keep && args.reuse.is_none() {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"
         )))
@@ -70,10 +80,34 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
+/// One master key for every ledger this bench writes, so `--reuse` can open what `--keep`
+/// left. The ledgers hold no secret.
+const BENCH_KEY: &str = "cmVja29uLWJlbmNoLWRhc2hib2FyZC1sZWRnZXJzISE=";
+
 async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let keyring = Keyring::from_base64(&Keyring::generate_base64())?;
+    let keyring = Keyring::from_base64(BENCH_KEY)?;
     let ledger: Arc<dyn Ledger> = reckon_ledger::connect(Some(url), tmp.path(), keyring).await?;
+    let now = reckon_domain::time::now();
+    let attempts = args.effects / 10;
+    let tenant = match &args.reuse {
+        Some(db) => {
+            let tenant = ledger.tenant_by_slug("bench").await?;
+            println!("ledger: {db} as an earlier run wrote it (--effects must say its size)");
+            tenant
+        }
+        None => write(args, &ledger, url, now).await?,
+    };
+    measure(args, &ledger, &tenant, now, attempts, tmp.path()).await
+}
+
+/// A fresh ledger's effects, reconcile states, a day of lookups and yesterday's audit run.
+async fn write(
+    args: &Args,
+    ledger: &Arc<dyn Ledger>,
+    url: &str,
+    now: f64,
+) -> anyhow::Result<reckon_ledger::Tenant> {
     let tenant = ledger.create_tenant("bench").await?;
     let source = ledger
         .add_source(
@@ -91,7 +125,6 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?,
         )
         .await?;
-    let now = reckon_domain::time::now();
     let t0 = Instant::now();
     // As the login user (superuser here): generation bypasses row-level security.
     let mut raw = PgConnection::connect(url).await?;
@@ -200,18 +233,31 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
         args.effects / args.unresolved_every,
         t0.elapsed().as_secs_f64()
     );
+    Ok(tenant)
+}
 
-    // A person and a live session (the cookie a browser would hold after signing in).
+/// Each page under `wrk`, and the ledger's reads on their own.
+async fn measure(
+    args: &Args,
+    ledger: &Arc<dyn Ledger>,
+    tenant: &reckon_ledger::Tenant,
+    now: f64,
+    attempts: i64,
+    tmp: &std::path::Path,
+) -> anyhow::Result<()> {
+    // A person and a live session (the cookie a browser would hold after signing in), new
+    // to each run: a reused ledger holds the earlier runs'.
+    let pid = std::process::id();
     let user = ledger
         .create_user(
-            "bench@example.test",
+            &format!("bench{pid}@example.test"),
             &reckon_web::password::hash_blocking("bench password for the dashboard"),
         )
         .await?;
     ledger
         .set_membership(tenant.id, user.id, Role::Admin)
         .await?;
-    let session_id = "b".repeat(43);
+    let session_id = format!("b{pid:042}");
     ledger
         .create_session(
             tenant.id,
@@ -340,7 +386,7 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
 
     // The lookup page asks for a different order id at each request (a fixed one would
     // measure one cached row), stepping through the ledger as the ledger-side timing does.
-    let script = tmp.path().join("lookup.lua");
+    let script = tmp.join("lookup.lua");
     std::fs::write(
         &script,
         format!(
