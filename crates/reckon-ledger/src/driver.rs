@@ -43,6 +43,12 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// 3.42).
     const NOW: &'static str;
 
+    /// How recording an attempt, which may update its effect's row through a trigger on
+    /// `reconcile_state` (parking) or `resolution` (a verdict), takes the effect's lock
+    /// first, as a claim does (effect, then state): taken after the state's, a claim that
+    /// had locked the effect and waited for its state made the two a deadlock.
+    const LOCK_EFFECT: &'static str;
+
     /// How a lease fence holds the lease row until its transaction ends (SQLite: its one
     /// writer at a time already does).
     const LOCK_FENCE: &'static str;

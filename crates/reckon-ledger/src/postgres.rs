@@ -24,6 +24,7 @@ impl Driver for Pg {
     type Done = sqlx::postgres::PgQueryResult;
     const LOCK_CLAIM: &'static str = " FOR NO KEY UPDATE OF e SKIP LOCKED";
     const NOW: &'static str = "EXTRACT(EPOCH FROM clock_timestamp())::float8";
+    const LOCK_EFFECT: &'static str = " FOR NO KEY UPDATE";
     const LOCK_FENCE: &'static str = " FOR SHARE";
     // FOR KEY SHARE is the lock effect's foreign keys used to take once per inserted row
     // (migration 0002 dropped them): taken once per batch instead.

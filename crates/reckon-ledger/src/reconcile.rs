@@ -183,13 +183,16 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         // Fenced: only the lease holder writes. A worker paused past its lease whose effect
         // another worker has claimed since writes nothing at all (no attempt, no schedule,
-        // no resolution); the new owner looks again.
-        let fenced = sqlx::query(
+        // no resolution); the new owner looks again. The effect is locked before its state
+        // (the subquery is run once, before the row is updated; see `Driver::LOCK_EFFECT`).
+        let fenced = sqlx::query(AssertSqlSafe(format!(
             "UPDATE reconcile_state SET attempts = attempts + 1, last_attempt_at = $1, \
              last_outcome = $2, last_error = $3, provider_id = $4, non_final = $5, \
              needs_attention = $6, next_attempt_at = $7, lease_owner = NULL, lease_until = NULL \
-             WHERE tenant_id = $8 AND effect_id = $9 AND lease_owner = $10",
-        )
+             WHERE tenant_id = $8 AND lease_owner = $10 \
+             AND effect_id = (SELECT e.id FROM effect e WHERE e.id = $9{})",
+            B::LOCK_EFFECT
+        )))
         .bind(a.finished_at)
         .bind(a.outcome.as_str())
         .bind(&a.error)
@@ -350,6 +353,11 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         to: f64,
         now: f64,
     ) -> Result<u64> {
+        // Unparking updates each parked effect's row after its state (the trigger), the
+        // other order from a claim's: a claim racing a requeue over the same effect can
+        // deadlock, and PostgreSQL then fails one of them (the person asks again, or the
+        // reconciler claims at its next tick). Locking the range's effects first would lock
+        // every effect of the range, parked or not.
         let stmt = sqlx::query(
             "UPDATE reconcile_state SET next_attempt_at = $1, needs_attention = FALSE \
              WHERE tenant_id = $2 AND provider_id = $3 AND last_outcome = 'indeterminate' \

@@ -27,6 +27,7 @@ impl Driver for Lite {
     type Done = sqlx::sqlite::SqliteQueryResult;
     const LOCK_CLAIM: &'static str = "";
     const NOW: &'static str = "((julianday('now') - 2440587.5) * 86400.0)";
+    const LOCK_EFFECT: &'static str = "";
     const LOCK_FENCE: &'static str = "";
     const LOCK_SOURCE: &'static str = "";
     const PLAN_EACH_TIME: bool = false;
