@@ -98,6 +98,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
         // Chosen from the backlog's covering index (a locking read would fetch each effect of
         // the backlog from the table), then locked; 16x the batch leaves room for other replicas.
+        // Both reads of `effect` name the tenant, so each is planned on its partition alone.
         let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "WITH due AS (SELECT e.id, COALESCE(r.next_attempt_at, 0) AS at \
                FROM effect e LEFT JOIN reconcile_state r ON r.effect_id = e.id \
@@ -105,7 +106,7 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
                AND (r.effect_id IS NULL OR (r.next_attempt_at <= $2 \
                     AND (r.lease_until IS NULL OR r.lease_until <= $2))) \
                ORDER BY at, e.id LIMIT $3 * 16) \
-             SELECT e.id FROM due JOIN effect e ON e.id = due.id \
+             SELECT e.id FROM due JOIN effect e ON e.tenant_id = $1 AND e.id = due.id \
              ORDER BY due.at, e.id LIMIT $3{}",
             B::LOCK_CLAIM
         )))
@@ -185,12 +186,15 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         // another worker has claimed since writes nothing at all (no attempt, no schedule,
         // no resolution); the new owner looks again. The effect is locked before its state
         // (the subquery is run once, before the row is updated; see `Driver::LOCK_EFFECT`).
+        // The subquery names the tenant, though row-level security would: PostgreSQL then
+        // prunes the effect's partitions when it plans, instead of planning and locking all
+        // 16 and pruning when the statement starts.
         let fenced = sqlx::query(AssertSqlSafe(format!(
             "UPDATE reconcile_state SET attempts = attempts + 1, last_attempt_at = $1, \
              last_outcome = $2, last_error = $3, provider_id = $4, non_final = $5, \
              needs_attention = $6, next_attempt_at = $7, lease_owner = NULL, lease_until = NULL \
              WHERE tenant_id = $8 AND lease_owner = $10 \
-             AND effect_id = (SELECT e.id FROM effect e WHERE e.id = $9{})",
+             AND effect_id = (SELECT e.id FROM effect e WHERE e.tenant_id = $8 AND e.id = $9{})",
             B::LOCK_EFFECT
         )))
         .bind(a.finished_at)
