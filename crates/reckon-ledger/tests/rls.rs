@@ -14,24 +14,10 @@
 mod support;
 
 use reckon_domain::{SourceRecord, State, time};
-use reckon_ledger::{Admission, IngestBatch, NewSource, Origin, Role, SourceKind, TokenCreator};
+use reckon_ledger::{Admission, IngestBatch, Origin, Role, TokenCreator};
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Row};
-use support::{RawDb, TestDb};
-
-fn push_source(name: &str) -> NewSource {
-    NewSource {
-        name: name.to_owned(),
-        kind: SourceKind::Push,
-        dsn: None,
-        dsn_display: None,
-        table_name: "justonce_keys".to_owned(),
-        scan_interval_secs: 60,
-        abandoned_after_secs: 300.0,
-        overlap_secs: 5.0,
-        full_scan_every_secs: 3600,
-    }
-}
+use support::{RawDb, TestDb, push_source};
 
 fn record(key: &str) -> SourceRecord {
     SourceRecord {
@@ -160,13 +146,6 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
     (ids[0], ids[1])
 }
 
-fn url(db: &TestDb) -> String {
-    match &db.raw {
-        RawDb::Postgres(u) => u.clone(),
-        RawDb::Sqlite(_) => unreachable!("PostgreSQL only"),
-    }
-}
-
 /// The tables with a `tenant_id` column, and with `views`, the views that have one too (a
 /// view holds no rows of its own: what it shows is its tables' rows, through their policies).
 async fn tenant_tables(conn: &mut PgConnection, views: bool) -> Vec<String> {
@@ -198,7 +177,7 @@ async fn partitions(conn: &mut PgConnection) -> Vec<String> {
 #[tokio::test]
 async fn every_tenant_table_has_forced_row_level_security_and_the_app_role_bypasses_nothing() {
     let db = TestDb::postgres().await;
-    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let mut conn = PgConnection::connect(&db.pg_url()).await.unwrap();
     let tables = tenant_tables(&mut conn, false).await;
     for t in [
         "api_token",
@@ -252,7 +231,7 @@ async fn every_tenant_table_has_forced_row_level_security_and_the_app_role_bypas
 async fn a_raw_query_as_the_app_role_sees_and_writes_nothing_of_another_tenant() {
     let db = TestDb::postgres().await;
     let (a, b) = two_tenants(&db).await;
-    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let mut conn = PgConnection::connect(&db.pg_url()).await.unwrap();
     let tables = tenant_tables(&mut conn, true).await;
     assert!(tables.iter().any(|t| t == "effect_history"), "{tables:?}");
     let partitions = partitions(&mut conn).await;
@@ -400,7 +379,7 @@ async fn t05_sees(conn: &mut PgConnection, table: &str, b: i64) -> (i64, i64) {
 async fn weakening_any_tenant_tables_row_level_security_is_caught_by_the_raw_query_check() {
     let db = TestDb::postgres().await;
     let (a, b) = two_tenants(&db).await;
-    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let mut conn = PgConnection::connect(&db.pg_url()).await.unwrap();
     let tables = tenant_tables(&mut conn, false).await;
     let partitions = partitions(&mut conn).await;
     let mut unseeded = Vec::new();
@@ -518,7 +497,7 @@ async fn an_abandoned_transaction_leaves_no_tenant_on_the_pooled_connection() {
                 Ok(())
             })
         })
-        .connect(&url(&db))
+        .connect(&db.pg_url())
         .await
         .unwrap();
     for i in 0..200 {
@@ -646,7 +625,7 @@ async fn sqlite_and_postgres_agree_on_accounts() {
 async fn the_audit_log_refuses_updates_and_deletes_from_the_application() {
     let db = TestDb::postgres().await;
     let (a, _b) = two_tenants(&db).await;
-    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let mut conn = PgConnection::connect(&db.pg_url()).await.unwrap();
     sqlx::raw_sql("SET ROLE reckon_app")
         .execute(&mut conn)
         .await

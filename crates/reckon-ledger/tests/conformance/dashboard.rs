@@ -13,7 +13,7 @@ pub(crate) async fn story_metrics_snapshot(ledger: Arc<dyn Ledger>) {
     for i in 0..5 {
         let t = ledger.create_tenant(&format!("t{i}")).await.unwrap();
         if i != 2 {
-            let s = ledger.add_source(t.id, new_source("shop")).await.unwrap();
+            let s = ledger.add_source(t.id, push_source("shop")).await.unwrap();
             let unknown = rec(
                 &format!("charge:v1:ORD-{i}"),
                 State::Unknown,
@@ -130,7 +130,7 @@ pub(crate) async fn story_metrics_routes(ledger: Arc<dyn Ledger>) {
     let t = ledger.create_tenant("routes").await.unwrap();
     let mut sources = Vec::new();
     for name in ["shop", "app", "bare"] {
-        sources.push(ledger.add_source(t.id, new_source(name)).await.unwrap());
+        sources.push(ledger.add_source(t.id, push_source(name)).await.unwrap());
     }
     ledger
         .add_provider(

@@ -708,7 +708,7 @@ pub(crate) async fn story_mark_gone(ledger: Arc<dyn Ledger>) {
 pub(crate) async fn story_lookup(ledger: Arc<dyn Ledger>) {
     let (a, shop_a) = tenant_and_source(&*ledger, "acme", "shop").await;
     let billing_a = ledger
-        .add_source(a.id, new_source("billing"))
+        .add_source(a.id, push_source("billing"))
         .await
         .unwrap();
     let (b, shop_b) = tenant_and_source(&*ledger, "globex", "shop").await;
@@ -816,7 +816,7 @@ pub(crate) async fn story_lookup(ledger: Arc<dyn Ledger>) {
 pub(crate) async fn story_list_filters(ledger: Arc<dyn Ledger>) {
     let (t, shop) = tenant_and_source(&*ledger, "acme", "shop").await;
     let billing = ledger
-        .add_source(t.id, new_source("billing"))
+        .add_source(t.id, push_source("billing"))
         .await
         .unwrap();
     let now = time::now();

@@ -45,7 +45,7 @@ use reckon_ledger::{
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use support::RawDb;
+use support::{RawDb, push_source};
 
 /// Generates `sqlite::$name` and `postgres::$name` from each story. A story marked
 /// `with raw` also gets the backend's database for direct queries.
@@ -127,20 +127,6 @@ conformance! {
 
 // Helpers every story may use.
 
-pub(crate) fn new_source(name: &str) -> NewSource {
-    NewSource {
-        name: name.to_owned(),
-        kind: SourceKind::Push,
-        dsn: None,
-        dsn_display: None,
-        table_name: "justonce_keys".to_owned(),
-        scan_interval_secs: 60,
-        abandoned_after_secs: 300.0,
-        overlap_secs: 5.0,
-        full_scan_every_secs: 3600,
-    }
-}
-
 pub(crate) async fn tenant_and_source(
     ledger: &dyn Ledger,
     slug: &str,
@@ -148,7 +134,7 @@ pub(crate) async fn tenant_and_source(
 ) -> (Tenant, Source) {
     let t = ledger.create_tenant(slug).await.expect("create tenant");
     let s = ledger
-        .add_source(t.id, new_source(source))
+        .add_source(t.id, push_source(source))
         .await
         .expect("add source");
     (t, s)

@@ -22,7 +22,7 @@ pub(crate) async fn story_sources(ledger: Arc<dyn Ledger>, raw: RawDb) {
                 abandoned_after_secs: 120.5,
                 overlap_secs: 2.25,
                 full_scan_every_secs: 7200,
-                ..new_source("shop")
+                ..push_source("shop")
             },
         )
         .await
@@ -49,13 +49,13 @@ pub(crate) async fn story_sources(ledger: Arc<dyn Ledger>, raw: RawDb) {
                 kind: SourceKind::Mysql,
                 dsn: Some(SecretString::from(dsn_g.clone())),
                 dsn_display: Some("mysql://app:***@10.0.0.9/globex".into()),
-                ..new_source("shop")
+                ..push_source("shop")
             },
         )
         .await
         .expect("the same name in another tenant is allowed");
     let push_g = ledger
-        .add_source(globex.id, new_source("billing"))
+        .add_source(globex.id, push_source("billing"))
         .await
         .unwrap();
 
@@ -91,11 +91,11 @@ pub(crate) async fn story_sources(ledger: Arc<dyn Ledger>, raw: RawDb) {
         "a push source has no DSN"
     );
 
-    match ledger.add_source(acme.id, new_source("shop")).await {
+    match ledger.add_source(acme.id, push_source("shop")).await {
         Err(LedgerError::Conflict(_)) => {}
         other => panic!("the same name twice in one tenant must be a Conflict, got {other:?}"),
     }
-    match ledger.add_source(acme.id, new_source("Shop Floor")).await {
+    match ledger.add_source(acme.id, push_source("Shop Floor")).await {
         Err(LedgerError::Invalid(_)) => {}
         other => panic!("a bad source name must be Invalid, got {other:?}"),
     }
@@ -206,7 +206,7 @@ pub(crate) async fn story_cursor(ledger: Arc<dyn Ledger>) {
 pub(crate) async fn story_dash_scan_request(ledger: Arc<dyn Ledger>) {
     let (t, _push) = tenant_and_source(&*ledger, "acme", "shop").await;
     let (other, _) = tenant_and_source(&*ledger, "globex", "shop").await;
-    let mut new = new_source("orders");
+    let mut new = push_source("orders");
     new.kind = SourceKind::Postgres;
     new.dsn = Some(secrecy::SecretString::from(
         "postgres://reader@db.example/orders".to_owned(),

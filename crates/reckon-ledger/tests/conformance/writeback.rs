@@ -13,13 +13,16 @@ pub(crate) async fn story_writeback(ledger: Arc<dyn Ledger>) {
                 kind: SourceKind::Sqlite,
                 dsn: Some(SecretString::from("/data/shop.db".to_owned())),
                 dsn_display: Some("sqlite:///data/shop.db".into()),
-                ..new_source("shop")
+                ..push_source("shop")
             },
         )
         .await
         .unwrap();
     assert_eq!(s.writeback(), None, "off by default");
-    ledger.add_source(t.id, new_source("pushed")).await.unwrap();
+    ledger
+        .add_source(t.id, push_source("pushed"))
+        .await
+        .unwrap();
     let e = ledger
         .set_source_writeback(t.id, "pushed", Some(WritebackPolicy::Release))
         .await

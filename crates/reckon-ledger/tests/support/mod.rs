@@ -10,7 +10,7 @@
     reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
 )]
 
-use reckon_ledger::{Keyring, Ledger};
+use reckon_ledger::{Keyring, Ledger, NewSource, SourceKind};
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{AssertSqlSafe, Connection, Row};
@@ -165,6 +165,21 @@ enum Cleanup {
     },
 }
 
+/// A push source (nothing to scan) with the defaults a tenant's first source gets.
+pub fn push_source(name: &str) -> NewSource {
+    NewSource {
+        name: name.to_owned(),
+        kind: SourceKind::Push,
+        dsn: None,
+        dsn_display: None,
+        table_name: "justonce_keys".to_owned(),
+        scan_interval_secs: 60,
+        abandoned_after_secs: 300.0,
+        overlap_secs: 5.0,
+        full_scan_every_secs: 3600,
+    }
+}
+
 /// One fresh ledger for one test.
 pub struct TestDb {
     pub ledger: Arc<dyn Ledger>,
@@ -219,6 +234,18 @@ impl TestDb {
 
     pub fn ledger(&self) -> Arc<dyn Ledger> {
         self.ledger.clone()
+    }
+
+    /// The PostgreSQL database's URL, for tests that look under the `Ledger` trait there.
+    #[allow(
+        dead_code,
+        reason = "not every test binary that shares this module uses it"
+    )]
+    pub fn pg_url(&self) -> String {
+        match &self.raw {
+            RawDb::Postgres(u) => u.clone(),
+            RawDb::Sqlite(_) => panic!("this test runs on PostgreSQL only"),
+        }
     }
 
     /// Called at the end of a passing test (a failing one panics before it, which leaves
