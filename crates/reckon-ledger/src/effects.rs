@@ -113,10 +113,11 @@ impl<B: Driver> Effects for SqlLedger<B> {
             let why = Disappearance::for_last_state(state);
             sqlx::query(
                 "UPDATE effect SET gone_at = $1, gone_reason = $2, last_changed_at = $1 \
-                 WHERE id = $3",
+                 WHERE tenant_id = $3 AND id = $4",
             )
             .bind(at)
             .bind(why.as_str())
+            .bind(tenant.0)
             .bind(id)
             .execute(&mut *tx)
             .await?;
@@ -190,14 +191,18 @@ impl<B: Driver> Effects for SqlLedger<B> {
         Ok(Some(EffectDetail { effect, history }))
     }
 
+    /// Effects whose key is `text`, or one of whose key parts is exactly `text`.
+    ///
     /// The key is matched per source, so the unique (tenant_id, source_id, key) index is
     /// probed once per source instead of scanned for the tenant (200 ms against well under
-    /// 1 ms at 1,000,000 effects).
-    /// Effects whose key is `text`, or one of whose key parts is exactly `text`.
+    /// 1 ms at 1,000,000 effects). The outer read of `effect` names its tenant too: one that
+    /// has it only from row-level security is planned over every partition and locks them
+    /// all (137 locks against 17, 1.2 ms against 0.6 ms at 10,000,000 effects).
     async fn lookup(&self, tenant: TenantId, text: &str, limit: i64) -> Result<Vec<Effect>> {
         let now = time::now();
         let stmt = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id WHERE e.id IN ( \
+            "SELECT {} FROM effect e JOIN source s ON s.id = e.source_id \
+             WHERE e.tenant_id = $1 AND e.id IN ( \
                SELECT id FROM effect WHERE tenant_id = $1 AND key = $2 \
                  AND source_id IN (SELECT id FROM source WHERE tenant_id = $1) \
                UNION SELECT id FROM effect WHERE tenant_id = $1 AND subject = $2 \

@@ -5,6 +5,10 @@
 //! - every tenant-scoped call of the ledger touches only its tenant's partitions (counted
 //!   by PostgreSQL's own per-table statistics), while the operator's scrape, which reads
 //!   every tenant, is seen touching the others: the count can tell;
+//! - and names its tenant in SQL, so that PostgreSQL prunes the other partitions when it
+//!   plans the statement: every other partition is locked away from the ledger while those
+//!   calls run, and a statement naming its tenant only through row-level security (pruned
+//!   only when it starts, after it has planned and locked all 16) waits and fails;
 //! - a ledger written before the migration comes through it whole: every effect with its
 //!   id, first sight, history, verdict and parked flag, every charge, the id sequence
 //!   continuing, and the foreign keys now also holding the tenant.
@@ -17,36 +21,15 @@ mod support;
 
 use reckon_domain::{SourceRecord, State, time};
 use reckon_ledger::{
-    EffectQuery, IngestBatch, Ledger, MetricsQuery, NewAttempt, NewProvider, NewResolution,
-    NewSource, Origin, Outcome, QueueQuery, ReplayClosing, SourceKind, StoredCharge, TenantId,
+    EffectQuery, IngestBatch, Ledger, MetricsQuery, NewAttempt, NewProvider, NewResolution, Origin,
+    Outcome, QueueQuery, ReplayClosing, StoredCharge, TenantId,
 };
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Row};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{RawDb, TestDb};
-
-fn url(db: &TestDb) -> String {
-    match &db.raw {
-        RawDb::Postgres(u) => u.clone(),
-        RawDb::Sqlite(_) => unreachable!("PostgreSQL only"),
-    }
-}
-
-fn push_source(name: &str) -> NewSource {
-    NewSource {
-        name: name.to_owned(),
-        kind: SourceKind::Push,
-        dsn: None,
-        dsn_display: None,
-        table_name: "justonce_keys".to_owned(),
-        scan_interval_secs: 60,
-        abandoned_after_secs: 300.0,
-        overlap_secs: 5.0,
-        full_scan_every_secs: 3600,
-    }
-}
+use support::{TestDb, push_source};
 
 fn record(key: &str, state: State, at: f64) -> SourceRecord {
     SourceRecord {
@@ -204,11 +187,41 @@ async fn close_and_settle(ledger: Arc<dyn Ledger>, conn: &mut PgConnection) {
     panic!("the ledger's sessions did not end");
 }
 
+/// Every partition of `effect` and `provider_charge` but `keep`, locked until the
+/// returned connection's transaction ends.
+async fn lock_partitions_but(url: &str, keep: &[String]) -> PgConnection {
+    let mut holder = PgConnection::connect(url).await.unwrap();
+    let others: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent IN ('effect'::regclass, 'provider_charge'::regclass) \
+         AND c.relkind = 'r' ORDER BY 1",
+    )
+    .fetch_all(&mut holder)
+    .await
+    .unwrap()
+    .into_iter()
+    .filter(|name| !keep.contains(name))
+    .collect();
+    assert_eq!(
+        others.len(),
+        30,
+        "16 partitions of each table, less the tenant's"
+    );
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "BEGIN; LOCK TABLE {} IN ACCESS EXCLUSIVE MODE",
+        others.join(", ")
+    )))
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    holder
+}
+
 #[tokio::test]
 async fn a_tenants_calls_touch_only_its_partitions_and_the_fleet_scrape_is_seen_touching_the_others()
  {
     let db = TestDb::postgres().await;
-    let mut conn = PgConnection::connect(&url(&db)).await.unwrap();
+    let mut conn = PgConnection::connect(&db.pg_url()).await.unwrap();
     let now = time::now();
     let l = db.ledger();
     let (a, a_source, a_provider) = tenant_with_rows(&*l, "tenant-a", now).await;
@@ -222,11 +235,31 @@ async fn a_tenants_calls_touch_only_its_partitions_and_the_fleet_scrape_is_seen_
         b_parts[0],
         "the two tenants share a partition: the test could not tell them apart"
     );
+    let a_parts = [
+        partition_of(&mut conn, "effect", a).await,
+        partition_of(&mut conn, "provider_charge", a).await,
+    ];
+    // The ledger's next sessions plan each statement for its parameters (a cached generic
+    // plan locks every partition by design, whatever the statement names), and give up on
+    // a lock after a while instead of waiting for the holder below.
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "ALTER DATABASE \"{database}\" SET plan_cache_mode = force_custom_plan; \
+         ALTER DATABASE \"{database}\" SET lock_timeout = '5s'"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
     close_and_settle(l, &mut conn).await;
     let before = partition_activity(&mut conn).await;
 
-    // Tenant A's day: every tenant-scoped path that reads or writes effects or charges.
+    // Tenant A's day: every tenant-scoped path that reads or writes effects or charges,
+    // while no other partition can be locked (a call that would fails on its lock).
     let l = db.raw.reopen().await;
+    let mut holder = lock_partitions_but(&db.pg_url(), &a_parts).await;
     let more: Vec<SourceRecord> = (0..3)
         .map(|i| {
             record(
@@ -298,7 +331,6 @@ async fn a_tenants_calls_touch_only_its_partitions_and_the_fleet_scrape_is_seen_
         replay_closing_created_before: 0.0,
         replay_closed_created_before: 0.0,
     };
-    l.metrics_snapshot(scrape(Some(a))).await.unwrap();
     let mut effects = 0;
     l.each_effect_created_between(a, now - 1000.0, now, now, &mut |_| effects += 1)
         .await
@@ -324,6 +356,24 @@ async fn a_tenants_calls_touch_only_its_partitions_and_the_fleet_scrape_is_seen_
     l.store_provider_charges(a, &[charge(a_provider, "tenant-a-late", now)])
         .await
         .unwrap();
+    let gone = l
+        .mark_gone(
+            a,
+            a_source,
+            &["charge:v1:tenant-a-7".into()],
+            now,
+            Origin::Scan,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(gone.len(), 1);
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    holder.close().await.ok();
+    // The scrape runs one generic plan for every tenant on purpose (planning it for each
+    // took four times its execution), which locks every partition whatever it names; row-
+    // level security prunes when it starts, so it still reads only the tenant's.
+    l.metrics_snapshot(scrape(Some(a))).await.unwrap();
     close_and_settle(l, &mut conn).await;
     let after_a = partition_activity(&mut conn).await;
     let moved = |from: &BTreeMap<String, i64>, to: &BTreeMap<String, i64>| -> Vec<String> {
@@ -335,10 +385,7 @@ async fn a_tenants_calls_touch_only_its_partitions_and_the_fleet_scrape_is_seen_
     let touched = moved(&before, &after_a);
     assert_eq!(
         touched,
-        vec![
-            partition_of(&mut conn, "effect", a).await,
-            partition_of(&mut conn, "provider_charge", a).await
-        ],
+        a_parts.to_vec(),
         "tenant A's calls touched other partitions"
     );
 
@@ -377,7 +424,7 @@ fn migrations_before_partitioning() -> tempfile::TempDir {
 #[tokio::test]
 async fn a_ledger_written_before_the_partitioning_comes_through_it_whole() {
     let db = TestDb::postgres().await;
-    let url = url(&db);
+    let url = db.pg_url();
     let admin_url = url.rsplit_once('/').unwrap().0.to_owned() + "/postgres";
     let name = format!("reckon_t_{:016x}", rand::random::<u64>());
     let mut admin = PgConnection::connect(&admin_url).await.unwrap();
