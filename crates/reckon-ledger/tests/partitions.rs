@@ -218,7 +218,7 @@ async fn lock_partitions_but(url: &str, keep: &[String]) -> PgConnection {
 }
 
 #[tokio::test]
-async fn a_tenants_calls_touch_only_its_partitions_and_the_fleet_scrape_is_seen_touching_the_others()
+async fn a_tenants_calls_lock_and_touch_only_its_partitions_and_the_fleet_scrape_is_seen_touching_the_others()
  {
     let db = TestDb::postgres().await;
     let mut conn = PgConnection::connect(&db.pg_url()).await.unwrap();
