@@ -21,9 +21,11 @@ mod support;
 
 use reckon_domain::{SourceRecord, State, time};
 use reckon_ledger::{
-    EffectQuery, IngestBatch, Ledger, MetricsQuery, NewAttempt, NewProvider, NewResolution, Origin,
-    Outcome, QueueQuery, ReplayClosing, StoredCharge, TenantId,
+    EffectQuery, IngestBatch, Ledger, MetricsQuery, NewAttempt, NewProvider, NewResolution,
+    NewSource, NewWriteback, Origin, Outcome, QueueQuery, ReplayClosing, SourceKind, StoredCharge,
+    TenantId, WritebackAction, WritebackPolicy,
 };
+use secrecy::SecretString;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection, Row};
 use std::collections::BTreeMap;
@@ -235,6 +237,14 @@ async fn a_tenants_calls_lock_and_touch_only_its_partitions_and_the_fleet_scrape
         b_parts[0],
         "the two tenants share a partition: the test could not tell them apart"
     );
+    // A scanned source, for the write-back path (the ledger never connects to it).
+    let scanned = NewSource {
+        kind: SourceKind::Sqlite,
+        dsn: Some(SecretString::from("/data/shop.db".to_owned())),
+        dsn_display: Some("sqlite:///data/shop.db".into()),
+        ..push_source("db")
+    };
+    let a_scanned = l.add_source(a, scanned).await.unwrap().id;
     let a_parts = [
         partition_of(&mut conn, "effect", a).await,
         partition_of(&mut conn, "provider_charge", a).await,
@@ -297,14 +307,11 @@ async fn a_tenants_calls_lock_and_touch_only_its_partitions_and_the_fleet_scrape
     )
     .await
     .unwrap();
-    l.record_attempt(
-        a,
-        claims[1].effect.id,
-        "w",
-        attempt("indeterminate", now, false),
-    )
-    .await
-    .unwrap();
+    let mut looked_again = attempt("indeterminate", now, false);
+    looked_again.provider_id = Some(a_provider);
+    l.record_attempt(a, claims[1].effect.id, "w", looked_again)
+        .await
+        .unwrap();
     let by_hand = NewResolution {
         outcome: Outcome::NotApplied,
         author: "user:finance@a.test".into(),
@@ -356,6 +363,51 @@ async fn a_tenants_calls_lock_and_touch_only_its_partitions_and_the_fleet_scrape
     l.store_provider_charges(a, &[charge(a_provider, "tenant-a-late", now)])
         .await
         .unwrap();
+    // A source row that changed since it was seen: the ingest's update of an effect.
+    let changed = record("charge:v1:tenant-a-5", State::Succeeded, now - 100.0);
+    l.ingest(a, a_source, batch(vec![changed])).await.unwrap();
+    // A person's "look again" over a provider's indeterminate answers, and a lookup
+    // asked for one effect now.
+    let requeued = l
+        .requeue_indeterminate(a, a_provider, now - 1000.0, now, now)
+        .await
+        .unwrap();
+    assert_eq!(requeued, 1);
+    let one = l
+        .claim_effect(a, claims[1].effect.id, "w2", now, 60.0)
+        .await
+        .unwrap();
+    assert!(one.is_some());
+    // Write-back: a verdict on a scanned source's effect becomes a candidate and an intent.
+    let key = "charge:v1:tenant-a-db1";
+    let seen = record(key, State::Unknown, now - 200.0);
+    l.ingest(a, a_scanned, batch(vec![seen])).await.unwrap();
+    let id = l.get_effect(a, "db", key).await.unwrap().unwrap().effect.id;
+    l.claim_effect(a, id, "w3", now, 60.0)
+        .await
+        .unwrap()
+        .unwrap();
+    l.record_attempt(a, id, "w3", attempt("applied", now, true))
+        .await
+        .unwrap();
+    l.set_source_writeback(a, "db", Some(WritebackPolicy::Release))
+        .await
+        .unwrap();
+    let candidates = l.writeback_candidates(a, None, 10).await.unwrap();
+    assert_eq!(candidates.len(), 1);
+    let c = &candidates[0];
+    let intent = NewWriteback {
+        source_id: c.source_id,
+        effect_id: c.effect_id,
+        resolution_id: c.resolution.id,
+        key: c.key.clone(),
+        action: WritebackAction::Succeed,
+        seen_state: c.state.clone(),
+        seen_updated_at: c.updated_at,
+        new_response: Some(r#"{"id":"ch_db1"}"#.into()),
+        new_updated_at: now,
+    };
+    l.begin_writeback(a, intent, None).await.unwrap();
     let gone = l
         .mark_gone(
             a,
