@@ -139,7 +139,8 @@ const ANCHOR_SELECT: &str = "select key, state, request_hash, response::text, at
 /// the server's own cost of a first scan into reckon's schema as the goal was set. The
 /// same rows, with the columns reckon derives (operation, version, subject: parsed here by
 /// `split_part`), moved by `psql \copy` into a table shaped and indexed like `effect`
-/// (`LIKE effect INCLUDING ALL`: identity, unique key, subject and unresolved indexes),
+/// (`LIKE effect INCLUDING ALL`: identity, unique key, subject and unresolved indexes; one
+/// table, where `effect` is partitioned by tenant, so the anchor routes no row),
 /// then one `first_seen` history row per effect written server-side by INSERT ... SELECT
 /// into a table shaped like `effect_event`. No reading back, no per-row decisions. (A
 /// first scan now keeps each first sight in the effect's own row instead of a history row,
