@@ -21,9 +21,9 @@ mod support;
 
 use reckon_domain::{SourceRecord, State, time};
 use reckon_ledger::{
-    EffectQuery, IngestBatch, Ledger, MetricsQuery, NewAttempt, NewProvider, NewResolution,
-    NewSource, NewWriteback, Origin, Outcome, QueueQuery, ReplayClosing, SourceKind, StoredCharge,
-    TenantId, WritebackAction, WritebackPolicy,
+    EffectQuery, Ledger, MetricsQuery, NewAttempt, NewProvider, NewResolution, NewSource,
+    NewWriteback, Origin, Outcome, QueueQuery, ReplayClosing, SourceKind, StoredCharge, TenantId,
+    WritebackAction, WritebackPolicy,
 };
 use secrecy::SecretString;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
@@ -31,7 +31,7 @@ use sqlx::{AssertSqlSafe, Connection, Row};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{TestDb, push_source};
+use support::{TestDb, batch, push_source};
 
 fn record(key: &str, state: State, at: f64) -> SourceRecord {
     SourceRecord {
@@ -43,19 +43,6 @@ fn record(key: &str, state: State, at: f64) -> SourceRecord {
         created_at: at - 1.0,
         updated_at: at,
         expires_at: None,
-    }
-}
-
-fn batch(records: Vec<SourceRecord>) -> IngestBatch {
-    IngestBatch {
-        origin: Origin::Scan,
-        observed_at: time::now(),
-        records,
-        rejected: Vec::new(),
-        abandoned_after_secs: 300.0,
-        cursor: None,
-        lease: None,
-        expect_new: false,
     }
 }
 

@@ -45,7 +45,7 @@ use reckon_ledger::{
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use support::{RawDb, push_source};
+use support::{RawDb, batch, push_source};
 
 /// Generates `sqlite::$name` and `postgres::$name` from each story. A story marked
 /// `with raw` also gets the backend's database for direct queries.
@@ -158,19 +158,6 @@ pub(crate) fn claim(key: &str, updated_at: f64, expires_at: f64) -> SourceRecord
     SourceRecord {
         expires_at: Some(expires_at),
         ..rec(key, State::InProgress, updated_at)
-    }
-}
-
-pub(crate) fn batch(records: Vec<SourceRecord>) -> IngestBatch {
-    IngestBatch {
-        origin: Origin::Scan,
-        observed_at: time::now(),
-        records,
-        rejected: Vec::new(),
-        abandoned_after_secs: 300.0,
-        cursor: None,
-        lease: None,
-        expect_new: false,
     }
 }
 

@@ -10,7 +10,8 @@
     reason = "the texts sliced here are the tests' own ASCII: URLs, templates, tokens, HTTP heads"
 )]
 
-use reckon_ledger::{Keyring, Ledger, NewSource, SourceKind};
+use reckon_domain::{SourceRecord, time};
+use reckon_ledger::{IngestBatch, Keyring, Ledger, NewSource, Origin, SourceKind};
 use sqlx::postgres::PgConnection;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{AssertSqlSafe, Connection, Row};
@@ -177,6 +178,24 @@ pub fn push_source(name: &str) -> NewSource {
         abandoned_after_secs: 300.0,
         overlap_secs: 5.0,
         full_scan_every_secs: 3600,
+    }
+}
+
+/// A scan's batch of `records`, as a scheduled scan sends it (no cursor, no lease).
+#[allow(
+    dead_code,
+    reason = "not every test binary that shares this module uses it"
+)]
+pub fn batch(records: Vec<SourceRecord>) -> IngestBatch {
+    IngestBatch {
+        origin: Origin::Scan,
+        observed_at: time::now(),
+        records,
+        rejected: Vec::new(),
+        abandoned_after_secs: 300.0,
+        cursor: None,
+        lease: None,
+        expect_new: false,
     }
 }
 
