@@ -37,6 +37,10 @@ pub struct Certificate {
     pub checked_at: f64,
     /// The attempts that were found and moved no money (declined, failed, canceled).
     pub failed_attempts: Vec<String>,
+    /// What vouches that the check's miss is a miss wherever and whenever the payment was
+    /// made: a key-indexed method that agreed, or the route's calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub witness: Option<String>,
     pub statement: String,
 }
 
@@ -236,7 +240,6 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
     }
 
     // What stands between the lookup and a complete check.
-    let visible_from = r.effect_window.1 + r.visibility_lag_secs;
     let mut why: Vec<String> = Vec::new();
     for f in &out.faults {
         why.push(format!("{:?}: {}", f.kind, f.detail));
@@ -247,9 +250,15 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
             p.group
         ));
     }
+    // When the reads began: a read vouches only for what existed by then.
+    let read_at = r.checked_at.min(now);
     let mut complete = None;
     let mut step_why = Vec::new();
     for s in &r.steps {
+        // A step vouches for every second of the window it lists, skew included: the whole
+        // span must be past, plus the visibility lag, when the lookup began, or a payment
+        // created in its future part would not have been seen.
+        let ready = span_end(r, s) + r.visibility_lag_secs;
         let blocker = if s.fault.is_some() {
             Some(format!("{}: failed", s.method))
         } else if !s.proves_absence || s.consistency != Consistency::Strong {
@@ -257,18 +266,21 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
                 "{}: a miss of this method proves nothing",
                 s.method
             ))
+        } else if read_at < ready {
+            out.not_before = Some(out.not_before.map_or(ready, |nb| nb.max(ready)));
+            Some(format!(
+                "{}: its window (skew included) ends {:.0} s after the lookup began; it is \
+                 read as a whole once that and the visibility lag ({} s) are past",
+                s.method,
+                span_end(r, s) - read_at,
+                r.visibility_lag_secs
+            ))
         } else if !s.complete {
             Some(format!("{}: the window was not read to its end", s.method))
         } else if !covers(s.window, r.effect_window) {
             Some(format!(
                 "{}: its window does not cover the effect's",
                 s.method
-            ))
-        } else if now < visible_from {
-            out.not_before = Some(visible_from);
-            Some(format!(
-                "{}: the effect is younger than the visibility lag ({} s)",
-                s.method, r.visibility_lag_secs
             ))
         } else {
             None
@@ -287,6 +299,18 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
         why.extend(step_why);
     }
     let complete = complete.filter(|_| why.is_empty());
+    // Absence read from a window list (no payment, or no second one) also needs a view that
+    // would have shown this key's payment wherever and whenever it was made.
+    let witness = complete.map(|s| witness(r, s, read_at));
+    if let Some(Err(w)) = &witness {
+        if let Some(at) = w.ready_at {
+            out.not_before = Some(out.not_before.map_or(at, |nb| nb.max(at)));
+        }
+        why.push(w.gap.clone());
+    }
+    let unwitnessed = complete.filter(|_| matches!(witness, Some(Err(_))));
+    let witness = witness.and_then(Result::ok);
+    let complete = complete.filter(|_| witness.is_some());
 
     if moved == 1 {
         out.outcome = Outcome::Applied;
@@ -306,7 +330,13 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
         match complete {
             Some(s) if pending == 0 => {
                 out.reason = format!("{paid}; no second payment: {}", s.method);
-                out.certificate = Some(certificate(r, s, &out.payments, "a second payment"));
+                out.certificate = Some(certificate(
+                    r,
+                    s,
+                    witness.as_ref(),
+                    &out.payments,
+                    "a second payment",
+                ));
             }
             _ => {
                 out.provisional = true;
@@ -361,9 +391,25 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
         out.certificate = Some(certificate(
             r,
             s,
+            witness.as_ref(),
             &out.payments,
             "a payment that moved money",
         ));
+        return out;
+    }
+    if let Some(s) = unwitnessed {
+        // The check came back whole and without a payment that moved money, but nothing
+        // vouches that it could have seen one: "not found so far", never "not charged".
+        out.outcome = Outcome::NotApplied;
+        out.method = Some(s.method.clone());
+        out.provisional = true;
+        out.non_final = true;
+        out.reason = format!(
+            "provisional: no payment that moved money in {}, but that is not proof of \
+             absence: {}",
+            s.method,
+            why.join("; ")
+        );
         return out;
     }
     out.reason = why.join("; ");
@@ -373,6 +419,7 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
 fn certificate(
     r: &LookupReport,
     s: &crate::Step,
+    witness: Option<&Witness>,
     payments: &[Payment],
     absent: &str,
 ) -> Certificate {
@@ -381,20 +428,29 @@ fn certificate(
         .filter(|p| p.money == Money::None)
         .map(|p| format!("{} ({})", p.group, p.status.as_deref().unwrap_or("?")))
         .collect();
+    let mut request_ids = s.request_ids.clone();
+    if let Some(w) = witness {
+        for id in &w.request_ids {
+            if !request_ids.contains(id) {
+                request_ids.push(id.clone());
+            }
+        }
+    }
     Certificate {
         method: s.method.clone(),
         window: s.window,
         effect_window: r.effect_window,
         pages: s.pages,
-        request_ids: s.request_ids.clone(),
+        request_ids,
         account: r.account.clone(),
         mode: r.mode.clone(),
         visibility_lag_secs: r.visibility_lag_secs,
         checked_at: r.checked_at,
+        witness: witness.map(|w| w.statement.clone()),
         statement: format!(
             "every page of {} covering [{:.0}, {:.0}] was read to its end without error; no \
-             other object carries key {:?} as {absent}{}; the effect's window ended {:.0} s \
-             before the check, more than the visibility lag of {} s",
+             other object carries key {:?} as {absent}{}; the window (skew included) ended \
+             {:.0} s before the check, more than the visibility lag of {} s{}",
             s.method,
             s.window.map_or(f64::NEG_INFINITY, |w| w.0),
             s.window.map_or(f64::INFINITY, |w| w.1),
@@ -404,9 +460,121 @@ fn certificate(
             } else {
                 format!("; attempts without money: {}", failed.join(", "))
             },
-            r.checked_at - r.effect_window.1,
-            r.visibility_lag_secs
+            r.checked_at - span_end(r, s),
+            r.visibility_lag_secs,
+            witness.map_or(String::new(), |w| format!("; witness: {}", w.statement)),
         ),
         failed_attempts: failed,
     }
+}
+
+/// The last second a step vouches for: its window's end (skew included), or the effect's
+/// when it lists no window (a lookup by key).
+fn span_end(r: &LookupReport, s: &crate::Step) -> f64 {
+    s.window
+        .map_or(r.effect_window.1, |w| w.1.max(r.effect_window.1))
+}
+
+/// What vouches that a complete check's miss is a miss everywhere.
+struct Witness {
+    statement: String,
+    request_ids: Vec<String>,
+}
+
+/// Why a complete check's miss does not yet vouch for absence everywhere, and when it may.
+struct WitnessGap {
+    gap: String,
+    ready_at: Option<f64>,
+}
+
+/// A window list sees only the objects created inside its window, of the types it lists,
+/// carrying the key under the configured field: an application clock off, keys on another
+/// object or under another name, a payment made later, and it comes back whole and empty.
+/// It proves absence only beside a key-indexed method that read everything and agrees
+/// (events by the creating request's idempotency key, search by metadata once past its
+/// lag), or on a route calibrated against the application's own known outcomes. A route
+/// measured to miss them proves nothing.
+fn witness(r: &LookupReport, s: &crate::Step, read_at: f64) -> Result<Witness, WitnessGap> {
+    if s.key_indexed {
+        return Ok(Witness {
+            statement: format!("{} looks the key itself up", s.method),
+            request_ids: Vec::new(),
+        });
+    }
+    let cal = r.calibration.as_ref();
+    if let Some(c) = cal.filter(|c| c.status == crate::CalibrationStatus::Uncalibrated) {
+        return Err(WitnessGap {
+            gap: format!(
+                "the route is uncalibrated ({}): a miss of its lookup proves nothing",
+                c.reason
+            ),
+            ready_at: None,
+        });
+    }
+    let end = span_end(r, s);
+    let mut gaps = Vec::new();
+    let mut ready_at: Option<f64> = None;
+    for w in r.steps.iter().filter(|w| w.key_indexed) {
+        let whole = w.fault.is_none() && w.complete;
+        let covers_effect = covers(w.window, (r.effect_window.0, end));
+        if !whole {
+            gaps.push(format!("{}: not read whole", w.method));
+        } else if !covers_effect {
+            gaps.push(format!("{}: its span does not cover the window", w.method));
+        } else if w.consistency == Consistency::Strong {
+            return Ok(Witness {
+                statement: format!(
+                    "{} read whole over {}, {} page(s), without a payment of the key beyond \
+                     those judged",
+                    w.method,
+                    w.window
+                        .map_or("all time".to_owned(), |(a, b)| format!("[{a:.0}, {b:.0}]")),
+                    w.pages
+                ),
+                request_ids: w.request_ids.clone(),
+            });
+        } else if read_at >= end + r.index_lag_secs {
+            return Ok(Witness {
+                statement: format!(
+                    "{} (by key, whatever `created` says) read after its index lag of {} s \
+                     had passed, without a payment of the key beyond those judged",
+                    w.method, r.index_lag_secs
+                ),
+                request_ids: w.request_ids.clone(),
+            });
+        } else {
+            let at = end + r.index_lag_secs;
+            ready_at = Some(ready_at.map_or(at, |x: f64| x.min(at)));
+            gaps.push(format!(
+                "{}: its index may lag up to {} s, so its miss counts from {:.0} s after the \
+                 window's end",
+                w.method, r.index_lag_secs, r.index_lag_secs
+            ));
+        }
+    }
+    if let Some(c) = cal.filter(|c| c.status == crate::CalibrationStatus::Calibrated) {
+        return Ok(Witness {
+            statement: format!(
+                "the route is calibrated: its lookup found {} of {} effects the application \
+                 recorded as done, provider times within {:.0} s of the recorded ones",
+                c.found, c.samples, c.offset_max_abs_secs
+            ),
+            request_ids: Vec::new(),
+        });
+    }
+    if gaps.is_empty() {
+        gaps.push(
+            "the route has no key-indexed method (events with the guarded call's types, search)"
+                .into(),
+        );
+    }
+    Err(WitnessGap {
+        gap: format!(
+            "no view that would have shown the key's payment wherever and whenever it was made \
+             agrees ({}; calibration: {})",
+            gaps.join("; "),
+            cal.map_or("not measured".to_owned(), |c| c.reason.clone())
+        ),
+        ready_at,
+    })
 }

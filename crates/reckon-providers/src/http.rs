@@ -192,8 +192,10 @@ impl crate::Provider for HttpProvider {
             account_verified: true,
             effect_window: (q.created_at, end),
             visibility_lag_secs: s.visibility_lag_secs,
+            index_lag_secs: 0.0,
             steps: vec![step],
             checked_at: q.now,
+            calibration: None,
         }
     }
 }

@@ -156,6 +156,13 @@ pub struct Step {
     /// Whether a complete miss of this method can ever prove absence (search: never; events:
     /// only when the guarded call's event types are configured).
     pub proves_absence: bool,
+    /// The method finds the key's objects by the key itself, whatever their `created` says
+    /// and whichever object type or list holds them (a lookup by key, events by the
+    /// creating request's idempotency key, search by metadata). A window list is not: it
+    /// sees only the objects created in its window, of the listed types, under the
+    /// configured field. Absence read from a window list needs one of these to agree.
+    #[serde(default)]
+    pub key_indexed: bool,
 }
 
 impl Step {
@@ -170,6 +177,7 @@ impl Step {
             objects: Vec::new(),
             fault: None,
             proves_absence: consistency == Consistency::Strong,
+            key_indexed: window.is_none(),
         }
     }
 }
@@ -188,9 +196,60 @@ pub struct LookupReport {
     /// The window in which the guarded call could have created something.
     pub effect_window: (f64, f64),
     pub visibility_lag_secs: f64,
+    /// How long an eventually consistent, key-indexed method (search) may lag behind: its
+    /// miss witnesses absence only once the whole listed span is older than this.
+    #[serde(default)]
+    pub index_lag_secs: f64,
     pub steps: Vec<Step>,
     pub checked_at: f64,
+    /// What the route's lookup was measured to find among the application's own known
+    /// outcomes, when it was measured ([`Calibration`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
 }
+
+/// Whether a route's configured lookup finds what the application itself recorded as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CalibrationStatus {
+    /// Too few known-done effects to say: absence needs a key-indexed witness.
+    Unmeasured,
+    /// The configured lookup found (nearly) every known-done effect, each inside the window
+    /// it reads: a complete window list is a view that would have shown the payment.
+    Calibrated,
+    /// It missed known-done effects: a miss of this route proves nothing, whatever else
+    /// agrees, until its configuration is fixed.
+    Uncalibrated,
+}
+
+/// The route's lookup held against effects the application recorded as done: the share it
+/// finds as configured (lists, object types, metadata field, window), and how far the
+/// provider's `created` was from the application's recorded time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Calibration {
+    pub status: CalibrationStatus,
+    /// Known-done effects looked up.
+    pub samples: usize,
+    /// Of them, found by the lookup as configured (window widened as below).
+    pub found: usize,
+    /// Found only by a key-indexed method (outside the window, or on an object the lists
+    /// do not read).
+    pub found_elsewhere: usize,
+    /// Provider `created` minus the application's recorded call time, seconds.
+    pub offset_p50_secs: f64,
+    pub offset_p99_secs: f64,
+    pub offset_max_abs_secs: f64,
+    /// Added to both ends of the window, so observed offsets fall inside it.
+    pub widen_secs: f64,
+    /// Why it is not calibrated, or what was widened, in words.
+    pub reason: String,
+    pub measured_at: f64,
+}
+
+/// Known-done effects a route needs before its calibration says anything.
+pub const CALIBRATION_MIN_SAMPLES: usize = 20;
+/// The share of known-done effects a calibrated route finds.
+pub const CALIBRATION_THRESHOLD: f64 = 0.995;
 
 /// What an adapter is asked about one effect.
 #[derive(Debug, Clone)]
@@ -217,6 +276,19 @@ pub trait Provider: Send + Sync {
     /// reconciler tells it how many replicas share it.
     fn pace(&self) -> Option<std::sync::Arc<Pace>> {
         None
+    }
+
+    /// Hold the configured lookup against effects the application recorded as done
+    /// (`samples`: their keys and recorded times). `None`: the provider's lookup is by key
+    /// and needs no calibration (the http protocol, the demo).
+    async fn calibrate(&self, samples: &[LookupQuery]) -> Option<Calibration> {
+        let _ = samples;
+        None
+    }
+
+    /// Use a calibration measured earlier (by this process) for the lookups that follow.
+    fn set_calibration(&self, calibration: Calibration) {
+        let _ = calibration;
     }
 
     /// Every money-moving object created in `[from, to)`, read to the provider's end marker,

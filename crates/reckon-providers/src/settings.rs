@@ -35,7 +35,9 @@ pub struct RawSettings {
     pub list_objects: Option<Vec<String>>,
     pub upper_bound: Option<bool>,
     pub use_search: Option<bool>,
+    pub search_lag_secs: Option<f64>,
     pub use_events: Option<bool>,
+    pub witness_span_secs: Option<f64>,
     pub event_types: Option<Vec<String>>,
     pub max_pages: Option<u32>,
     pub auth_header: Option<String>,
@@ -63,6 +65,16 @@ fn url(s: &Option<String>, default: &str) -> Result<url::Url, SettingsError> {
         return Err(SettingsError::Invalid("base_url must be http(s)".into()));
     }
     Ok(u)
+}
+
+fn nonnegative(name: &str, v: Option<f64>, default: f64) -> Result<f64, SettingsError> {
+    match v {
+        None => Ok(default),
+        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        Some(x) => Err(SettingsError::Invalid(format!(
+            "{name}: {x} (a number of seconds, 0 or more)"
+        ))),
+    }
 }
 
 /// Check settings for a kind without building (for `provider add`).
@@ -127,7 +139,17 @@ pub fn build_provider(
                     list_objects,
                     upper_bound: r.upper_bound.unwrap_or(true),
                     use_search: r.use_search.unwrap_or(true),
+                    // Stripe: "searchable in less than a minute. Occasionally ... up to an
+                    // hour behind during outages": a miss counts after the hour.
+                    search_lag_secs: nonnegative("search_lag_secs", r.search_lag_secs, 3600.0)?,
                     use_events: r.use_events.unwrap_or(true),
+                    // An application clock a few hours off (a time zone taken for UTC) or a
+                    // payment made the same day still falls inside.
+                    witness_span_secs: nonnegative(
+                        "witness_span_secs",
+                        r.witness_span_secs,
+                        86_400.0,
+                    )?,
                     event_types: r.event_types.unwrap_or_default(),
                     max_pages: r.max_pages.unwrap_or(200),
                 },

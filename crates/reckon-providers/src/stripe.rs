@@ -44,7 +44,14 @@ pub struct StripeSettings {
     /// accept a single bound).
     pub upper_bound: bool,
     pub use_search: bool,
+    /// How far search's index may lag behind (Stripe: under a minute, up to an hour during
+    /// outages): its miss witnesses absence only once the listed span is this much older.
+    pub search_lag_secs: f64,
     pub use_events: bool,
+    /// How far either side of the effect's window the events are read for the creating
+    /// request's idempotency key: an application clock off by less than this, or a payment
+    /// made this much later, is still seen.
+    pub witness_span_secs: f64,
     /// The event types the guarded call emits; with none configured an events miss proves
     /// nothing.
     pub event_types: Vec<String>,
@@ -58,6 +65,10 @@ pub struct StripeProvider {
     /// The complete reads of this provider's lists, shared by its lookups (a provider is
     /// one tenant's account: nothing is shared between tenants).
     mirror: tokio::sync::Mutex<Mirror>,
+    /// The same for its events, keyed by the creating request's idempotency key.
+    events: tokio::sync::Mutex<Mirror>,
+    /// The route's calibration against the application's known outcomes, when measured.
+    calibration: std::sync::Mutex<Option<crate::Calibration>>,
 }
 
 /// What one lookup carries from request to request.
@@ -76,7 +87,16 @@ impl StripeProvider {
             key,
             client,
             mirror: Default::default(),
+            events: Default::default(),
+            calibration: Default::default(),
         }
+    }
+
+    fn current_calibration(&self) -> Option<crate::Calibration> {
+        self.calibration
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn key_mode(&self) -> Option<&'static str> {
@@ -350,6 +370,7 @@ impl StripeProvider {
         let mut step = Step::new("stripe.retrieve", Consistency::Strong, None);
         // A retrieve by id answers for that id only; its miss says nothing about the key.
         step.proves_absence = false;
+        step.key_indexed = false;
         // A PaymentIntent comes with its latest charge, which says what was refunded.
         let expand = if id.starts_with("pi_") {
             vec![("expand[]".to_owned(), "latest_charge".to_owned())]
@@ -477,6 +498,12 @@ struct Mirror {
     /// Key -> (created, object) of every listed object that carries one.
     by_key: HashMap<String, Vec<(i64, Value)>>,
     objects: usize,
+    /// The Request-Ids of the pages that read each span: a certificate resting on the
+    /// mirror names the responses it rests on, whichever lookup read them.
+    reads: Vec<(Span, Vec<String>)>,
+    /// The object types on which a listed object carried a key (`payment_intent`,
+    /// `charge`): where this account's application puts its keys.
+    keyed: std::collections::BTreeSet<String>,
 }
 
 /// Objects a mirror keeps before it forgets its oldest spans.
@@ -508,8 +535,13 @@ impl Mirror {
         out
     }
 
-    fn add(&mut self, span: Span, found: Vec<(String, i64, Value)>) {
+    fn add(&mut self, span: Span, found: Vec<(String, i64, Value)>, request_ids: Vec<String>) {
         for (key, created, v) in found {
+            if let Some(t) = v["object"].as_str()
+                && !self.keyed.contains(t)
+            {
+                self.keyed.insert(t.to_owned());
+            }
             let list = self.by_key.entry(key).or_default();
             let id = v["id"].as_str().map(str::to_owned);
             if !list.iter().any(|(_, o)| o["id"].as_str() == id.as_deref()) {
@@ -517,6 +549,7 @@ impl Mirror {
                 self.objects += 1;
             }
         }
+        self.reads.push((span, request_ids));
         self.covered.push(span);
         self.covered.sort();
         let mut merged: Vec<Span> = Vec::with_capacity(self.covered.len());
@@ -536,6 +569,7 @@ impl Mirror {
                 !v.is_empty()
             });
             self.objects = left;
+            self.reads.retain(|(span, _)| span.1 > cut);
         }
     }
 
@@ -548,20 +582,108 @@ impl Mirror {
             .map(|(_, v)| v.clone())
             .collect()
     }
+
+    /// The Request-Ids of the pages that read any part of `span`.
+    fn request_ids(&self, span: Span) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for (s, ids) in &self.reads {
+            if s.1 >= span.0 && s.0 <= span.1 {
+                for id in ids {
+                    if !out.contains(id) {
+                        out.push(id.clone());
+                    }
+                }
+            }
+        }
+        out
+    }
 }
+
+/// One list endpoint a mirror reads: the step method, the path, and extra parameters.
+struct Source {
+    method: String,
+    path: String,
+    extra: Vec<(String, String)>,
+}
+
+/// What a mirrored list keeps of one listed item: the key it carries and the object that
+/// is a lead for it.
+type Extract<'a> = &'a (dyn Fn(&Value) -> Option<(String, Value)> + Sync);
 
 impl StripeProvider {
     /// L2 for one key over `window`: the gaps of the account's mirror are listed (every
     /// configured list, every page), and the key's objects come from the mirror.
     async fn mirrored_lists(&self, key: &str, window: (f64, f64), run: &mut Run) -> Step {
         let s = &self.s;
-        let mut step = Step::new(
-            &format!("stripe.list.{}", s.list_objects.join("+")),
-            Consistency::Strong,
-            Some(window),
-        );
+        let sources: Vec<Source> = s
+            .list_objects
+            .iter()
+            .map(|what| Source {
+                method: format!("stripe.list.{what}"),
+                path: format!("v1/{what}"),
+                extra: Vec::new(),
+            })
+            .collect();
+        let field = s.metadata_field.as_str();
+        let extract = move |item: &Value| {
+            item["metadata"][field]
+                .as_str()
+                .map(|k| (k.to_owned(), item.clone()))
+        };
+        let method = format!("stripe.list.{}", s.list_objects.join("+"));
+        self.mirrored(&self.mirror, &method, &sources, &extract, key, window, run)
+            .await
+    }
+
+    /// Events whose creating request carried the key, over `window`, through the events'
+    /// own mirror. Their objects are snapshots from when each event happened: leads.
+    async fn mirrored_events(&self, key: &str, window: (f64, f64), run: &mut Run) -> Step {
+        let extra: Vec<(String, String)> = self
+            .s
+            .event_types
+            .iter()
+            .map(|t| ("types[]".to_owned(), t.clone()))
+            .collect();
+        let sources = [Source {
+            method: "stripe.events".into(),
+            path: "v1/events".into(),
+            extra,
+        }];
+        let extract = |ev: &Value| {
+            ev["request"]["idempotency_key"]
+                .as_str()
+                .map(|k| (k.to_owned(), ev["data"]["object"].clone()))
+        };
+        self.mirrored(
+            &self.events,
+            "stripe.events",
+            &sources,
+            &extract,
+            key,
+            window,
+            run,
+        )
+        .await
+    }
+
+    /// One key's objects over `window` from a mirror: the spans no earlier lookup of this
+    /// provider read whole are listed now (every source, every page), and the key's
+    /// objects come from the mirror.
+    #[allow(clippy::too_many_arguments)]
+    async fn mirrored(
+        &self,
+        mirror: &tokio::sync::Mutex<Mirror>,
+        method: &str,
+        sources: &[Source],
+        extract: Extract<'_>,
+        key: &str,
+        window: (f64, f64),
+        run: &mut Run,
+    ) -> Step {
+        let mut step = Step::new(method, Consistency::Strong, Some(window));
+        step.key_indexed = false;
         let want = (window.0.floor() as i64, window.1.ceil() as i64);
-        let mut m = self.mirror.lock().await;
+        let mut m = mirror.lock().await;
         for gap in m.gaps(want) {
             // A span is complete up to when its read began: later objects are created now.
             let began = crate::now().floor() as i64 - 1;
@@ -570,33 +692,31 @@ impl StripeProvider {
                 continue;
             }
             let found = std::sync::Mutex::new(Vec::new());
-            for what in &s.list_objects {
-                let field = s.metadata_field.clone();
+            let mut ids = Vec::new();
+            for src in sources {
                 let found = &found;
                 let pick = move |item: &Value| {
-                    if let (Some(k), Some(c)) = (
-                        item["metadata"][field.as_str()].as_str(),
-                        item["created"].as_i64(),
-                    ) {
+                    if let (Some((k, obj)), Some(c)) = (extract(item), item["created"].as_i64()) {
                         found
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .push((k.to_owned(), c, item.clone()));
+                            .push((k, c, obj));
                     }
                     None
                 };
                 let st = self
                     .list(
-                        &format!("stripe.list.{what}"),
-                        &format!("v1/{what}"),
+                        &src.method,
+                        &src.path,
                         (gap.0 as f64, gap.1 as f64),
-                        &[],
+                        &src.extra,
                         run,
                         &pick,
                     )
                     .await;
                 step.pages += st.pages;
-                step.request_ids.extend(st.request_ids);
+                step.request_ids.extend(st.request_ids.iter().cloned());
+                ids.extend(st.request_ids);
                 if st.fault.is_some() || !st.complete {
                     step.fault = st
                         .fault
@@ -626,13 +746,19 @@ impl StripeProvider {
                 found
                     .into_inner()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
+                ids,
             );
         }
-        // Complete up to the second before now: the effect's objects were all created
-        // before this lookup began (its call ended; the classifier also waits out the
-        // visibility lag), and later seconds are listed by the lookups that need them.
-        let horizon = (crate::now().floor() as i64 - 1).min(want.1);
-        step.complete = m.gaps((want.0, horizon)).is_empty();
+        // Complete only when every second of the window was read after it had passed: a
+        // window that reaches into the future is read again once it is past (the
+        // classifier waits for its end and the visibility lag).
+        step.complete = m.gaps(want).is_empty();
+        // The pages this answer rests on, whichever lookup read them.
+        for id in m.request_ids(want) {
+            if !step.request_ids.contains(&id) {
+                step.request_ids.push(id);
+            }
+        }
         for v in m.found(key, want) {
             match self.object(&v, false, run) {
                 Ok(o) => step.objects.push(o),
@@ -643,6 +769,19 @@ impl StripeProvider {
             }
         }
         step
+    }
+
+    /// Whether the lists have seen any object of this account carry a key under the
+    /// configured metadata field.
+    async fn field_in_use(&self) -> bool {
+        !self.mirror.lock().await.keyed.is_empty()
+    }
+
+    /// Whether the keys of this account were seen on PaymentIntents only (so a search of
+    /// charges would find nothing a search of PaymentIntents does not).
+    async fn keys_on_payment_intents_only(&self) -> bool {
+        let m = self.mirror.lock().await;
+        m.keyed.len() == 1 && m.keyed.contains("payment_intent")
     }
 }
 
@@ -711,28 +850,33 @@ impl crate::Provider for StripeProvider {
     }
 
     /// The ladder: the recorded id (read itself), then the complete check (the lists of
-    /// the effect's window, matched on metadata), then, only when that check did not come
-    /// back whole, events and search for leads; finally every lead is read itself. It stops
-    /// early only when two payments that moved money are confirmed (a duplicate needs no
-    /// more), or when the provider refuses for good.
+    /// the effect's window, matched on metadata), then the key-indexed methods that see a
+    /// payment wherever and whenever it was made (events by the creating request's key
+    /// over a wider span, through their own mirror; search by metadata over both object
+    /// types, when no strong witness agreed or the lists did not come back whole); finally
+    /// every lead is read itself. It stops early only when two payments that moved money
+    /// are confirmed (a duplicate needs no more), or when the provider refuses for good.
     async fn lookup(&self, q: &LookupQuery) -> LookupReport {
         let s = &self.s;
-        let start = q.created_at - s.skew_secs;
-        let end = q.updated_at.max(q.expires_at.unwrap_or(q.updated_at)) + s.max_call_secs;
-        let window = (start, end + s.skew_secs);
+        let calibration = self.current_calibration();
+        let widen = calibration.as_ref().map_or(0.0, |c| c.widen_secs);
+        let (effect_window, window) = self.windows(q, widen);
         let mut report = LookupReport {
             provider_kind: "stripe".into(),
             provider_key: q.key.clone(),
             account: s.account.clone(),
             mode: Some(s.mode.clone()),
             account_verified: false,
-            effect_window: (q.created_at, end),
+            effect_window,
             visibility_lag_secs: s.visibility_lag_secs,
+            index_lag_secs: s.search_lag_secs,
             steps: Vec::new(),
             checked_at: q.now,
+            calibration,
         };
         if self.key_mode() != Some(s.mode.as_str()) {
             let mut step = Step::new("stripe.config", Consistency::Strong, None);
+            step.key_indexed = false;
             step.fault = Some(Fault::new(
                 FaultKind::Config,
                 format!("the key's prefix does not match mode {:?}", s.mode),
@@ -761,38 +905,45 @@ impl crate::Provider for StripeProvider {
             whole = clean_complete(&st);
             report.steps.push(st);
         }
-        // L1: events carrying the key, inside Stripe's 30-day window. Their objects are
-        // snapshots from when each event happened: leads.
-        if !whole && !run.stopped && s.use_events && q.now - window.0 < EVENTS_WINDOW_SECS - 3600.0
+        // L1: events carrying the key as their creating request's idempotency key, over the
+        // window widened by the witness span and cut to Stripe's 30 days. With the guarded
+        // call's event types configured, a whole read is a witness (and, without lists, the
+        // complete check); their objects are snapshots from when each event happened: leads.
+        let mut witnessed = false;
+        let span = self.witness_span(q, window);
+        if confirmed_moved(&report) < 2
+            && !run.stopped
+            && s.use_events
+            && let Some(span) = span
         {
-            let key = q.key.clone();
-            let pick = move |ev: &Value| {
-                (ev["request"]["idempotency_key"].as_str() == Some(key.as_str()))
-                    .then(|| ev["data"]["object"].clone())
-            };
-            let extra: Vec<(String, String)> = s
-                .event_types
-                .iter()
-                .map(|t| ("types[]".to_owned(), t.clone()))
-                .collect();
-            let mut st = self
-                .list(
-                    "stripe.events",
-                    "v1/events",
-                    window,
-                    &extra,
-                    &mut run,
-                    &pick,
-                )
-                .await;
-            st.proves_absence = !s.event_types.is_empty();
-            whole = clean_complete(&st);
+            let mut st = self.mirrored_events(&q.key, span, &mut run).await;
+            // Only a span that covers the whole list window (skew included) can stand for it.
+            st.proves_absence = !s.event_types.is_empty() && span.1 >= window.1;
+            st.key_indexed = st.proves_absence;
+            let clean = clean_complete(&st);
+            whole |= clean && s.list_objects.is_empty();
+            witnessed = clean && st.key_indexed;
             report.steps.push(st);
         }
-        // L3: search, for leads only (a miss proves nothing).
-        if !whole && !run.stopped && s.use_search {
-            for what in &s.list_objects {
-                let st = self.search(what, q, &mut run).await;
+        // L3: search by metadata, whatever `created` says and on both object types (the
+        // application may put its key on an object the lists do not read). Its hits are
+        // leads; its miss, once past the index's lag, is a witness.
+        if confirmed_moved(&report) < 2 && !run.stopped && s.use_search && (!whole || !witnessed) {
+            // The listed types first: a provider that refuses for good stops the rest.
+            let pi_only = self.keys_on_payment_intents_only().await;
+            let mut types: Vec<&str> = s.list_objects.iter().map(String::as_str).collect();
+            for what in ["payment_intents", "charges"] {
+                if !types.contains(&what) {
+                    types.push(what);
+                }
+            }
+            types.retain(|t| *t == "payment_intents" || !pi_only);
+            // A search miss says something only if keys live under the field it searches:
+            // the lists must have seen this account's objects carry keys under it.
+            let field_in_use = self.field_in_use().await;
+            for what in types {
+                let mut st = self.search(what, q, &mut run).await;
+                st.key_indexed = field_in_use;
                 report.steps.push(st);
                 if run.stopped {
                     break;
@@ -825,6 +976,207 @@ impl crate::Provider for StripeProvider {
         }
         report.account_verified = run.verified;
         report
+    }
+
+    async fn calibrate(&self, samples: &[LookupQuery]) -> Option<crate::Calibration> {
+        let c = self.measure(samples).await;
+        *self
+            .calibration
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(c.clone());
+        Some(c)
+    }
+
+    fn set_calibration(&self, calibration: crate::Calibration) {
+        *self
+            .calibration
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(calibration);
+    }
+}
+
+impl StripeProvider {
+    /// The effect's own window (`created_at` to the end of its call), and the window the
+    /// lists read: skew either side, and `widen` more (from the calibration).
+    fn windows(&self, q: &LookupQuery, widen: f64) -> ((f64, f64), (f64, f64)) {
+        let s = &self.s;
+        let end = q.updated_at.max(q.expires_at.unwrap_or(q.updated_at)) + s.max_call_secs;
+        let start = q.created_at - s.skew_secs - widen;
+        ((q.created_at, end), (start, end + s.skew_secs + widen))
+    }
+
+    /// The span the events are read over: the list window widened by the witness span,
+    /// cut to what is past plus the visibility lag (so the span is read whole as it will
+    /// stay) and to Stripe's 30 days. `None` when nothing of it is left.
+    fn witness_span(&self, q: &LookupQuery, window: (f64, f64)) -> Option<(f64, f64)> {
+        let oldest = q.now - EVENTS_WINDOW_SECS + 3600.0;
+        let from = (window.0 - self.s.witness_span_secs).max(oldest);
+        let to = (window.1 + self.s.witness_span_secs)
+            .min(q.now.floor() - self.s.visibility_lag_secs - 1.0);
+        (from <= to).then_some((from, to))
+    }
+
+    /// Hold the configured lookup against effects the application recorded as done: the
+    /// lists of each one's window, as configured, through the mirror; for those the lists
+    /// miss, search by key (it finds an object whatever its `created` and type) to learn
+    /// why. A route whose observed offsets exceed its skew is widened to them; one that
+    /// still misses more than the threshold allows is uncalibrated.
+    async fn measure(&self, samples: &[LookupQuery]) -> crate::Calibration {
+        let s = &self.s;
+        let mut run = Run {
+            verified: true,
+            stopped: false,
+        };
+        let mut offsets: Vec<f64> = Vec::new();
+        let (mut found, mut elsewhere, mut elsewhere_listed) = (0, 0, 0);
+        let mut unlisted_types: std::collections::BTreeSet<String> = Default::default();
+        // Searches are rate-limited apart (20 a second for the account): a few misses say
+        // enough about why; the other misses are listed again over the widened window.
+        let mut searches_left = 10;
+        let mut faults = 0;
+        let mut unsearched: Vec<&LookupQuery> = Vec::new();
+        let mut nowhere = 0;
+        for q in samples {
+            if run.stopped {
+                break;
+            }
+            let (_, window) = self.windows(q, 0.0);
+            let st = self.mirrored_lists(&q.key, window, &mut run).await;
+            if st.fault.is_some() || !st.complete {
+                faults += 1;
+                continue;
+            }
+            if let Some(c) = st.objects.iter().filter_map(|o| o.created).reduce(f64::min) {
+                found += 1;
+                offsets.push(c - q.created_at);
+                continue;
+            }
+            if searches_left == 0 {
+                unsearched.push(q);
+                continue;
+            }
+            let mut hit: Option<ProviderObject> = None;
+            for what in ["payment_intents", "charges"] {
+                searches_left -= 1;
+                let st = self.search(what, q, &mut run).await;
+                if let Some(o) = st.objects.into_iter().next() {
+                    hit = Some(o);
+                    break;
+                }
+            }
+            match hit {
+                Some(o) => {
+                    elsewhere += 1;
+                    if let Some(c) = o.created {
+                        offsets.push(c - q.created_at);
+                    }
+                    let list = format!("{}s", o.object);
+                    if s.list_objects.contains(&list) {
+                        elsewhere_listed += 1;
+                    } else {
+                        unlisted_types.insert(list);
+                    }
+                }
+                None => nowhere += 1,
+            }
+        }
+        let max_abs = offsets.iter().map(|o| o.abs()).fold(0.0, f64::max);
+        // The window already reaches skew before `created_at` and max_call + skew after
+        // the recorded end: widen only by what the offsets exceed, with a minute to spare.
+        let widen = if max_abs > s.skew_secs {
+            (max_abs - s.skew_secs + 60.0).ceil()
+        } else {
+            0.0
+        };
+        // The misses not searched, listed over the window as it will be read.
+        let mut missed = 0;
+        for q in unsearched {
+            let (_, window) = self.windows(q, widen);
+            let st = self.mirrored_lists(&q.key, window, &mut run).await;
+            if st.fault.is_some() || !st.complete {
+                faults += 1;
+            } else if let Some(c) = st.objects.iter().filter_map(|o| o.created).reduce(f64::min) {
+                elsewhere_listed += 1;
+                elsewhere += 1;
+                offsets.push(c - q.created_at);
+            } else {
+                missed += 1;
+            }
+        }
+        missed += nowhere;
+        let measured = samples.len() - faults;
+        offsets.sort_by(f64::total_cmp);
+        let pct = |p: f64| {
+            offsets
+                .get(((offsets.len() as f64 - 1.0) * p).round().max(0.0) as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let found_as_widened = found + elsewhere_listed;
+        let share = if measured == 0 {
+            0.0
+        } else {
+            found_as_widened as f64 / measured as f64
+        };
+        let (status, reason) = if measured < crate::CALIBRATION_MIN_SAMPLES {
+            (
+                crate::CalibrationStatus::Unmeasured,
+                format!(
+                    "{measured} effects recorded as done to measure against, {} needed",
+                    crate::CALIBRATION_MIN_SAMPLES
+                ),
+            )
+        } else if share >= crate::CALIBRATION_THRESHOLD {
+            (
+                crate::CalibrationStatus::Calibrated,
+                if widen > 0.0 {
+                    format!(
+                        "found {found_as_widened} of {measured} effects recorded as done; the \
+                         provider's times were up to {max_abs:.0} s from the recorded ones, so \
+                         the window is widened by {widen:.0} s"
+                    )
+                } else {
+                    format!("found {found_as_widened} of {measured} effects recorded as done")
+                },
+            )
+        } else {
+            let mut why = vec![format!(
+                "the lookup as configured (lists {}, metadata field {:?}) found {} of {} \
+                 effects the application recorded as done",
+                s.list_objects.join("+"),
+                s.metadata_field,
+                found_as_widened,
+                measured
+            )];
+            if !unlisted_types.is_empty() {
+                why.push(format!(
+                    "{} carry the key on {}, which the lists do not read: add them to \
+                     list_objects",
+                    elsewhere - elsewhere_listed,
+                    unlisted_types.into_iter().collect::<Vec<_>>().join(", ")
+                ));
+            }
+            if missed > 0 {
+                why.push(format!(
+                    "{missed} were found nowhere under metadata[{:?}]: is the key under \
+                     another field (metadata_field), or the key template wrong?",
+                    s.metadata_field
+                ));
+            }
+            (crate::CalibrationStatus::Uncalibrated, why.join("; "))
+        };
+        crate::Calibration {
+            status,
+            samples: measured,
+            found: found_as_widened,
+            found_elsewhere: elsewhere,
+            offset_p50_secs: pct(0.5),
+            offset_p99_secs: pct(0.99),
+            offset_max_abs_secs: max_abs,
+            widen_secs: widen,
+            reason,
+            measured_at: crate::now(),
+        }
     }
 }
 

@@ -68,16 +68,51 @@ fn empty_page() -> serde_json::Value {
     json!({ "object": "list", "url": "/v1/charges", "has_more": false, "data": [] })
 }
 
+/// The events of the effect's span, read whole and empty: a witness that the key's
+/// payment was made nowhere near it.
+async fn serve_events(server: &MockServer) {
+    Mock::given(method("GET"))
+        .and(path("/v1/events"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "object": "list", "url": "/v1/events", "has_more": false, "data": []})))
+        .mount(server)
+        .await;
+}
+
 #[tokio::test]
 async fn control_a_complete_empty_window_past_the_lag_is_not_applied_with_a_certificate() {
+    let server = serve(ResponseTemplate::new(200).set_body_json(empty_page())).await;
+    serve_events(&server).await;
+    let p = stripe(
+        &server.uri(),
+        json!({"use_events": true, "event_types": ["charge.succeeded"]}),
+    );
+    let report = p.lookup(&old_effect()).await;
+    let c = classify(&report, old_effect().now);
+    assert_eq!(c.outcome, Outcome::NotApplied, "{c:?}");
+    assert!(c.is_final(), "{c:?}");
+    let cert = c.certificate.expect("absence carries its certificate");
+    assert_eq!(cert.method, "stripe.list.charges");
+    assert_eq!(cert.pages, 1);
+    let witness = cert.witness.expect("a witness");
+    assert!(witness.contains("stripe.events"), "{witness}");
+}
+
+#[tokio::test]
+async fn a_complete_empty_window_without_a_witness_is_never_a_final_not_applied() {
+    // The same whole, empty list, with nothing that could have seen the payment outside it
+    // (an application clock off, the key on a PaymentIntent the charges list never shows).
     let server = serve(ResponseTemplate::new(200).set_body_json(empty_page())).await;
     let p = stripe(&server.uri(), json!({}));
     let report = p.lookup(&old_effect()).await;
     let c = classify(&report, old_effect().now);
-    assert_eq!(c.outcome, Outcome::NotApplied, "{c:?}");
-    let cert = c.certificate.expect("absence carries its certificate");
-    assert_eq!(cert.method, "stripe.list.charges");
-    assert_eq!(cert.pages, 1);
+    assert!(!c.is_final(), "{c:?}");
+    assert!(c.provisional && c.certificate.is_none(), "{c:?}");
+    assert!(
+        c.reason.contains("no view that would have shown"),
+        "{}",
+        c.reason
+    );
 }
 
 #[tokio::test]
@@ -323,7 +358,7 @@ async fn an_effect_younger_than_the_visibility_lag_is_indeterminate_never_not_ap
     let c = outcome_of(&p, &q).await;
     assert_eq!(c.outcome, Outcome::Indeterminate);
     assert!(
-        c.reason.contains("younger than the visibility lag"),
+        c.reason.contains("visibility lag") && c.reason.contains("after the lookup began"),
         "{}",
         c.reason
     );

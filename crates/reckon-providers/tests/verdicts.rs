@@ -120,7 +120,9 @@ async fn a_failed_page_after_the_first_charge_leaves_applied_provisional() {
             ..WorldConfig::default()
         };
         let sim = Sim::start(std::slice::from_ref(&e), cfg).await.unwrap();
-        let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
+        // The events of the creating request are the witness that nothing outside the
+        // window carries the key.
+        let p = stripe(&sim, json!({"use_search": false}));
         sim.fault_at(1, fault);
         let c = look(&p, &sim, &e).await;
         assert_eq!(c.outcome, Outcome::Applied, "{fault:?}: {c:?}");
@@ -136,8 +138,8 @@ async fn a_failed_page_after_the_first_charge_leaves_applied_provisional() {
     }
 }
 
-/// The account's lists are read once for every effect whose window they cover: a second
-/// effect in the same window costs its own retrieve, not the window's pages again.
+/// The account's lists (and events) are read once for every effect whose window they cover:
+/// a second effect in the same window costs its own retrieve, not the window's pages again.
 #[tokio::test]
 async fn one_complete_read_of_a_window_answers_every_effect_in_it() {
     let a = effect("charge:v1:ORD-20", &[Life::Succeeded]);
@@ -150,7 +152,7 @@ async fn one_complete_read_of_a_window_answers_every_effect_in_it() {
         ..WorldConfig::default()
     };
     let sim = Sim::start(&[a.clone(), b.clone()], cfg).await.unwrap();
-    let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
+    let p = stripe(&sim, json!({"use_search": false}));
     let c = look(&p, &sim, &a).await;
     assert_eq!(c.outcome, Outcome::Applied);
     assert!(c.is_final());
@@ -163,8 +165,12 @@ async fn one_complete_read_of_a_window_answers_every_effect_in_it() {
             !l.target.contains("/v1/payment_intents/") && !l.target.contains("/v1/charges/")
         })
         .count();
-    // Only the 20 seconds of b's window beyond a's are listed: one page of each list.
-    assert!(lists <= 2, "{:?}", &sim.log()[after_a..]);
+    // Only the 20 seconds of b's window beyond a's are listed: one page of each list, and
+    // one of the events.
+    assert!(lists <= 3, "{:?}", &sim.log()[after_a..]);
+    // The certificate names the pages it rests on, though a's lookup read most of them.
+    let cert = c.certificate.expect("a certificate");
+    assert!(cert.request_ids.len() > lists, "{cert:?}");
 }
 
 #[tokio::test]
@@ -200,7 +206,7 @@ async fn a_recorded_declined_charge_does_not_hide_the_paymentintents_later_succe
         .await
         .unwrap();
     let declined = sim.charge_ids(&e.key)[0].clone();
-    let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
+    let p = stripe(&sim, json!({"use_search": false}));
     let q = LookupQuery {
         key: e.key.clone(),
         created_at: e.created_at,
@@ -264,8 +270,9 @@ async fn an_event_snapshot_at_creation_is_only_a_lead() {
     let c = look(&p, &sim, &declined).await;
     assert_eq!(c.outcome, Outcome::NotApplied, "{c:?}");
     // The confirming read failing leaves the snapshot unconfirmed: nothing is concluded.
+    // The events of its span were read whole already: the next request is the retrieve.
     let base = sim.requests_so_far();
-    sim.fault_at(base + 1, Fault::Status502);
+    sim.fault_at(base, Fault::Status502);
     let c = look(&p, &sim, &paid).await;
     assert!(!c.is_final(), "{c:?}");
 }
@@ -394,6 +401,7 @@ async fn the_providers_own_rate_limit_on_page_three_never_leaves_applied_final()
         page_size: 1,
         noise: 6,
         server_rate_limit: Some(2.0),
+        ..WorldConfig::default()
     };
     let sim = Sim::start(std::slice::from_ref(&e), cfg).await.unwrap();
     let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
@@ -428,4 +436,291 @@ async fn no_second_at_the_provider_holds_more_than_the_budget() {
         "{} requests in the busiest second",
         sim.busiest_second()
     );
+}
+
+// Worlds that do not match the configuration: reckon must never certify absence from a
+// view that could not have seen the payment.
+
+/// `lives` made `offset` seconds after the application's recorded call (an application
+/// clock that is off, or a payment made later).
+fn effect_at(key: &str, lives: &[Life], offset: f64) -> EffectSpec {
+    let mut e = effect(key, lives);
+    for p in &mut e.payments {
+        p.offset += offset;
+    }
+    e
+}
+
+/// A declined attempt near `at`, so the lists have seen this account put keys under the
+/// field (a search miss then says something).
+fn neighbour(key: &str, e: &EffectSpec) -> EffectSpec {
+    let mut n = effect(key, &[Life::Declined]);
+    n.created_at = e.created_at + 30.0;
+    n.updated_at = e.updated_at + 30.0;
+    n
+}
+
+/// Each lookup of `effects` either is the truth or is not final.
+async fn never_a_false_final(
+    p: &Arc<dyn Provider>,
+    sim: &Sim,
+    effects: &[EffectSpec],
+) -> Vec<Classification> {
+    let mut out = Vec::new();
+    for e in effects {
+        let c = look(p, sim, e).await;
+        if c.is_final() {
+            assert_eq!(c.outcome.as_str(), e.truth().as_str(), "{}: {c:?}", e.key);
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_charges_only_list_never_certifies_absence_of_a_paymentintent_keyed_payment() {
+    // Stripe does not copy a PaymentIntent's metadata to its charges: the charges list comes
+    // back whole and shows none of the key.
+    let once = effect("charge:v1:ORD-30", &[Life::Succeeded]);
+    let mut twice = effect("charge:v1:ORD-31", &[Life::Succeeded, Life::Succeeded]);
+    twice.created_at += 60.0;
+    twice.updated_at += 60.0;
+    let world = [once.clone(), twice.clone()];
+    let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
+    // With the creating request's events: the events find the PaymentIntent.
+    let p = stripe(
+        &sim,
+        json!({"list_objects": ["charges"], "use_search": false}),
+    );
+    let v = never_a_false_final(&p, &sim, &world).await;
+    assert_eq!(v[0].outcome, Outcome::Applied, "{:?}", v[0]);
+    assert!(v[0].is_final(), "{:?}", v[0]);
+    assert_eq!(v[1].outcome, Outcome::Duplicate, "{:?}", v[1]);
+    // Without event types (the default): search of PaymentIntents finds them, and with no
+    // witness vouching for the rest nothing is final but the duplicate.
+    let p = stripe(
+        &sim,
+        json!({"list_objects": ["charges"], "event_types": []}),
+    );
+    let v = never_a_false_final(&p, &sim, &world).await;
+    assert_eq!(v[0].outcome, Outcome::Applied, "{:?}", v[0]);
+    assert_eq!(v[1].outcome, Outcome::Duplicate, "{:?}", v[1]);
+    // Events and search off: the lists alone see nothing, and say so without concluding.
+    let p = stripe(
+        &sim,
+        json!({"list_objects": ["charges"], "use_events": false, "use_search": false}),
+    );
+    for c in never_a_false_final(&p, &sim, &world).await {
+        assert!(!c.is_final() && c.certificate.is_none(), "{c:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_under_another_metadata_field_is_never_certified_absent() {
+    let paid = effect("charge:v1:ORD-32", &[Life::Succeeded]);
+    let unpaid = neighbour("charge:v1:ORD-33", &paid);
+    let world = [paid.clone(), unpaid.clone()];
+    let cfg = WorldConfig {
+        metadata_field: "order_ref".into(),
+        noise: 3,
+        ..WorldConfig::default()
+    };
+    let sim = Sim::start(&world, cfg).await.unwrap();
+    // The creating request's events carry the key whatever the metadata says.
+    let p = stripe(&sim, json!({}));
+    let v = never_a_false_final(&p, &sim, &world).await;
+    assert_eq!(v[0].outcome, Outcome::Applied, "{:?}", v[0]);
+    assert!(v[0].is_final(), "{:?}", v[0]);
+    // Without the events, search under the configured field finds nothing either, and no
+    // object the lists saw carries that field: nothing vouches for the miss.
+    let p = stripe(&sim, json!({"use_events": false}));
+    let v = never_a_false_final(&p, &sim, &world).await;
+    assert!(!v[0].is_final(), "{:?}", v[0]);
+    assert_ne!(v[0].outcome, Outcome::Applied);
+    assert!(
+        v[0].reason.contains("no view that would have shown"),
+        "{}",
+        v[0].reason
+    );
+}
+
+#[tokio::test]
+async fn an_application_clock_an_hour_off_is_never_certified_absent() {
+    for hour in [3600.0, -3600.0] {
+        let once = effect_at("charge:v1:ORD-34", &[Life::Succeeded], hour);
+        let mut twice = effect_at(
+            "charge:v1:ORD-35",
+            &[Life::Succeeded, Life::Succeeded],
+            hour,
+        );
+        twice.created_at += 60.0;
+        twice.updated_at += 60.0;
+        let world = [once.clone(), twice.clone()];
+        let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
+        // Events over the witness span (a day either side) see both.
+        let p = stripe(&sim, json!({"use_search": false}));
+        let v = never_a_false_final(&p, &sim, &world).await;
+        assert_eq!(v[0].outcome, Outcome::Applied, "{hour}: {:?}", v[0]);
+        assert_eq!(v[1].outcome, Outcome::Duplicate, "{hour}: {:?}", v[1]);
+        // Search (by key, whatever `created` says) sees them too.
+        let p = stripe(&sim, json!({"use_events": false}));
+        let v = never_a_false_final(&p, &sim, &world).await;
+        assert_eq!(v[0].outcome, Outcome::Applied, "{hour}: {:?}", v[0]);
+        assert_eq!(v[1].outcome, Outcome::Duplicate, "{hour}: {:?}", v[1]);
+    }
+}
+
+#[tokio::test]
+async fn a_search_miss_witnesses_absence_only_once_past_the_index_lag() {
+    // Nothing was paid; a neighbour shows the account's keys live under the field.
+    let unpaid = effect("charge:v1:ORD-36", &[]);
+    let world = [unpaid.clone(), neighbour("charge:v1:ORD-37", &unpaid)];
+    let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
+    let p = stripe(&sim, json!({"use_events": false}));
+    let c = look(&p, &sim, &unpaid).await;
+    assert_eq!(c.outcome, Outcome::NotApplied, "{c:?}");
+    assert!(c.is_final(), "{c:?}");
+    let witness = c.certificate.and_then(|c| c.witness).expect("a witness");
+    assert!(witness.contains("stripe.search"), "{witness}");
+    // The same miss while the index may still lag is not proof.
+    let p = stripe(&sim, json!({"use_events": false, "search_lag_secs": 86400}));
+    let c = look(&p, &sim, &unpaid).await;
+    assert!(!c.is_final() && c.provisional, "{c:?}");
+    assert!(c.not_before.is_some_and(|t| t > now() + 3600.0), "{c:?}");
+}
+
+#[tokio::test]
+async fn a_certificate_never_covers_time_that_had_not_happened_when_it_was_read() {
+    // The call ended 130 s ago: past its own window and the visibility lag, but the lists'
+    // window reaches 300 s of skew further, into the future. A second payment is made 5 s
+    // from now, inside that future part.
+    let t = now();
+    let e = EffectSpec {
+        key: "charge:v1:ORD-38".into(),
+        created_at: t - 135.0,
+        updated_at: t - 130.0,
+        recorded: Recorded::Nothing,
+        payments: vec![
+            PaymentSpec {
+                life: Life::Succeeded,
+                amount: 2000,
+                offset: 1.0,
+                indexed: true,
+            },
+            PaymentSpec {
+                life: Life::Succeeded,
+                amount: 2000,
+                offset: 140.0,
+                indexed: true,
+            },
+        ],
+    };
+    let sim = Sim::start(std::slice::from_ref(&e), WorldConfig::default())
+        .await
+        .unwrap();
+    let p = stripe(&sim, json!({"max_call_secs": 60, "skew_secs": 300}));
+    let c = look(&p, &sim, &e).await;
+    assert_eq!(c.outcome, Outcome::Applied, "{c:?}");
+    assert!(!c.is_final() && c.provisional, "{c:?}");
+    // It is read again once the whole window (skew included) and the lag are past.
+    let window_end = e.updated_at + 60.0 + 300.0;
+    assert!(
+        c.not_before.is_some_and(|nb| nb >= window_end + 60.0),
+        "{c:?}"
+    );
+}
+
+#[tokio::test]
+async fn calibration_finds_a_wrong_field_and_a_charges_only_list_and_widens_for_a_clock() {
+    // 24 effects the application recorded as done, paid, an hour off the provider's clock;
+    // and one unknown that was never paid.
+    let done: Vec<EffectSpec> = (0..24)
+        .map(|i| {
+            let mut e = effect_at(&format!("charge:v1:DONE-{i}"), &[Life::Succeeded], 3600.0);
+            e.created_at += i as f64 * 40.0;
+            e.updated_at += i as f64 * 40.0;
+            e
+        })
+        .collect();
+    let mut unpaid = effect("charge:v1:ORD-39", &[]);
+    unpaid.created_at += 500.0;
+    unpaid.updated_at += 500.0;
+    let mut world = done.clone();
+    world.push(unpaid.clone());
+    let samples: Vec<LookupQuery> = done
+        .iter()
+        .map(|e| LookupQuery {
+            key: e.key.clone(),
+            created_at: e.created_at,
+            updated_at: e.updated_at,
+            expires_at: None,
+            response_json: None,
+            now: now(),
+        })
+        .collect();
+    // Keys under the configured field, on PaymentIntents, the clock an hour off: widened.
+    let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
+    let no_witness = json!({"use_events": false, "use_search": false});
+    let p = stripe(&sim, no_witness.clone());
+    let cal = p.calibrate(&samples).await.expect("stripe calibrates");
+    assert_eq!(
+        cal.status,
+        reckon_providers::CalibrationStatus::Calibrated,
+        "{cal:?}"
+    );
+    assert!(
+        cal.widen_secs >= 3300.0 && cal.offset_p50_secs > 3500.0,
+        "{cal:?}"
+    );
+    // Calibrated for the window it now reads: its complete list is proof on its own.
+    let c = look(&p, &sim, &unpaid).await;
+    assert_eq!(c.outcome, Outcome::NotApplied, "{c:?}");
+    assert!(c.is_final(), "{c:?}");
+    assert!(
+        c.certificate
+            .and_then(|c| c.witness)
+            .is_some_and(|w| w.contains("calibrated")),
+        "the certificate says what vouches for it"
+    );
+    let paid = &done[3];
+    let c = look(&p, &sim, paid).await;
+    assert_eq!(c.outcome, Outcome::Applied, "{c:?}");
+    assert!(c.is_final(), "{c:?}");
+
+    // A charges-only list: the PaymentIntents carry the keys.
+    let p = stripe(
+        &sim,
+        json!({"use_events": false, "list_objects": ["charges"]}),
+    );
+    let cal = p.calibrate(&samples).await.expect("stripe calibrates");
+    assert_eq!(
+        cal.status,
+        reckon_providers::CalibrationStatus::Uncalibrated,
+        "{cal:?}"
+    );
+    assert!(cal.reason.contains("payment_intents"), "{}", cal.reason);
+    let c = look(&p, &sim, &unpaid).await;
+    assert!(!c.is_final(), "{c:?}");
+    assert!(c.reason.contains("uncalibrated"), "{}", c.reason);
+
+    // The application's key under another field.
+    let sim = Sim::start(
+        &world,
+        WorldConfig {
+            metadata_field: "order_ref".into(),
+            ..WorldConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let p = stripe(&sim, no_witness);
+    let cal = p.calibrate(&samples).await.expect("stripe calibrates");
+    assert_eq!(
+        cal.status,
+        reckon_providers::CalibrationStatus::Uncalibrated,
+        "{cal:?}"
+    );
+    assert!(cal.reason.contains("metadata_field"), "{}", cal.reason);
+    let c = look(&p, &sim, &unpaid).await;
+    assert!(!c.is_final(), "{c:?}");
 }

@@ -168,6 +168,15 @@ pub struct WorldConfig {
     pub noise: usize,
     /// The provider's own limit, requests per second (429 above it).
     pub server_rate_limit: Option<f64>,
+    /// The metadata field the application puts its key under (the world need not match
+    /// reckon's configuration).
+    pub metadata_field: String,
+    /// The application also puts the key on each charge (the Charges API way); Stripe
+    /// does not copy a PaymentIntent's metadata to its charges.
+    pub keys_on_charges: bool,
+    /// The application sends its key as the creating request's `Idempotency-Key`, so the
+    /// events that request caused carry it as `request.idempotency_key`.
+    pub request_keys: bool,
 }
 
 impl Default for WorldConfig {
@@ -176,6 +185,9 @@ impl Default for WorldConfig {
             page_size: 100,
             noise: 0,
             server_rate_limit: None,
+            metadata_field: "idempotency_key".into(),
+            keys_on_charges: false,
+            request_keys: true,
         }
     }
 }
@@ -265,7 +277,7 @@ impl Payment {
             .collect()
     }
 
-    fn pi_json(&self, view: View) -> Value {
+    fn pi_json(&self, view: View, field: &str) -> Value {
         let status = self.status(view);
         let charges = self.charges(view);
         let declined = charges.iter().any(|(_, s, _)| *s == "failed");
@@ -293,7 +305,7 @@ impl Payment {
             "currency": "usd",
             "created": self.created as i64,
             "livemode": false,
-            "metadata": {"idempotency_key": self.key},
+            "metadata": {field: self.key},
             "status": status,
             "latest_charge": charges.last().map(|(c, _, _)| c.id.clone()),
             "last_payment_error": last_error,
@@ -301,7 +313,14 @@ impl Payment {
         })
     }
 
-    fn charge_json(&self, c: &Charge, status: &str, captured: bool, view: View) -> Value {
+    fn charge_json(
+        &self,
+        c: &Charge,
+        status: &str,
+        captured: bool,
+        view: View,
+        keyed: Option<&str>,
+    ) -> Value {
         // A refund, or an authorization released when it expired (Stripe refunds the
         // uncaptured amount).
         let refunded =
@@ -320,7 +339,7 @@ impl Payment {
             "currency": "usd",
             "created": c.created as i64,
             "livemode": false,
-            "metadata": {},
+            "metadata": keyed.map_or_else(|| json!({}), |f| json!({f: self.key})),
             "payment_intent": self.pi,
             "status": status,
             "failure_code": (status == "failed").then_some("card_declined"),
@@ -657,15 +676,47 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
     let now = View::Now {
         settled: st.settled,
     };
+    // An object created later than now does not exist yet: a payment made after a lookup
+    // is not in that lookup's answers.
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let field = st.cfg.metadata_field.as_str();
+    let charge_key = st.cfg.keys_on_charges.then_some(field);
+    let payments = || st.payments.iter().filter(move |p| p.created <= wall);
+    fn visible(p: &Payment, now: View, wall: f64) -> Vec<(&Charge, &'static str, bool)> {
+        p.charges(now)
+            .into_iter()
+            .filter(|(c, _, _)| c.created <= wall)
+            .collect()
+    }
+    let charges_of = |p| visible(p, now, wall);
     let path: Vec<&str> = url.path().trim_matches('/').split('/').collect();
     match path.as_slice() {
-        ["v1", "payment_intents" | "charges", "search"] => {
-            let key = param("query").and_then(search_key);
-            let data: Vec<Value> = if path[1] == "payment_intents" {
-                st.payments
-                    .iter()
-                    .filter(|p| p.indexed && Some(p.key.as_str()) == key.as_deref())
-                    .map(|p| p.pi_json(View::Created))
+        ["v1", what @ ("payment_intents" | "charges"), "search"] => {
+            // Search matches the field it is asked about: a key under another name is not
+            // found.
+            let asked = param("query").and_then(search_field_key);
+            let hit = |p: &Payment| {
+                p.indexed
+                    && asked
+                        .as_ref()
+                        .is_some_and(|(f, k)| f == field && *k == p.key)
+            };
+            let data: Vec<Value> = if *what == "payment_intents" {
+                payments()
+                    .filter(|p| hit(p))
+                    .map(|p| p.pi_json(View::Created, field))
+                    .collect()
+            } else if charge_key.is_some() {
+                payments()
+                    .filter(|p| hit(p))
+                    .flat_map(|p| {
+                        charges_of(p)
+                            .into_iter()
+                            .map(|(c, s, cap)| p.charge_json(c, s, cap, View::Created, charge_key))
+                            .collect::<Vec<_>>()
+                    })
                     .collect()
             } else {
                 Vec::new()
@@ -676,24 +727,24 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
                 vec![],
             )
         }
-        ["v1", "payment_intents", id] => match st.payments.iter().find(|p| p.pi == *id) {
+        ["v1", "payment_intents", id] => match payments().find(|p| p.pi == *id) {
             Some(p) => {
-                let mut v = p.pi_json(now);
+                let mut v = p.pi_json(now, field);
                 let expand = q
                     .iter()
                     .any(|(k, v)| k == "expand[]" && v == "latest_charge");
-                if expand && let Some((c, s, cap)) = p.charges(now).last().copied() {
-                    v["latest_charge"] = p.charge_json(c, s, cap, now);
+                if expand && let Some((c, s, cap)) = charges_of(p).last().copied() {
+                    v["latest_charge"] = p.charge_json(c, s, cap, now, charge_key);
                 }
                 (200, v, vec![])
             }
             None => not_found("payment_intent"),
         },
         ["v1", "charges", id] => {
-            for p in &st.payments {
-                for (c, s, cap) in p.charges(now) {
+            for p in payments() {
+                for (c, s, cap) in charges_of(p) {
                     if c.id == *id {
-                        return (200, p.charge_json(c, s, cap, now), vec![]);
+                        return (200, p.charge_json(c, s, cap, now, charge_key), vec![]);
                     }
                 }
             }
@@ -701,12 +752,18 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
         }
         ["v1", what @ ("payment_intents" | "charges" | "events")] => {
             let mut items: Vec<(f64, String, Value)> = Vec::new();
-            for p in &st.payments {
+            for p in payments() {
                 match *what {
-                    "payment_intents" => items.push((p.created, p.pi.clone(), p.pi_json(now))),
+                    "payment_intents" => {
+                        items.push((p.created, p.pi.clone(), p.pi_json(now, field)));
+                    }
                     "charges" => {
-                        for (c, s, cap) in p.charges(now) {
-                            items.push((c.created, c.id.clone(), p.charge_json(c, s, cap, now)));
+                        for (c, s, cap) in charges_of(p) {
+                            items.push((
+                                c.created,
+                                c.id.clone(),
+                                p.charge_json(c, s, cap, now, charge_key),
+                            ));
                         }
                     }
                     _ => {
@@ -715,25 +772,28 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
                             .filter(|(k, _)| k == "types[]" || k == "type")
                             .map(|(_, v)| v.as_str())
                             .collect();
+                        let request_key = st.cfg.request_keys.then(|| p.key.clone());
                         let mut evs = vec![(
                             p.created,
                             "payment_intent.created",
-                            p.pi_json(View::Created),
-                            Some(p.key.clone()),
+                            p.pi_json(View::Created, field),
+                            request_key,
                         )];
                         let status = p.status(now);
                         let kind = match status {
                             "succeeded" => Some("payment_intent.succeeded"),
                             "canceled" => Some("payment_intent.canceled"),
-                            "requires_payment_method" if !p.charges(now).is_empty() => {
+                            "requires_payment_method" if !charges_of(p).is_empty() => {
                                 Some("payment_intent.payment_failed")
                             }
                             "processing" => Some("payment_intent.processing"),
                             "requires_capture" => Some("payment_intent.amount_capturable_updated"),
                             _ => None,
                         };
-                        if let Some(k) = kind {
-                            evs.push((p.created + 3.0, k, p.pi_json(now), None));
+                        if let Some(k) = kind
+                            && p.created + 3.0 <= wall
+                        {
+                            evs.push((p.created + 3.0, k, p.pi_json(now, field), None));
                         }
                         for (i, (at, kind, obj, key)) in evs.into_iter().enumerate() {
                             if !types.is_empty() && !types.contains(&kind) {
@@ -798,12 +858,16 @@ fn list(
     )
 }
 
-/// The value of `metadata["..."]:"VALUE"` in a search query.
-fn search_key(query: &str) -> Option<String> {
+/// The field and value of `metadata["FIELD"]:"VALUE"` in a search query.
+fn search_field_key(query: &str) -> Option<(String, String)> {
+    let open = query.find("metadata[\"")? + 10;
+    let close = open + query.get(open..)?.find("\"]")?;
+    let field = query.get(open..close)?.to_owned();
     let start = query.find("]:\"")? + 3;
     let rest = query.get(start..)?;
     let end = rest.rfind('"')?;
-    Some(rest.get(..end)?.replace("\\\"", "\"").replace("\\\\", "\\"))
+    let key = rest.get(..end)?.replace("\\\"", "\"").replace("\\\\", "\\");
+    Some((field, key))
 }
 
 /// A world of `n` effects drawn from `seed`, for soaks (the tests draw theirs with
