@@ -258,6 +258,7 @@ async fn anchor(
                 expires_at: e.expires_at,
                 response_json: e.response_json.clone(),
                 now: reckon_domain::time::now(),
+                observed_at: None,
             })
             .await;
         anyhow::ensure!(

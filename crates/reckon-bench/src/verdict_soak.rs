@@ -70,6 +70,7 @@ async fn look(p: &Arc<dyn Provider>, sim: &Sim, e: &EffectSpec) -> Classificatio
         expires_at: None,
         response_json: sim.recorded_response(e),
         now: reckon_providers::now(),
+        observed_at: None,
     };
     let r = p.lookup(&q).await;
     classify(&r, reckon_providers::now())

@@ -11,8 +11,8 @@ use reckon_ledger::{
 };
 use reckon_metrics::Metrics;
 use reckon_providers::{
-    Classification, FaultKind, GetClient, LookupQuery, Outcome, Provider, Redactor, RetryAdvice,
-    build_provider, classify, provider_key,
+    Calibration, Classification, FaultKind, GetClient, LookupQuery, Outcome, Provider, Redactor,
+    RetryAdvice, build_provider, classify, provider_key,
 };
 use secrecy::ExposeSecret;
 use serde::Serialize;
@@ -80,6 +80,50 @@ pub struct ReconcileCtx {
     pub egress: Arc<reckon_sources::EgressPolicy>,
     /// Each provider's concurrency limit, learnt from its answers over the process's life.
     pub limits: Arc<Limits>,
+    /// Each provider's calibration against its tenant's known outcomes, measured at most
+    /// every [`CALIBRATION_TTL_SECS`] by this process.
+    pub calibrations: Arc<Calibrations>,
+}
+
+/// How long a route's calibration stands before it is measured again.
+pub const CALIBRATION_TTL_SECS: f64 = 1800.0;
+/// Effects the application recorded as done, held against a provider's lookup per
+/// calibration (spread over its routes; searches for misses are capped apart).
+pub const CALIBRATION_SAMPLES: i64 = 50;
+/// How far back known-done effects are taken from.
+const CALIBRATION_SINCE_SECS: f64 = 7.0 * 86_400.0;
+
+/// The calibrations this process measured, by tenant and provider, with the settings they
+/// were measured for (a changed setting is measured again).
+#[derive(Default)]
+pub struct Calibrations(std::sync::Mutex<HashMap<(String, i64), (String, Calibration)>>);
+
+impl Calibrations {
+    fn get(&self, tenant: &str, provider: i64, settings: &str, now: f64) -> Option<Calibration> {
+        let map = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(&(tenant.to_owned(), provider))
+            .filter(|(s, c)| s == settings && now - c.measured_at < CALIBRATION_TTL_SECS)
+            .map(|(_, c)| c.clone())
+    }
+
+    fn put(&self, tenant: &str, provider: i64, settings: String, c: Calibration) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((tenant.to_owned(), provider), (settings, c));
+    }
+
+    /// The last calibration measured for a provider, however old.
+    pub fn last(&self, tenant: &str, provider: i64) -> Option<Calibration> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&(tenant.to_owned(), provider))
+            .map(|(_, c)| c.clone())
+    }
 }
 
 impl ReconcileCtx {
@@ -91,6 +135,7 @@ impl ReconcileCtx {
             metrics: None,
             egress: Arc::new(reckon_sources::EgressPolicy::default()),
             limits: Arc::new(Limits::default()),
+            calibrations: Arc::new(Calibrations::default()),
         }
     }
 
@@ -485,6 +530,9 @@ impl Routing {
                     built = Err(format!("refused by the egress policy: {why}"));
                 }
             }
+            if let Ok(adapter) = &built {
+                calibrate(ctx, tenant, &routes, &p, adapter).await?;
+            }
             providers.insert(p.id, (p, built, redactor));
         }
         Ok(Routing { routes, providers })
@@ -508,6 +556,87 @@ impl Routing {
                     .iter()
                     .find(|r| r.source == e.source && r.operation == "*")
             })
+    }
+}
+
+/// Hold a provider's lookup against effects its routes' sources recorded as succeeded (the
+/// application's own known outcomes), or reuse this process's recent measurement. A route
+/// that misses them gives no final verdict of absence; one whose provider clock is off is
+/// widened to it (`reckon_providers::Calibration`).
+async fn calibrate(
+    ctx: &ReconcileCtx,
+    tenant: &Tenant,
+    routes: &[Route],
+    row: &ProviderRow,
+    adapter: &Arc<dyn Provider>,
+) -> Result<(), ReconcileError> {
+    let now = reckon_domain::time::now();
+    let settings = row.settings.to_string();
+    if let Some(c) = ctx.calibrations.get(&tenant.slug, row.id, &settings, now) {
+        adapter.set_calibration(c);
+        return Ok(());
+    }
+    let mine: Vec<&Route> = routes
+        .iter()
+        .filter(|r| r.provider_id == Some(row.id))
+        .collect();
+    if mine.is_empty() {
+        return Ok(());
+    }
+    let per = (CALIBRATION_SAMPLES / mine.len() as i64).max(1);
+    let mut samples = Vec::new();
+    for r in mine {
+        let done = ctx
+            .ledger
+            .list_effects(
+                tenant.id,
+                &reckon_ledger::EffectQuery {
+                    source: Some(r.source.clone()),
+                    state: Some(reckon_domain::State::Succeeded),
+                    operation: (r.operation != "*").then(|| r.operation.clone()),
+                    updated_since: Some(now - CALIBRATION_SINCE_SECS),
+                    limit: per,
+                    now,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        samples.extend(done.into_iter().map(|e| LookupQuery {
+            key: provider_key(
+                &row.settings,
+                &e.key,
+                e.operation.as_deref(),
+                e.subject.as_deref(),
+            ),
+            created_at: e.created_at,
+            updated_at: e.updated_at,
+            expires_at: None,
+            // Found by the key, as an unknown's payment must be, not by a recorded id.
+            response_json: None,
+            now,
+            observed_at: Some(e.last_changed_at),
+        }));
+    }
+    if let Some(c) = adapter.calibrate(&samples).await {
+        if let Some(m) = &ctx.metrics {
+            let found = if c.samples == 0 {
+                0.0
+            } else {
+                c.found as f64 / c.samples as f64
+            };
+            m.provider_calibration(&tenant.slug, &row.name, calibration_state(&c), found);
+        }
+        ctx.calibrations.put(&tenant.slug, row.id, settings, c);
+    }
+    Ok(())
+}
+
+/// The calibration gauge's value: 1 calibrated, 0 uncalibrated, -1 not measured yet.
+fn calibration_state(c: &Calibration) -> i64 {
+    match c.status {
+        reckon_providers::CalibrationStatus::Calibrated => 1,
+        reckon_providers::CalibrationStatus::Uncalibrated => 0,
+        reckon_providers::CalibrationStatus::Unmeasured => -1,
     }
 }
 
@@ -619,6 +748,7 @@ async fn look(
                 expires_at: e.expires_at,
                 response_json: e.response_json.clone(),
                 now: started,
+                observed_at: Some(e.last_changed_at),
             };
             let asked = std::time::Instant::now();
             let report = p.lookup(&q).await;

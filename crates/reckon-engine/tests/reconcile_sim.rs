@@ -27,6 +27,13 @@ fn unknown(key: &str, updated_at: f64) -> SourceRecord {
     }
 }
 
+fn succeeded(key: &str, updated_at: f64) -> SourceRecord {
+    SourceRecord {
+        state: State::Succeeded,
+        ..unknown(key, updated_at)
+    }
+}
+
 fn spec(key: &str, updated_at: f64, lives: &[(Life, f64)]) -> EffectSpec {
     EffectSpec {
         key: key.into(),
@@ -82,7 +89,9 @@ async fn ledger_with(
             source.id,
             IngestBatch {
                 origin: Origin::Push,
-                observed_at: time::now(),
+                // reckon saw the rows two minutes ago (a scan): a witness read now reaches
+                // past that moment by more than the visibility lag.
+                observed_at: time::now() - 120.0,
                 records,
                 rejected: vec![],
                 abandoned_after_secs: 300.0,
@@ -155,7 +164,7 @@ async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() 
         WorldConfig {
             page_size: 1,
             noise: 6,
-            server_rate_limit: None,
+            ..WorldConfig::default()
         },
     )
     .await
@@ -166,7 +175,7 @@ async fn a_failed_page_leaves_a_provisional_applied_that_the_recheck_resolves() 
         "rk_test_sim",
         serde_json::json!({
             "base_url": sim.base_url, "mode": "test", "rate_per_sec": 0,
-            "use_events": false, "use_search": false,
+            "event_types": ["payment_intent.created"], "use_search": false,
         }),
     )
     .await;
@@ -311,7 +320,7 @@ async fn two_replicas_share_one_accounts_budget_as_the_provider_counts() {
         "rk_test_shared",
         serde_json::json!({
             "base_url": sim.base_url, "mode": "test", "rate_per_sec": 10,
-            "use_events": false, "use_search": false,
+            "event_types": ["payment_intent.created"], "use_search": false,
         }),
     )
     .await;
@@ -336,4 +345,92 @@ async fn two_replicas_share_one_accounts_budget_as_the_provider_counts() {
         "{} requests in the busiest second at the provider",
         sim.busiest_second()
     );
+}
+
+/// A route with no key-indexed witness (events and search off) is calibrated by the
+/// reconciler against the effects the application recorded as succeeded: calibrated, its
+/// complete list proves absence and uniqueness; with the key under another metadata field
+/// it finds none of them, and nothing it misses is concluded.
+#[tokio::test]
+async fn the_reconciler_calibrates_a_route_against_the_applications_known_outcomes() {
+    let now = time::now();
+    let at = |i: usize| now - 7200.0 - 120.0 * i as f64;
+    let done: Vec<String> = (0..24).map(|i| format!("charge:v1:ORD-D{i}")).collect();
+    let mut records: Vec<SourceRecord> = done
+        .iter()
+        .enumerate()
+        .map(|(i, k)| succeeded(k, at(i)))
+        .collect();
+    records.push(unknown(PAID, at(30)));
+    records.push(unknown(DECLINED, at(31)));
+    let mut world: Vec<EffectSpec> = done
+        .iter()
+        .enumerate()
+        .map(|(i, k)| spec(k, at(i), &[(Life::Succeeded, 0.5)]))
+        .collect();
+    world.push(spec(PAID, at(30), &[(Life::Succeeded, 0.5)]));
+    world.push(spec(DECLINED, at(31), &[(Life::Declined, 0.5)]));
+    let no_witness = |base: &str| {
+        serde_json::json!({
+            "base_url": base, "mode": "test", "rate_per_sec": 0,
+            "use_events": false, "use_search": false,
+        })
+    };
+
+    let (_dir, ledger, t) = ledger_with(records.clone()).await;
+    let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
+    route_to_stripe(&*ledger, &t, "rk_test_cal", no_witness(&sim.base_url)).await;
+    let ctx = loopback_ctx(&ledger);
+    let outcomes = reconcile_all(&ctx, &t).await.unwrap();
+    let by_key: HashMap<&str, _> = outcomes.iter().map(|o| (o.key.as_str(), o)).collect();
+    assert_eq!(by_key[PAID].outcome, "applied", "{outcomes:#?}");
+    assert!(by_key[PAID].resolved, "{outcomes:#?}");
+    assert_eq!(by_key[DECLINED].outcome, "not_applied", "{outcomes:#?}");
+    assert!(by_key[DECLINED].resolved, "{outcomes:#?}");
+    let provider = ledger.list_providers(t.id).await.unwrap()[0].id;
+    let cal = ctx.calibrations.last("acme", provider).expect("measured");
+    assert_eq!(
+        cal.status,
+        reckon_providers::CalibrationStatus::Calibrated,
+        "{cal:?}"
+    );
+    assert_eq!((cal.samples, cal.found), (24, 24), "{cal:?}");
+    let view = ledger
+        .reconcile_view(t.id, by_key[DECLINED].effect_id)
+        .await
+        .unwrap();
+    let cert = &view.resolution.expect("resolved").evidence["classification"]["certificate"];
+    assert!(
+        cert["witness"]
+            .as_str()
+            .is_some_and(|w| w.contains("calibrated")),
+        "{cert}"
+    );
+
+    // The application keeps its key under another field: the same lookups find nothing.
+    let (_dir, ledger, t) = ledger_with(records).await;
+    let sim = Sim::start(
+        &world,
+        WorldConfig {
+            metadata_field: "order_ref".into(),
+            ..WorldConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    route_to_stripe(&*ledger, &t, "rk_test_cal", no_witness(&sim.base_url)).await;
+    let ctx = loopback_ctx(&ledger);
+    let outcomes = reconcile_all(&ctx, &t).await.unwrap();
+    for o in &outcomes {
+        assert!(!o.resolved, "nothing concluded: {o:#?}");
+        assert!(o.reason.contains("uncalibrated"), "{}", o.reason);
+    }
+    let provider = ledger.list_providers(t.id).await.unwrap()[0].id;
+    let cal = ctx.calibrations.last("acme", provider).expect("measured");
+    assert_eq!(
+        cal.status,
+        reckon_providers::CalibrationStatus::Uncalibrated,
+        "{cal:?}"
+    );
+    assert!(cal.reason.contains("metadata_field"), "{}", cal.reason);
 }

@@ -92,6 +92,8 @@ pub struct Metrics {
     audit_runs: IntCounterVec,
     audit_scheduled: GaugeVec,
     audit_scheduled_complete: GaugeVec,
+    provider_calibrated: GaugeVec,
+    provider_calibration_found: GaugeVec,
     build_info: Gauge,
 }
 
@@ -194,6 +196,22 @@ impl Metrics {
             &["tenant"],
         )
         .expect("valid metric");
+        let provider_calibrated = GaugeVec::new(
+            Opts::new(
+                "reckon_provider_calibrated",
+                "Whether the provider's lookup, as configured, finds the effects the application recorded as done: 1 calibrated, 0 uncalibrated (no final verdict of absence on it), -1 too few known-done effects to say. As this instance last measured it.",
+            ),
+            &["tenant", "provider"],
+        )
+        .expect("valid metric");
+        let provider_calibration_found = GaugeVec::new(
+            Opts::new(
+                "reckon_provider_calibration_found_ratio",
+                "The share of known-done effects the provider's lookup found at its last calibration on this instance.",
+            ),
+            &["tenant", "provider"],
+        )
+        .expect("valid metric");
         let build_info = Gauge::with_opts(
             Opts::new(
                 "reckon_build_info",
@@ -216,6 +234,8 @@ impl Metrics {
             audit_runs,
             audit_scheduled,
             audit_scheduled_complete,
+            provider_calibrated,
+            provider_calibration_found,
             build_info,
         };
         for c in m.collectors() {
@@ -240,6 +260,8 @@ impl Metrics {
             Box::new(self.audit_runs.clone()),
             Box::new(self.audit_scheduled.clone()),
             Box::new(self.audit_scheduled_complete.clone()),
+            Box::new(self.provider_calibrated.clone()),
+            Box::new(self.provider_calibration_found.clone()),
             Box::new(self.build_info.clone()),
         ]
     }
@@ -353,6 +375,17 @@ impl Metrics {
             .set(if complete { 1.0 } else { 0.0 });
     }
 
+    /// A provider's calibration: `state` 1 calibrated, 0 uncalibrated, -1 not measured yet;
+    /// `found` the share of known-done effects its lookup found.
+    pub fn provider_calibration(&self, tenant: &str, provider: &str, state: i64, found: f64) {
+        self.provider_calibrated
+            .with_label_values(&[tenant, provider])
+            .set(state as f64);
+        self.provider_calibration_found
+            .with_label_values(&[tenant, provider])
+            .set(found);
+    }
+
     /// A tenant with nothing to audit (no provider): no schedule to be late for.
     pub fn forget_audit_schedule(&self, tenant: &str) {
         let _ = self.audit_scheduled.remove_label_values(&[tenant]);
@@ -400,6 +433,7 @@ mod tests {
         m.touch_audit_runs("acme");
         m.record_audit_run("acme", "*", "failed");
         m.record_audit_schedule("acme", 1700020000.0, false);
+        m.provider_calibration("acme", "stripe-live", 0, 0.25);
         let text = render(&m);
         for line in [
             "reckon_records_ingested_total{source=\"shop\",tenant=\"acme\"} 5",
@@ -414,6 +448,8 @@ mod tests {
             "reckon_audit_runs_total{provider=\"*\",status=\"failed\",tenant=\"acme\"} 1",
             "reckon_audit_scheduled_timestamp_seconds{tenant=\"acme\"} 1700020000",
             "reckon_audit_scheduled_day_complete{tenant=\"acme\"} 0",
+            "reckon_provider_calibrated{provider=\"stripe-live\",tenant=\"acme\"} 0",
+            "reckon_provider_calibration_found_ratio{provider=\"stripe-live\",tenant=\"acme\"} 0.25",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
@@ -425,7 +461,7 @@ mod tests {
         assert!(names.contains(&"reckon_reconcile_outcomes_total".to_owned()));
         assert!(names.contains(&"reckon_provider_request_duration_seconds".to_owned()));
         let process = if cfg!(target_os = "linux") { 7 } else { 0 };
-        assert_eq!(names.len(), 12 + process, "{names:?}");
+        assert_eq!(names.len(), 14 + process, "{names:?}");
     }
 
     #[cfg(target_os = "linux")]

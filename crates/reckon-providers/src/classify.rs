@@ -512,6 +512,9 @@ fn witness(r: &LookupReport, s: &crate::Step, read_at: f64) -> Result<Witness, W
         });
     }
     let end = span_end(r, s);
+    // A witness vouches for what existed a lag before it was read; the call had ended by
+    // the time reckon saw its row (reckon's clock), whatever the application's clock says.
+    let since = r.observed_at.map_or(end, |o| o.max(end));
     let mut gaps = Vec::new();
     let mut ready_at: Option<f64> = None;
     for w in r.steps.iter().filter(|w| w.key_indexed) {
@@ -521,6 +524,16 @@ fn witness(r: &LookupReport, s: &crate::Step, read_at: f64) -> Result<Witness, W
             gaps.push(format!("{}: not read whole", w.method));
         } else if !covers_effect {
             gaps.push(format!("{}: its span does not cover the window", w.method));
+        } else if w.consistency == Consistency::Strong && w.window.is_some_and(|(_, b)| b < since) {
+            // Its span ends a visibility lag before the read: it must reach the moment
+            // reckon saw the row, by which the call had ended.
+            let at = since + (read_at - w.window.map_or(read_at, |(_, b)| b));
+            ready_at = Some(ready_at.map_or(at, |x: f64| x.min(at)));
+            gaps.push(format!(
+                "{}: its span ends before reckon saw the row (the visibility lag, {} s, is \
+                 not past since)",
+                w.method, r.visibility_lag_secs
+            ));
         } else if w.consistency == Consistency::Strong {
             return Ok(Witness {
                 statement: format!(
@@ -533,7 +546,7 @@ fn witness(r: &LookupReport, s: &crate::Step, read_at: f64) -> Result<Witness, W
                 ),
                 request_ids: w.request_ids.clone(),
             });
-        } else if read_at >= end + r.index_lag_secs {
+        } else if read_at >= since + r.index_lag_secs {
             return Ok(Witness {
                 statement: format!(
                     "{} (by key, whatever `created` says) read after its index lag of {} s \
@@ -543,12 +556,14 @@ fn witness(r: &LookupReport, s: &crate::Step, read_at: f64) -> Result<Witness, W
                 request_ids: w.request_ids.clone(),
             });
         } else {
-            let at = end + r.index_lag_secs;
+            let at = since + r.index_lag_secs;
             ready_at = Some(ready_at.map_or(at, |x: f64| x.min(at)));
             gaps.push(format!(
-                "{}: its index may lag up to {} s, so its miss counts from {:.0} s after the \
-                 window's end",
-                w.method, r.index_lag_secs, r.index_lag_secs
+                "{}: its index may lag up to {} s behind the call, so its miss counts from \
+                 {:.0} s from now",
+                w.method,
+                r.index_lag_secs,
+                at - read_at
             ));
         }
     }

@@ -195,6 +195,7 @@ impl crate::Provider for HttpProvider {
             index_lag_secs: 0.0,
             steps: vec![step],
             checked_at: q.now,
+            observed_at: q.observed_at,
             calibration: None,
         }
     }

@@ -202,6 +202,9 @@ pub struct LookupReport {
     pub index_lag_secs: f64,
     pub steps: Vec<Step>,
     pub checked_at: f64,
+    /// When reckon saw the row in its current state, by its own clock ([`LookupQuery`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_at: Option<f64>,
     /// What the route's lookup was measured to find among the application's own known
     /// outcomes, when it was measured ([`Calibration`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -262,6 +265,10 @@ pub struct LookupQuery {
     /// The response the source recorded, if any (may carry a provider object id).
     pub response_json: Option<String>,
     pub now: f64,
+    /// When reckon saw the row in its current state, by reckon's own clock: the call had
+    /// ended by then (an `unknown` is written after it), whatever the application's clock
+    /// says. `None` when not known (the application's times are taken as they are).
+    pub observed_at: Option<f64>,
 }
 
 #[async_trait::async_trait]

@@ -669,7 +669,10 @@ impl StripeProvider {
     /// One key's objects over `window` from a mirror: the spans no earlier lookup of this
     /// provider read whole are listed now (every source, every page), and the key's
     /// objects come from the mirror.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one read of a mirror: which mirror, what to list, what to keep, for which key and span"
+    )]
     async fn mirrored(
         &self,
         mirror: &tokio::sync::Mutex<Mirror>,
@@ -872,6 +875,7 @@ impl crate::Provider for StripeProvider {
             index_lag_secs: s.search_lag_secs,
             steps: Vec::new(),
             checked_at: q.now,
+            observed_at: q.observed_at,
             calibration,
         };
         if self.key_mode() != Some(s.mode.as_str()) {

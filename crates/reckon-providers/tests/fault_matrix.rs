@@ -44,6 +44,7 @@ fn old_effect() -> LookupQuery {
         expires_at: None,
         response_json: None,
         now,
+        observed_at: None,
     }
 }
 

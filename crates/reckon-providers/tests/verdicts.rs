@@ -62,6 +62,7 @@ async fn look(p: &Arc<dyn Provider>, sim: &Sim, e: &EffectSpec) -> Classificatio
         expires_at: None,
         response_json: sim.recorded_response(e),
         now: now(),
+        observed_at: None,
     };
     let report = p.lookup(&q).await;
     classify(&report, now())
@@ -214,6 +215,7 @@ async fn a_recorded_declined_charge_does_not_hide_the_paymentintents_later_succe
         expires_at: None,
         response_json: Some(json!({"id": declined}).to_string()),
         now: now(),
+        observed_at: None,
     };
     let c = classify(&p.lookup(&q).await, now());
     assert_eq!(c.outcome, Outcome::Applied, "{c:?}");
@@ -656,6 +658,7 @@ async fn calibration_finds_a_wrong_field_and_a_charges_only_list_and_widens_for_
             expires_at: None,
             response_json: None,
             now: now(),
+            observed_at: None,
         })
         .collect();
     // Keys under the configured field, on PaymentIntents, the clock an hour off: widened.
