@@ -843,7 +843,30 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
                 ),
                 _ => format!("Resolved as {} by reckon.", r.outcome),
             };
-            (outcome, true, VerdictBy::Reconciler, still_says(&s), false)
+            // "Not charged" never stands beside money the provider listed for the key: the
+            // later finding outranks the verdict, and a person must reconcile the two.
+            let against = finding("duplicate")
+                .or_else(|| finding("orphan"))
+                .map(|x| format!("the audit of {} found {}", x.day, x.summary));
+            if outcome == Verdict::NotApplied && (!paid.is_empty() || against.is_some()) {
+                let seen = if paid.is_empty() {
+                    against.unwrap_or_default()
+                } else {
+                    format!("the provider lists {}", list_charges(&paid))
+                };
+                (
+                    Verdict::Unknown,
+                    false,
+                    VerdictBy::Audit,
+                    format!(
+                        "Contradicted: reckon's verdict was not charged, but {seen} carrying this \
+                         key. Do not try again: a person must check which is right."
+                    ),
+                    true,
+                )
+            } else {
+                (outcome, true, VerdictBy::Reconciler, still_says(&s), false)
+            }
         }
     } else if let Some(d) = finding("duplicate") {
         let mut s = format!(
@@ -949,6 +972,22 @@ fn judge_open(
                 } else {
                     format!(" ({payments})")
                 }
+            ),
+            l.needs_attention,
+        ),
+        (Some(Outcome::NotApplied), true) => (
+            Verdict::Unknown,
+            false,
+            VerdictBy::Reconciler,
+            format!(
+                "Not found so far, but not proven: the provider's list shows no payment for it, \
+                 and nothing vouches that it could have shown one made elsewhere or later ({}). \
+                 Do not try again yet.{next}",
+                l.evidence
+                    .as_ref()
+                    .and_then(|e| e["classification"]["reason"].as_str())
+                    .or(l.last_error.as_deref())
+                    .unwrap_or("no witness")
             ),
             l.needs_attention,
         ),

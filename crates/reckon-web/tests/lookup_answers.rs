@@ -2,8 +2,9 @@
 //! both ledgers: reconciled applied / not_applied / duplicate while the application still
 //! says unknown, a provisional applied, the audit's missing and duplicate (with amounts), an
 //! orphan charge found by the order id in its metadata, an abandoned claim, an effect no
-//! provider answers for, a resolution by hand, nothing found (with "did you mean"), and
-//! provider object ids.
+//! provider answers for, a resolution by hand, a "not charged" verdict the day's charge list
+//! later contradicts (never "safe to try again" beside the charge), nothing found (with "did
+//! you mean"), and provider object ids.
 
 mod answer_cases;
 mod common;
@@ -88,6 +89,14 @@ const CASES: &[Expect] = &[
         by: "nobody",
         needs_person: true,
         says: &["no provider is set up", "A person must check"],
+    },
+    Expect {
+        q: CONTRADICTED,
+        verdict: "unknown",
+        is_final: false,
+        by: "audit",
+        needs_person: true,
+        says: &["Contradicted", "not charged", "Do not try again"],
     },
     Expect {
         q: BY_HAND,

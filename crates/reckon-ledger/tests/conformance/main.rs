@@ -105,6 +105,7 @@ conformance! {
     the_metrics_snapshot_routes_as_the_reconciler_and_counts_replay_windows_of_routed_effects_only => story_metrics_routes;
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_upgrade_retracts_applied_verdicts_of_the_old_rule_and_makes_them_due => story_rc_upgrade_verdicts with raw;
+    an_upgrade_retracts_unwitnessed_absence_and_makes_it_due => story_rc_upgrade_absence with raw;
     an_upgrade_takes_effects_resolved_before_it_out_of_the_backlog => story_rc_upgrade_backlog with raw;
     an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
     the_resolved_among_a_list_of_effects_are_found_in_one_read_in_their_tenant_only => story_rc_resolved_among;

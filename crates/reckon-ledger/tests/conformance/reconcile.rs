@@ -115,6 +115,114 @@ pub(crate) async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawD
     assert!(kept.contains(&"applied".to_owned()));
 }
 
+/// A ledger whose reconciler concluded `not_applied` from Stripe's window lists alone (a
+/// certificate without a witness) is upgraded: those verdicts are retracted into
+/// `resolution_retracted` and the effects are due for a lookup at once, shown as "not found
+/// so far"; a witnessed one, a lookup by key (the http protocol), one already written back
+/// and people's resolutions stay.
+pub(crate) async fn story_rc_upgrade_absence(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    let keys = [
+        "charge:v1:lists-only",
+        "charge:v1:witnessed",
+        "charge:v1:by-key",
+        "charge:v1:hand",
+    ];
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(
+                keys.iter()
+                    .map(|k| rec(k, State::Unknown, now - 100.0))
+                    .collect(),
+            ),
+        )
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
+    let record = |key: &str, certificate: serde_json::Value| {
+        let mut a = attempt("not_applied", now, now + 3600.0, true);
+        a.evidence = serde_json::json!({"classification": {"outcome": "not_applied",
+            "certificate": certificate}});
+        let ledger = ledger.clone();
+        let eid = id(key);
+        async move { ledger.record_attempt(t.id, eid, "w", a).await.unwrap() }
+    };
+    record(
+        keys[0],
+        serde_json::json!({"method": "stripe.list.payment_intents+charges", "pages": 0,
+            "request_ids": []}),
+    )
+    .await;
+    record(
+        keys[1],
+        serde_json::json!({"method": "stripe.list.payment_intents+charges",
+            "witness": "stripe.events read whole"}),
+    )
+    .await;
+    record(keys[2], serde_json::json!({"method": "http.lookup"})).await;
+    ledger
+        .resolve_by_hand(
+            t.id,
+            id(keys[3]),
+            reckon_ledger::NewResolution {
+                outcome: reckon_ledger::Outcome::NotApplied,
+                author: "user:finance@acme.test".into(),
+                note: Some("checked in the Stripe dashboard".into()),
+                evidence: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    drop(ledger);
+
+    // The upgrade: the migration runs as it does on a ledger written by the old rule.
+    raw.exec("DELETE FROM _sqlx_migrations WHERE version = 28;")
+        .await;
+    let ledger = raw.reopen().await;
+    let view = |key: &str| {
+        let ledger = ledger.clone();
+        let eid = id(key);
+        async move { ledger.reconcile_view(t.id, eid).await.unwrap() }
+    };
+    let old = view(keys[0]).await;
+    assert!(old.resolution.is_none(), "{old:?}");
+    let st = old.state.expect("a reconcile state");
+    assert!(st.non_final, "shown as not proven until looked up again");
+    assert_eq!(st.last_outcome, Some(reckon_ledger::Outcome::NotApplied));
+    assert!(st.next_attempt_at <= time::now(), "due at once: {st:?}");
+    assert_eq!(old.attempts.len(), 1, "the attempt stays in the history");
+    for k in &keys[1..] {
+        assert!(
+            view(k).await.resolution.is_some(),
+            "{k} keeps its resolution"
+        );
+    }
+    let due = ledger
+        .claim_due(t.id, "w2", time::now(), 60.0, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|c| c.effect.key.as_str())
+            .collect::<Vec<_>>(),
+        vec![keys[0]],
+        "only the retracted verdict is looked up again"
+    );
+    let reasons: Vec<String> = raw
+        .cells("resolution_retracted")
+        .await
+        .into_iter()
+        .filter(|(c, _)| c == "reason")
+        .map(|(_, v)| String::from_utf8(v).unwrap())
+        .collect();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(reasons[0].contains("no witness"), "{reasons:?}");
+}
+
 /// A ledger that resolved effects before the backlog was flagged on the effect row is
 /// upgraded: its resolved effects leave the queue, the counts, the metrics and the claims
 /// at once, the open one stays, and a resolution recorded afterwards takes its effect out.

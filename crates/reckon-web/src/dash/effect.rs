@@ -492,6 +492,11 @@ fn outcome_words(outcome: Option<Outcome>, non_final: bool) -> String {
         (Some(Outcome::Indeterminate), true) => {
             "indeterminate: a payment can still move money (re-checked until it settles)".into()
         }
+        (Some(Outcome::NotApplied), true) => {
+            "not found so far, not proven (nothing vouches that the lookup could have seen the \
+             payment; re-checked, never written back)"
+                .into()
+        }
         (Some(o), _) => o.to_string(),
     }
 }

@@ -205,6 +205,7 @@ pub async fn queue(
             last_outcome: r.last_outcome.as_deref().map(|o| match (o, r.non_final) {
                 ("applied", true) => "applied (provisional)".to_owned(),
                 ("indeterminate", true) => "indeterminate (payment pending)".to_owned(),
+                ("not_applied", true) => "not found so far (not proven)".to_owned(),
                 _ => o.to_owned(),
             }),
             last_error: r.last_error.clone(),

@@ -43,6 +43,8 @@ pub const DUPLICATE_AUDIT: &str = "ORD-W1";
 pub const ABANDONED: &str = "ORD-B1";
 pub const UNROUTED: &str = "ORD-R1";
 pub const BY_HAND: &str = "ORD-H1";
+/// Reconciled as not charged; the provider's list of the day, read later, has its charge.
+pub const CONTRADICTED: &str = "ORD-C1";
 pub const NOBODY_HAS: &str = "ORD-ZZZ9";
 pub const HAND_AUTHOR: &str = "sam@acme.test";
 pub const HAND_NOTE: &str = "Customer sent the bank statement: paid once.";
@@ -154,6 +156,7 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
         metadata: BTreeMap::from([("order_id".to_owned(), ORPHAN.to_owned())]),
         customer: None,
     });
+    let later = demo.clone();
     let (base, server) = serve_loopback(demo).await.unwrap();
     ledger
         .add_provider(
@@ -206,6 +209,7 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
             y(1.0) + 30.0,
         ),
         rec(&charge(NOT_APPLIED), State::Unknown, y(1.5), y(1.5) + 30.0),
+        rec(&charge(CONTRADICTED), State::Unknown, y(9.0), y(9.0) + 30.0),
         rec(
             &charge(DUPLICATE_RECONCILED),
             State::Unknown,
@@ -234,6 +238,9 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
 
     let ctx = ReconcileCtx::new(ledger.clone()).with_egress(loopback());
     reconcile_all(&ctx, t).await.unwrap();
+    // After the verdict, the provider shows a charge carrying the key (its answer then was
+    // wrong, or a retry paid later): the audit of the day imports it.
+    later.charge(&charge(CONTRADICTED), 2500, "usd", y(9.0) + 10.0);
 
     // A worker died mid-charge after the reconciler's run: an abandoned claim, not asked yet.
     let mut claim = rec(
