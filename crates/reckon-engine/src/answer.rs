@@ -721,25 +721,137 @@ fn list_charges(cs: &[&ChargeFact]) -> String {
 }
 
 /// The payments a verdict's evidence names (`classification.payments` of a lookup), as
-/// "pi_1 (succeeded)".
+/// "pi_1 (succeeded, $20.00, refunded $5.00, disputed)".
 fn evidence_payments(evidence: &Value) -> String {
+    payments_of(evidence)
+        .iter()
+        .map(EvidencePayment::words)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One payment of a lookup's evidence, as far as the sentences need it.
+struct EvidencePayment {
+    id: String,
+    status: Option<String>,
+    moved: bool,
+    amount: Option<i64>,
+    currency: String,
+    refunded: i64,
+    disputed: bool,
+}
+
+impl EvidencePayment {
+    fn amount(&self, minor: i64) -> String {
+        money(minor, &self.currency)
+    }
+
+    fn fully_refunded(&self) -> bool {
+        self.amount.is_some_and(|a| a > 0 && self.refunded >= a)
+    }
+
+    fn words(&self) -> String {
+        let mut parts: Vec<String> = self.status.iter().cloned().collect();
+        if let Some(a) = self.amount {
+            parts.push(self.amount(a));
+        }
+        if self.fully_refunded() {
+            parts.push("refunded in full".into());
+        } else if self.refunded > 0 {
+            parts.push(format!("refunded {}", self.amount(self.refunded)));
+        }
+        if self.disputed {
+            parts.push("disputed".into());
+        }
+        if parts.is_empty() {
+            self.id.clone()
+        } else {
+            format!("{} ({})", self.id, parts.join(", "))
+        }
+    }
+}
+
+fn payments_of(evidence: &Value) -> Vec<EvidencePayment> {
     let ps = evidence
         .pointer("/classification/payments")
         .or_else(|| evidence.get("payments"))
         .and_then(Value::as_array);
-    ps.map(|ps| {
-        ps.iter()
-            .filter_map(|p| {
-                let id = p.get("id").and_then(Value::as_str)?;
-                Some(match p.get("status").and_then(Value::as_str) {
-                    Some(s) => format!("{id} ({s})"),
-                    None => id.to_owned(),
-                })
+    ps.into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let id = p
+                .get("group")
+                .or_else(|| p.get("id"))
+                .and_then(Value::as_str)?;
+            Some(EvidencePayment {
+                id: id.to_owned(),
+                status: p.get("status").and_then(Value::as_str).map(str::to_owned),
+                moved: p.get("money").and_then(Value::as_str) == Some("moved"),
+                amount: p.get("amount").and_then(Value::as_i64),
+                currency: p
+                    .get("currency")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                refunded: p
+                    .get("amount_refunded")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0),
+                disputed: p.get("disputed").and_then(Value::as_bool) == Some(true),
             })
-            .collect::<Vec<_>>()
-            .join(", ")
-    })
-    .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// What to do about a confirmed double charge: refund the extra payment, named, unless it
+/// was already refunded in full; a partial refund and a dispute are said.
+fn duplicate_advice(evidence: &Value) -> String {
+    let moved: Vec<EvidencePayment> = payments_of(evidence)
+        .into_iter()
+        .filter(|p| p.moved)
+        .collect();
+    // The first payment is the one the customer meant to make; the others are extra.
+    let Some((_, extra)) = moved.split_first() else {
+        return "Refund the extra one.".into();
+    };
+    if extra.is_empty() {
+        return "Refund the extra one.".into();
+    }
+    let open: Vec<&EvidencePayment> = extra.iter().filter(|p| !p.fully_refunded()).collect();
+    let mut out = if open.is_empty() {
+        format!(
+            "The extra payment ({}) was already refunded in full: nothing more to refund.",
+            extra
+                .iter()
+                .map(|p| p.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    } else {
+        format!(
+            "Refund the extra one: {}.",
+            open.iter()
+                .map(|p| match (p.amount, p.refunded) {
+                    (Some(a), r) if r > 0 => format!(
+                        "{} ({} of {} still charged)",
+                        p.id,
+                        p.amount(a - r),
+                        p.amount(a)
+                    ),
+                    (Some(a), _) => format!("{} ({})", p.id, p.amount(a)),
+                    _ => p.id.clone(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    if moved.iter().any(|p| p.disputed) {
+        out.push_str(
+            " A payment of it is disputed: the bank may return that money to the customer \
+             itself, so refund only after the dispute is settled.",
+        );
+    }
+    out
 }
 
 fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
@@ -835,7 +947,8 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
                 ),
                 Verdict::Duplicate => format!(
                     "Charged more than once: the provider confirms several payments that moved \
-                     money{named}. Refund the extra one."
+                     money{named}. {}",
+                    duplicate_advice(&r.evidence)
                 ),
                 Verdict::NotApplied => format!(
                     "Not charged: the provider's complete answer shows no payment that moved \
@@ -890,9 +1003,20 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
             true,
             VerdictBy::Audit,
             format!(
-                "Charged {}: {}. A refund of the extra charge is needed.",
+                "Charged {}: {}. {}",
                 times(paid.len()),
-                list_charges(&paid)
+                list_charges(&paid),
+                // A charge refunded in full needs no second refund.
+                if paid
+                    .iter()
+                    .filter(|c| c.refunded.as_deref() == Some(c.amount.as_str()))
+                    .count()
+                    >= paid.len() - 1
+                {
+                    "The extra charge was already refunded in full: nothing more to refund."
+                } else {
+                    "A refund of the extra charge is needed."
+                }
             ),
             true,
         )
@@ -1186,5 +1310,53 @@ mod tests {
         let m = Moment::new(1_764_597_600.0, &TimeZone::get("Europe/Paris").unwrap());
         assert_eq!(m.rfc3339, "2025-12-01T14:00:00Z");
         assert_eq!(m.text, "01 Dec 2025 15:00 CET");
+    }
+
+    fn duplicate(second: serde_json::Value) -> serde_json::Value {
+        let mut b = serde_json::json!({"group": "pi_2", "money": "moved", "status": "succeeded",
+            "amount": 2000, "currency": "usd"});
+        for (k, v) in second.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        serde_json::json!({"classification": {"payments": [
+            {"group": "pi_1", "money": "moved", "status": "succeeded", "amount": 2000,
+             "currency": "usd"},
+            b,
+            {"group": "pi_3", "money": "none", "status": "canceled", "amount": 2000,
+             "currency": "usd"},
+        ]}})
+    }
+
+    #[test]
+    fn a_duplicate_names_the_charge_to_refund_and_what_is_still_charged() {
+        let a = duplicate_advice(&duplicate(serde_json::json!({})));
+        assert_eq!(a, "Refund the extra one: pi_2 ($20.00).");
+        let a = duplicate_advice(&duplicate(serde_json::json!({"amount_refunded": 500})));
+        assert_eq!(
+            a,
+            "Refund the extra one: pi_2 ($15.00 of $20.00 still charged)."
+        );
+    }
+
+    #[test]
+    fn a_duplicate_refunded_in_full_asks_for_no_refund() {
+        let a = duplicate_advice(&duplicate(serde_json::json!({"amount_refunded": 2000})));
+        assert!(!a.contains("Refund the extra one"), "{a}");
+        assert!(a.contains("pi_2") && a.contains("refunded in full"), "{a}");
+        let named = evidence_payments(&duplicate(serde_json::json!({"amount_refunded": 2000})));
+        assert!(
+            named.contains("pi_2 (succeeded, $20.00, refunded in full)"),
+            "{named}"
+        );
+    }
+
+    #[test]
+    fn a_disputed_duplicate_waits_for_the_dispute() {
+        let a = duplicate_advice(&duplicate(serde_json::json!({"disputed": true})));
+        assert!(a.contains("Refund the extra one: pi_2"), "{a}");
+        assert!(
+            a.contains("disputed") && a.contains("dispute is settled"),
+            "{a}"
+        );
     }
 }
