@@ -347,7 +347,7 @@ async fn two_replicas_share_one_accounts_budget_as_the_provider_counts() {
     );
 }
 
-/// A route with no key-indexed witness (events and search off) is calibrated by the
+/// A route with no key-indexed witness (no events; search's miss not yet one) is calibrated by the
 /// reconciler against the effects the application recorded as succeeded: calibrated, its
 /// complete list proves absence and uniqueness; with the key under another metadata field
 /// it finds none of them, and nothing it misses is concluded.
@@ -370,10 +370,12 @@ async fn the_reconciler_calibrates_a_route_against_the_applications_known_outcom
         .collect();
     world.push(spec(PAID, at(30), &[(Life::Succeeded, 0.5)]));
     world.push(spec(DECLINED, at(31), &[(Life::Declined, 0.5)]));
+    // No events; search looks outside the window, but its miss alone is no witness for a
+    // day (its lag): the calibration is what lets the window's list conclude.
     let no_witness = |base: &str| {
         serde_json::json!({
             "base_url": base, "mode": "test", "rate_per_sec": 0,
-            "use_events": false, "use_search": false,
+            "use_events": false, "search_lag_secs": 86400,
         })
     };
 
