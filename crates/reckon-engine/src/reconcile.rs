@@ -576,6 +576,17 @@ async fn calibrate(
         adapter.set_calibration(c);
         return Ok(());
     }
+    // Measured recently for these settings, by this or another process: reused.
+    if let Some(c) = row
+        .calibration
+        .as_ref()
+        .and_then(|v| serde_json::from_value::<Calibration>(v.clone()).ok())
+        .filter(|c| now - c.measured_at < CALIBRATION_TTL_SECS)
+    {
+        adapter.set_calibration(c.clone());
+        ctx.calibrations.put(&tenant.slug, row.id, settings, c);
+        return Ok(());
+    }
     let mine: Vec<&Route> = routes
         .iter()
         .filter(|r| r.provider_id == Some(row.id))
@@ -625,6 +636,11 @@ async fn calibrate(
                 c.found as f64 / c.samples as f64
             };
             m.provider_calibration(&tenant.slug, &row.name, calibration_state(&c), found);
+        }
+        if let Ok(v) = serde_json::to_value(&c) {
+            ctx.ledger
+                .record_calibration(tenant.id, row.id, &row.settings, &v)
+                .await?;
         }
         ctx.calibrations.put(&tenant.slug, row.id, settings, c);
     }

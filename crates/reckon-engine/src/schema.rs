@@ -219,6 +219,10 @@ pub struct Provider {
     settings: Value,
     has_secret: bool,
     created_at: f64,
+    /// The reconciler's last calibration of the provider's lookup against the effects the
+    /// application recorded as succeeded, for its current settings; null until measured.
+    #[schema(required = true)]
+    calibration: Option<reckon_providers::Calibration>,
 }
 
 /// The kinds of provider reckon can ask.

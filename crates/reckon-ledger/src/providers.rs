@@ -22,6 +22,10 @@ pub struct Provider {
     pub settings: serde_json::Value,
     pub has_secret: bool,
     pub created_at: f64,
+    /// The reconciler's last calibration of this provider's lookup against the tenant's
+    /// known outcomes, for its current settings (`reckon_providers::Calibration` as JSON);
+    /// `None` until measured, and again after a change of settings.
+    pub calibration: Option<serde_json::Value>,
 }
 
 /// A new provider. The secret arrives in clear and leaves only sealed.
@@ -60,8 +64,8 @@ pub(crate) fn provider_secret_aad(tenant_id: i64, provider_name: &str) -> String
     format!("reckon/v1|tenant:{tenant_id}|provider:{provider_name}|secret")
 }
 
-pub(crate) const PROVIDER_COLUMNS: &str =
-    "id, name, kind, settings, secret_ciphertext IS NOT NULL AS has_secret, created_at";
+pub(crate) const PROVIDER_COLUMNS: &str = "id, name, kind, settings, secret_ciphertext IS NOT NULL AS has_secret, created_at, \
+     calibration";
 
 #[apply(row!)]
 pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider> {
@@ -72,6 +76,14 @@ pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider> {
         settings: rows::json(row, "settings")?,
         has_secret: row.try_get("has_secret")?,
         created_at: row.try_get("created_at")?,
+        calibration: row
+            .try_get::<Option<String>, _>("calibration")?
+            .map(|text| {
+                serde_json::from_str(&text).map_err(|e| {
+                    LedgerError::Invalid(format!("stored calibration is not JSON: {e}"))
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -125,6 +137,7 @@ impl<B: Driver> Providers for SqlLedger<B> {
         let settings = change.settings.as_ref().map(ToString::to_string);
         let stmt = sqlx::query(AssertSqlSafe(format!(
             "UPDATE provider SET secret_ciphertext = COALESCE($3, secret_ciphertext), \
+             calibration = CASE WHEN $4 IS NULL OR $4 = settings THEN calibration END, \
              settings = COALESCE($4, settings) WHERE tenant_id = $1 AND name = $2 \
              RETURNING {PROVIDER_COLUMNS}"
         )));
@@ -133,6 +146,27 @@ impl<B: Driver> Providers for SqlLedger<B> {
         provider_row::<B::DB>(
             &row.ok_or_else(|| LedgerError::NotFound(format!("provider {name:?}")))?,
         )
+    }
+
+    /// Keep a provider's calibration, measured for `settings`: written only while the
+    /// provider still has those settings (a calibration of settings changed meanwhile says
+    /// nothing of the new ones). Whether it was written.
+    async fn record_calibration(
+        &self,
+        tenant: TenantId,
+        provider_id: i64,
+        settings: &serde_json::Value,
+        calibration: &serde_json::Value,
+    ) -> Result<bool> {
+        let stmt = sqlx::query(
+            "UPDATE provider SET calibration = $4 WHERE tenant_id = $1 AND id = $2 \
+             AND settings = $3",
+        )
+        .bind(tenant.0)
+        .bind(provider_id)
+        .bind(settings.to_string())
+        .bind(calibration.to_string());
+        Ok(self.exec(Scope::Tenant(tenant), stmt).await? == 1)
     }
 
     async fn list_providers(&self, tenant: TenantId) -> Result<Vec<Provider>> {

@@ -1293,6 +1293,27 @@ async fn an_admin_makes_a_token_seen_once_revokes_it_adds_a_provider_with_a_hidd
     assert!(page.text.contains("stripe-test"));
     assert!(page.text.contains("(set, write-only)"));
     assert!(!page.text.contains(secret), "the secret is never rendered");
+    assert!(page.text.contains("not measured yet"), "{}", page.text);
+    // The reconciler measured it against the application's known outcomes and found it
+    // wanting: the page says so, with the reason.
+    let p = w
+        .ledger
+        .provider_by_name(w.a.id, "stripe-test")
+        .await
+        .unwrap();
+    let reason = "the lookup as configured found 0 of 24 effects the application recorded as done";
+    w.ledger
+        .record_calibration(
+            w.a.id,
+            p.id,
+            &p.settings,
+            &serde_json::json!({"status": "uncalibrated", "reason": reason}),
+        )
+        .await
+        .unwrap();
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    assert!(page.text.contains("uncalibrated"), "{}", page.text);
+    assert!(page.text.contains(reason), "{}", page.text);
 
     // Routing.
     let r = post(

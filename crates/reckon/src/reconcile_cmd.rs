@@ -129,19 +129,32 @@ pub async fn provider(
             output::rows(
                 &providers,
                 format,
-                &["name", "kind", "has_secret", "settings"],
+                &["name", "kind", "has_secret", "settings", "calibration"],
                 |p| {
                     vec![
                         p.name.clone(),
                         p.kind.clone(),
                         p.has_secret.to_string(),
                         p.settings.to_string(),
+                        calibration_words(p.calibration.as_ref()),
                     ]
                 },
             )?;
         }
     }
     Ok(())
+}
+
+/// A provider's last calibration in one cell: its status, and why.
+fn calibration_words(c: Option<&serde_json::Value>) -> String {
+    match c {
+        None => "not measured yet".into(),
+        Some(c) => format!(
+            "{}: {}",
+            c["status"].as_str().unwrap_or("?"),
+            c["reason"].as_str().unwrap_or("")
+        ),
+    }
 }
 
 pub async fn route(

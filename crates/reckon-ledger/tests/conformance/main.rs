@@ -110,6 +110,7 @@ conformance! {
     an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
     the_resolved_among_a_list_of_effects_are_found_in_one_read_in_their_tenant_only => story_rc_resolved_among;
     providers_keep_their_secret_sealed_and_routes_and_requeue_stay_in_their_tenant => story_rc_providers with raw;
+    a_providers_calibration_is_kept_for_its_settings_and_tenant => story_rc_calibration;
     provider_charges_are_upserted_read_by_day_and_stay_in_their_tenant => story_audit_charges;
     audit_runs_chain_per_tenant_and_a_scheduled_day_completes_once => story_audit_runs;
     writeback_is_off_by_default_one_per_resolution_first_outcome_stands_and_tenant_bound => story_writeback;

@@ -155,3 +155,91 @@ pub(crate) async fn story_rc_providers(ledger: Arc<dyn Ledger>, raw: RawDb) {
         1
     );
 }
+
+/// A provider's calibration is kept for the settings it was measured with: written only
+/// while the provider has them, cleared when they change (a secret alone does not), and
+/// never written or read across tenants.
+pub(crate) async fn story_rc_calibration(ledger: Arc<dyn Ledger>) {
+    let (a, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (b, _) = tenant_and_source(&*ledger, "beta", "shop").await;
+    let settings = serde_json::json!({ "mode": "test", "metadata_field": "order_key" });
+    let add = |t: reckon_ledger::TenantId| {
+        let ledger = ledger.clone();
+        let settings = settings.clone();
+        async move {
+            ledger
+                .add_provider(
+                    t,
+                    reckon_ledger::NewProvider {
+                        name: "stripe".into(),
+                        kind: "stripe".into(),
+                        secret: Some(SecretString::from("rk_test_cal".to_owned())),
+                        settings,
+                    },
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let pa = add(a.id).await;
+    let pb = add(b.id).await;
+    assert!(pa.calibration.is_none(), "not measured yet");
+    let cal = serde_json::json!({"status": "uncalibrated", "samples": 24, "found": 0,
+        "reason": "found 0 of 24"});
+    assert!(
+        ledger
+            .record_calibration(a.id, pa.id, &pa.settings, &cal)
+            .await
+            .unwrap()
+    );
+    let read = ledger.provider_by_name(a.id, "stripe").await.unwrap();
+    assert_eq!(read.calibration.as_ref(), Some(&cal));
+    assert_eq!(
+        ledger.list_providers(a.id).await.unwrap()[0].calibration,
+        Some(cal.clone())
+    );
+    // Another tenant's provider id, from this tenant: nothing written, nothing seen.
+    assert!(
+        !ledger
+            .record_calibration(a.id, pb.id, &pb.settings, &cal)
+            .await
+            .unwrap()
+    );
+    assert!(
+        ledger
+            .provider_by_name(b.id, "stripe")
+            .await
+            .unwrap()
+            .calibration
+            .is_none()
+    );
+    // Measured for settings the provider no longer has: not written.
+    let other = serde_json::json!({ "mode": "test" });
+    assert!(
+        !ledger
+            .record_calibration(a.id, pa.id, &other, &cal)
+            .await
+            .unwrap()
+    );
+    // A new secret keeps it; new settings clear it.
+    let change =
+        |secret: Option<&str>, settings: Option<serde_json::Value>| reckon_ledger::ProviderChange {
+            secret: secret.map(|s| SecretString::from(s.to_owned())),
+            settings,
+        };
+    let p = ledger
+        .update_provider(a.id, "stripe", change(Some("rk_test_new"), None))
+        .await
+        .unwrap();
+    assert_eq!(p.calibration, Some(cal));
+    let p = ledger
+        .update_provider(a.id, "stripe", change(None, Some(settings.clone())))
+        .await
+        .unwrap();
+    assert!(p.calibration.is_some(), "the same settings again keep it");
+    let p = ledger
+        .update_provider(a.id, "stripe", change(None, Some(other)))
+        .await
+        .unwrap();
+    assert!(p.calibration.is_none(), "changed settings clear it");
+}

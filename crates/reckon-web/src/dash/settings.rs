@@ -242,6 +242,10 @@ pub struct ProviderView {
     pub kind: String,
     pub has_secret: bool,
     pub settings: String,
+    /// Its last calibration against the tenant's known outcomes, in words.
+    pub calibration: String,
+    /// Measured and found wanting: no final "not charged" on it.
+    pub uncalibrated: bool,
     /// Where its "test" form posts (settings page).
     pub test_href: String,
 }
@@ -253,6 +257,16 @@ fn provider_view(p: &reckon_ledger::Provider, base: &str) -> ProviderView {
         has_secret: p.has_secret,
         // Settings hold no secret (the key is sealed apart and never read back here).
         settings: p.settings.to_string(),
+        calibration: match &p.calibration {
+            None if p.kind == "stripe" => "not measured yet".into(),
+            // A lookup by key needs none.
+            None => "not needed (looked up by key)".into(),
+            Some(c) => c["reason"].as_str().unwrap_or("").to_owned(),
+        },
+        uncalibrated: p
+            .calibration
+            .as_ref()
+            .is_some_and(|c| c["status"] == "uncalibrated"),
         test_href: format!("{base}/settings/providers/{}/test", seg(&p.name)),
     }
 }
