@@ -249,19 +249,23 @@ pub enum FindingKind {
     Unresolved,
     RiskyReclaim,
     SplitIntent,
+    /// Money moved for an effect the application recorded as failed: paid at the provider,
+    /// cancelled in the application. Not an orphan (the charge has its effect), not missing.
+    ChargedNotRecorded,
     /// A kind a newer version stored, read by this one (never produced here).
     #[serde(other)]
     Other,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 6] = [
+    pub const ALL: [FindingKind; 7] = [
         FindingKind::Duplicate,
         FindingKind::Orphan,
         FindingKind::Missing,
         FindingKind::Unresolved,
         FindingKind::RiskyReclaim,
         FindingKind::SplitIntent,
+        FindingKind::ChargedNotRecorded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -272,6 +276,7 @@ impl FindingKind {
             FindingKind::Unresolved => "unresolved",
             FindingKind::RiskyReclaim => "risky_reclaim",
             FindingKind::SplitIntent => "split_intent",
+            FindingKind::ChargedNotRecorded => "charged_not_recorded",
             FindingKind::Other => "other",
         }
     }
@@ -399,6 +404,7 @@ pub fn audit(
     findings.extend(duplicates(window, effects, charges, &by_charge, rules));
     findings.extend(orphans(window, effects, charges, &by_charge, &by_effect));
     findings.extend(missing(window, effects, charges, &by_effect));
+    findings.extend(charged_not_recorded(window, effects, charges, &by_effect));
     findings.extend(unresolved(window, effects));
     findings.extend(risky_reclaims(window, effects, charges, &by_effect));
     findings.extend(split::split_intents(
@@ -822,6 +828,57 @@ fn missing(
             amount: recorded_amount(ef).map(|(a, _)| a),
             currency: recorded_amount(ef).map(|(_, c)| c),
             refunded: false,
+            suggestions: vec![],
+        });
+    }
+    out
+}
+
+/// Effects the application recorded as failed whose charge moved money: the customer was
+/// charged while the application believes it was not (and may charge again, or refuse
+/// the order it was paid for). The net of refunds is the money at stake.
+fn charged_not_recorded(
+    window: &DayWindow,
+    effects: &[AuditEffect],
+    charges: &[ProviderCharge],
+    by_effect: &Ties,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (e, ef) in effects.iter().enumerate() {
+        if !window.contains(ef.created_at) || ef.state != State::Failed {
+            continue;
+        }
+        let paid: Vec<&ProviderCharge> = by_effect
+            .get(&e)
+            .into_iter()
+            .flatten()
+            .map(|&c| &charges[c])
+            .filter(|c| c.successful() && c.amount_captured > 0)
+            .collect();
+        let Some(first) = paid.first() else {
+            continue;
+        };
+        let net: i64 = paid
+            .iter()
+            .filter(|c| c.currency == first.currency)
+            .map(|c| c.amount_captured - c.amount_refunded)
+            .sum();
+        out.push(Finding {
+            kind: FindingKind::ChargedNotRecorded,
+            summary: format!(
+                "{} is recorded failed but the provider charged it: {}",
+                ef.key,
+                paid.iter()
+                    .map(|c| format!("{} {}", c.id, money(c.amount_captured, &c.currency)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            effects: vec![effect_ref(ef)],
+            charges: paid.iter().map(|c| charge_ref(c)).collect(),
+            amount: Some(net),
+            currency: Some(first.currency.clone()),
+            // Every charge of it was given back in full.
+            refunded: net <= 0,
             suggestions: vec![],
         });
     }

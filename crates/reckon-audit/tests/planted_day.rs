@@ -441,3 +441,46 @@ fn a_runs_matches_summary_counts_them_by_method_and_digests_the_list_in_order() 
     );
     assert_eq!(matches_summary(&[])["count"], 0);
 }
+
+#[test]
+fn money_taken_for_an_effect_recorded_failed_is_its_own_finding_never_an_orphan() {
+    let mut d = Day::new();
+    let at = d.window.start + 100.0;
+    // Paid at the provider, cancelled in the application.
+    d.effect("charge:v1:CNR-1", State::Failed, at);
+    keyed(d.charge(2500, "usd", at + 1.0), "charge:v1:CNR-1");
+    // The same, already given back in full.
+    d.effect("charge:v1:CNR-2", State::Failed, at + 100.0);
+    let c = d.charge(990, "eur", at + 101.0);
+    keyed(c, "charge:v1:CNR-2");
+    c.amount_refunded = 990;
+    // Recorded failed, and the card was declined: nothing to say.
+    d.effect("charge:v1:CNR-3", State::Failed, at + 200.0);
+    let c = d.charge(700, "usd", at + 201.0);
+    keyed(c, "charge:v1:CNR-3");
+    c.status = "failed".into();
+    c.amount_captured = 0;
+    // Recorded failed, never reached the provider.
+    d.effect("charge:v1:CNR-4", State::Failed, at + 300.0);
+    let r = audit(&d.window, &d.effects, &d.charges, &MatchRules::default());
+    assert_eq!(
+        keys_of(&r, FindingKind::ChargedNotRecorded),
+        set(&["charge:v1:CNR-1", "charge:v1:CNR-2"])
+    );
+    assert_eq!(r.count(FindingKind::Orphan), 0, "{:#?}", r.findings);
+    assert_eq!(r.findings.len(), 2, "nothing else: {:#?}", r.findings);
+    let f = |key: &str| r.findings.iter().find(|f| f.effects[0].key == key).unwrap();
+    let one = f("charge:v1:CNR-1");
+    assert_eq!(
+        (one.amount, one.currency.as_deref(), one.refunded),
+        (Some(2500), Some("usd"), false)
+    );
+    assert!(one.summary.contains("recorded failed"), "{}", one.summary);
+    assert!(one.summary.contains("ch_0001 25.00 USD"), "{}", one.summary);
+    let two = f("charge:v1:CNR-2");
+    assert_eq!((two.amount, two.refunded), (Some(0), true));
+    assert_eq!(
+        FindingKind::ChargedNotRecorded.as_str(),
+        "charged_not_recorded"
+    );
+}

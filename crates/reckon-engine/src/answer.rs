@@ -960,6 +960,7 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
             // later finding outranks the verdict, and a person must reconcile the two.
             let against = finding("duplicate")
                 .or_else(|| finding("orphan"))
+                .or_else(|| finding("charged_not_recorded"))
                 .map(|x| format!("the audit of {} found {}", x.day, x.summary));
             if outcome == Verdict::NotApplied && (!paid.is_empty() || against.is_some()) {
                 let seen = if paid.is_empty() {
@@ -1017,6 +1018,23 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
                 } else {
                     "A refund of the extra charge is needed."
                 }
+            ),
+            true,
+        )
+    } else if let Some(c) = finding("charged_not_recorded") {
+        (
+            Verdict::Applied,
+            false,
+            VerdictBy::Audit,
+            format!(
+                "Charged, though the application recorded it as failed: {} (the audit of {}). \
+                 Do not charge again; a person must record it as done or refund it.",
+                if paid.is_empty() {
+                    c.summary.clone()
+                } else {
+                    list_charges(&paid)
+                },
+                c.day
             ),
             true,
         )

@@ -3,8 +3,8 @@
 //! says unknown, a provisional applied, the audit's missing and duplicate (with amounts), an
 //! orphan charge found by the order id in its metadata, an abandoned claim, an effect no
 //! provider answers for, a resolution by hand, a "not charged" verdict the day's charge list
-//! later contradicts (never "safe to try again" beside the charge), nothing found (with "did
-//! you mean"), and provider object ids.
+//! later contradicts (never "safe to try again" beside the charge), a charge taken for an
+//! effect recorded failed, nothing found (with "did you mean"), and provider object ids.
 
 mod answer_cases;
 mod common;
@@ -97,6 +97,14 @@ const CASES: &[Expect] = &[
         by: "audit",
         needs_person: true,
         says: &["Contradicted", "not charged", "Do not try again"],
+    },
+    Expect {
+        q: CHARGED_NOT_RECORDED,
+        verdict: "applied",
+        is_final: false,
+        by: "audit",
+        needs_person: true,
+        says: &["recorded it as failed", "$31.00", "Do not charge again"],
     },
     Expect {
         q: BY_HAND,

@@ -149,6 +149,11 @@ fn title_of(kind: FindingKind) -> (&'static str, &'static str) {
             "Claimed more than once (attempts > 1): a retry may have charged again.",
         ),
         FindingKind::SplitIntent => ("Split intents", "One payment intent with several charges."),
+        FindingKind::ChargedNotRecorded => (
+            "Charged, recorded as failed",
+            "The application recorded it as failed, but the provider took the money: record \
+             it as paid or refund it; never charge again.",
+        ),
         FindingKind::Other => (
             "Other findings",
             "Of a kind a newer version of reckon reports.",

@@ -85,8 +85,9 @@ pub struct AuditRunGlance {
 }
 
 /// The audit page's order of finding kinds (the most expensive first).
-const FINDING_ORDER: [&str; 6] = [
+const FINDING_ORDER: [&str; 7] = [
     "duplicate",
+    "charged_not_recorded",
     "missing",
     "orphan",
     "unresolved",

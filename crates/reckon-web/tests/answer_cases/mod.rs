@@ -45,6 +45,8 @@ pub const UNROUTED: &str = "ORD-R1";
 pub const BY_HAND: &str = "ORD-H1";
 /// Reconciled as not charged; the provider's list of the day, read later, has its charge.
 pub const CONTRADICTED: &str = "ORD-C1";
+/// Recorded failed by the application; the provider charged it.
+pub const CHARGED_NOT_RECORDED: &str = "ORD-F1";
 pub const NOBODY_HAS: &str = "ORD-ZZZ9";
 pub const HAND_AUTHOR: &str = "sam@acme.test";
 pub const HAND_NOTE: &str = "Customer sent the bank statement: paid once.";
@@ -125,6 +127,12 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
         y(2.0) + 30.0,
     );
     demo.charge(&format!("charge:v1:{PROVISIONAL}"), 990, "usd", now - 5.0);
+    demo.charge(
+        &format!("charge:v1:{CHARGED_NOT_RECORDED}"),
+        3100,
+        "usd",
+        y(10.0) + 2.0,
+    );
     // Charged twice, one refunded since: the audit's duplicate, with amounts.
     demo.charge(
         &format!("charge:v1:{DUPLICATE_AUDIT}"),
@@ -210,6 +218,12 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
         ),
         rec(&charge(NOT_APPLIED), State::Unknown, y(1.5), y(1.5) + 30.0),
         rec(&charge(CONTRADICTED), State::Unknown, y(9.0), y(9.0) + 30.0),
+        rec(
+            &charge(CHARGED_NOT_RECORDED),
+            State::Failed,
+            y(10.0),
+            y(10.0) + 5.0,
+        ),
         rec(
             &charge(DUPLICATE_RECONCILED),
             State::Unknown,
