@@ -576,14 +576,61 @@ async fn run_source(
         let Some(new) = plan(&c, writer.policy(), at) else {
             continue;
         };
+        let blocked = contradicted(ctx, tenant, &c).await?;
         // 1. The intent, before the source is touched.
         let wb = ctx.ledger.begin_writeback(tenant, new, Some(lease)).await?;
         if wb.status != WritebackStatus::Pending {
             continue; // settled by someone else meanwhile
         }
+        if let Some(why) = blocked {
+            // Never written: handing the key back would let the application charge again.
+            let settled = ctx
+                .ledger
+                .finish_writeback(
+                    tenant,
+                    wb.id,
+                    WritebackStatus::Conflict,
+                    &why,
+                    false,
+                    Some(lease),
+                )
+                .await?;
+            out.push(outcome(&src.name, &settled, "conflict", why, None));
+            continue;
+        }
         out.push(settle(ctx, tenant, lease, &src.name, writer, wb, false).await?);
     }
     Ok(out)
+}
+
+/// Why a verdict of absence must not be written back: the provider's charges imported by
+/// the audit hold one carrying the effect's key that moved money. `None`: nothing
+/// contradicts it (or it is not a verdict of absence).
+async fn contradicted(
+    ctx: &WritebackCtx,
+    tenant: TenantId,
+    c: &WritebackCandidate,
+) -> Result<Option<String>, WritebackError> {
+    if c.resolution.outcome != Outcome::NotApplied {
+        return Ok(None);
+    }
+    let key = [c.key.clone()];
+    let charges = ctx
+        .ledger
+        .charges_by_ids_or_keys(tenant, &key, &key, 20)
+        .await?;
+    let paid: Vec<String> = charges
+        .iter()
+        .filter(|ch| ch.status == "succeeded" && ch.amount_captured > 0)
+        .map(|ch| ch.charge_id.clone())
+        .collect();
+    Ok((!paid.is_empty()).then(|| {
+        format!(
+            "not written: the verdict was not charged, but the provider lists {} carrying this \
+             key; a person must check before the application may try again",
+            paid.join(", ")
+        )
+    }))
 }
 
 /// Read the row, write if it is still as seen, record the outcome. `resumed`: the intent
@@ -697,10 +744,17 @@ pub async fn writeback_dry_run(
         };
         let mut items: Vec<(Writeback, bool)> = pending.into_iter().map(|w| (w, true)).collect();
         let at = reckon_domain::time::now();
+        let mut blocked = Vec::new();
         for c in &fresh {
             if let Some(n) = plan(c, policy, at) {
-                items.push((unrecorded(c, n), false));
+                match contradicted(ctx, tenant, c).await? {
+                    Some(why) => blocked.push((unrecorded(c, n), why)),
+                    None => items.push((unrecorded(c, n), false)),
+                }
             }
+        }
+        for (wb, why) in &blocked {
+            out.push(outcome(&src.name, wb, "would_conflict", why.clone(), None));
         }
         let mut writer = match open_writer(ctx, tenant, src).await {
             Ok(w) => w,

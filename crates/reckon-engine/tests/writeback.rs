@@ -622,3 +622,62 @@ async fn a_release_killed_before_its_record_then_reclaimed_is_recognised_as_reck
     // The application's new row is left alone.
     assert_eq!(rows(&w, &[UNPAID])[UNPAID]["state"], "succeeded");
 }
+
+/// A `not_applied` verdict is never handed back to the application (a release, or a
+/// failed row) while the provider's charges the audit imported hold one carrying the
+/// key: that would let the application charge again. The intent is recorded as a
+/// conflict naming the charge, the source row stays as it is; the dry run says so first.
+#[tokio::test]
+async fn a_not_charged_verdict_contradicted_by_an_imported_charge_is_never_written_back() {
+    let w = world(Kind::Sqlite, Some(WritebackPolicy::Release)).await;
+    let t = w.ledger.tenant.id;
+    let provider = w.ledger.ledger.list_providers(t).await.unwrap()[0].id;
+    let now = reckon_domain::time::now();
+    // The day's audit found the customer paid after all (a late payment, a wrong answer).
+    w.ledger
+        .ledger
+        .store_provider_charges(
+            t,
+            &[reckon_ledger::StoredCharge {
+                provider_id: provider,
+                charge_id: "ch_late_paid".into(),
+                payment_intent: None,
+                amount: 1999,
+                currency: "eur".into(),
+                status: "succeeded".into(),
+                amount_captured: 1999,
+                amount_refunded: 0,
+                refunds: serde_json::json!([]),
+                metadata: serde_json::json!({"idempotency_key": UNPAID}),
+                idempotency_key: Some(UNPAID.into()),
+                customer: None,
+                created: now,
+                raw: serde_json::json!({"id": "ch_late_paid"}),
+                imported_at: now,
+            }],
+        )
+        .await
+        .unwrap();
+    let before = rows(&w, &[UNPAID]);
+    let dry = writeback_dry_run(&ctx(&w, WritebackHooks::default()), t, Some(SOURCE))
+        .await
+        .unwrap();
+    let got = by_key(&dry);
+    assert_eq!(got[UNPAID].status, "would_conflict", "{dry:#?}");
+    assert!(got[UNPAID].detail.contains("ch_late_paid"), "{dry:#?}");
+    let out = writeback_all(&ctx(&w, WritebackHooks::default()), t, None)
+        .await
+        .unwrap();
+    let got = by_key(&out);
+    assert_eq!(got[UNPAID].status, "conflict", "{out:#?}");
+    assert!(got[UNPAID].detail.contains("ch_late_paid"), "{out:#?}");
+    assert_eq!(got[PAID].status, "written", "the others go on: {out:#?}");
+    assert_eq!(rows(&w, &[UNPAID]), before, "the row was not released");
+    let recorded = w
+        .ledger
+        .ledger
+        .list_writebacks(t, None, Some(WritebackStatus::Conflict), 10)
+        .await
+        .unwrap();
+    assert!(recorded.iter().any(|wb| wb.key == UNPAID), "{recorded:#?}");
+}
