@@ -836,7 +836,7 @@ async fn record(
         mut out,
         write,
     } = looked;
-    let (provider, attempt) = match write {
+    let (provider, mut attempt) = match write {
         Write::Defer(next) => {
             ctx.ledger
                 .defer(tenant.id, claim.effect.id, &claim.owner, next, &out.reason)
@@ -846,6 +846,20 @@ async fn record(
         }
         Write::Attempt(provider, attempt) => (provider, attempt),
     };
+    if attempt.resolve
+        && claim.state.attempts > 0
+        && let Some(why) = unseen(ctx, tenant, &claim, &attempt).await?
+    {
+        // What reckon read before, it does not unsee: a person reconciles the two views.
+        attempt.resolve = false;
+        attempt.outcome = Outcome::Indeterminate;
+        attempt.non_final = false;
+        attempt.needs_attention = true;
+        attempt.error = Some(why.clone());
+        attempt.evidence["contradiction"] = serde_json::Value::String(why.clone());
+        out.outcome = Outcome::Indeterminate.as_str().to_owned();
+        out.reason = why;
+    }
     let (outcome, attention, next) = (
         attempt.outcome,
         attempt.needs_attention,
@@ -871,6 +885,62 @@ async fn record(
     out.needs_attention = attention;
     out.next_attempt_at = (!out.resolved).then_some(next);
     Ok(out)
+}
+
+/// The payments that moved money in a lookup's evidence, by payment group (a
+/// PaymentIntent, or a charge of its own), whether read itself or seen in a snapshot.
+fn moved_payments(evidence: &serde_json::Value) -> Vec<String> {
+    evidence
+        .pointer("/classification/payments")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|p| p["money"] == "moved")
+        .filter_map(|p| p["group"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Why a final verdict contradicts what earlier lookups of the effect read: a payment
+/// that moved money was seen before and this lookup, saying `not_applied`, does not show
+/// it; or this lookup's `applied` names one payment while another was seen before. `None`
+/// when nothing earlier disagrees.
+async fn unseen(
+    ctx: &ReconcileCtx,
+    tenant: &Tenant,
+    claim: &Claim,
+    attempt: &NewAttempt,
+) -> Result<Option<String>, ReconcileError> {
+    if !matches!(attempt.outcome, Outcome::NotApplied | Outcome::Applied) {
+        return Ok(None);
+    }
+    let view = ctx
+        .ledger
+        .reconcile_view(tenant.id, claim.effect.id)
+        .await?;
+    let now = moved_payments(&attempt.evidence);
+    let mut seen: Vec<(String, f64)> = Vec::new();
+    for a in &view.attempts {
+        for g in moved_payments(&a.evidence) {
+            if !now.contains(&g) && !seen.iter().any(|(s, _)| *s == g) {
+                seen.push((g, a.finished_at));
+            }
+        }
+    }
+    let Some((group, at)) = seen.first() else {
+        return Ok(None);
+    };
+    Ok(Some(match attempt.outcome {
+        Outcome::NotApplied => format!(
+            "contradiction: an earlier lookup (finished at {at:.0}) saw {group} move money for \
+             this key, and this one shows no payment that did; a person must check before \
+             anyone tries again"
+        ),
+        _ => format!(
+            "contradiction: an earlier lookup (finished at {at:.0}) saw {group} move money for \
+             this key, besides the payment this one found: it may have been charged twice; a \
+             person must check"
+        ),
+    }))
 }
 
 /// What to record for a classification.

@@ -436,3 +436,70 @@ async fn the_reconciler_calibrates_a_route_against_the_applications_known_outcom
     );
     assert!(cal.reason.contains("metadata_field"), "{}", cal.reason);
 }
+
+/// What reckon has read, it does not unsee: an earlier lookup saw a payment of the key move
+/// money; a later lookup whose view is whole, witnessed and empty is a contradiction for a
+/// person, never a certificate of absence.
+#[tokio::test]
+async fn a_payment_seen_earlier_is_never_certified_absent_later() {
+    let now = time::now();
+    let (_dir, ledger, t) = ledger_with(vec![unknown(DECLINED, now - 7200.0)]).await;
+    // The provider's world today shows no payment of the key that moved money.
+    let world = [spec(DECLINED, now - 7200.0, &[(Life::Declined, 0.5)])];
+    let sim = Sim::start(&world, WorldConfig::default()).await.unwrap();
+    route_to_stripe(
+        &*ledger,
+        &t,
+        "rk_test_sim",
+        serde_json::json!({
+            "base_url": sim.base_url, "mode": "test", "rate_per_sec": 0,
+            "event_types": ["payment_intent.created"], "use_search": false,
+        }),
+    )
+    .await;
+    // An earlier lookup (recorded as the reconciler records one) read a payment that moved
+    // money: a provisional applied, re-checked.
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let effect = claims[0].effect.id;
+    ledger
+        .record_attempt(
+            t.id,
+            effect,
+            "w",
+            reckon_ledger::NewAttempt {
+                provider_id: None,
+                started_at: now - 60.0,
+                finished_at: now - 59.0,
+                outcome: reckon_ledger::Outcome::Applied,
+                method: Some("stripe.retrieve".into()),
+                error: None,
+                evidence: serde_json::json!({"classification": {"outcome": "applied",
+                    "payments": [{"group": "pi_seen_before", "money": "moved",
+                                  "confirmed": true, "status": "succeeded"}]}}),
+                next_attempt_at: now - 1.0,
+                non_final: true,
+                needs_attention: false,
+                resolve: false,
+            },
+        )
+        .await
+        .unwrap();
+    let ctx = loopback_ctx(&ledger);
+    let o = reconcile_one(&ctx, &t, effect)
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert!(!o.resolved, "{o:#?}");
+    assert!(o.needs_attention, "{o:#?}");
+    assert!(
+        o.reason.contains("contradiction") && o.reason.contains("pi_seen_before"),
+        "{}",
+        o.reason
+    );
+    let view = ledger.reconcile_view(t.id, effect).await.unwrap();
+    assert!(view.resolution.is_none());
+    let last = view.attempts.last().unwrap();
+    assert_eq!(last.outcome, reckon_ledger::Outcome::Indeterminate);
+    // The lookup itself is kept as it was read, beside the contradiction.
+    assert_eq!(last.evidence["classification"]["outcome"], "not_applied");
+}
