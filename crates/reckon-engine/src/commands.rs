@@ -187,7 +187,11 @@ pub async fn add_provider(c: &Ctx<'_>, input: ProviderInput) -> Result<Provider,
     c.log(
         "provider.add",
         &provider.name,
-        json!({ "kind": provider.kind, "has_secret": provider.has_secret }),
+        json!({
+            "kind": provider.kind,
+            "has_secret": provider.has_secret,
+            "override_reason": provider.settings.get("override_reason"),
+        }),
     )
     .await;
     Ok(provider)

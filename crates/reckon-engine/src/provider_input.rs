@@ -79,6 +79,7 @@ pub async fn check_provider(
         return Err("secret is empty".into());
     }
     reckon_providers::settings::validate(kind, settings, has_secret).map_err(|e| e.to_string())?;
+    check_stripe_lists(kind, settings)?;
     if let Some(base) = settings.get("base_url").and_then(|u| u.as_str()) {
         let url = url::Url::parse(base).map_err(|e| format!("base_url: {e}"))?;
         // A live Stripe key moves money: it never crosses the network in clear text.
@@ -94,6 +95,36 @@ pub async fn check_provider(
             .check_url(&url)
             .await
             .map_err(|e| format!("base_url is refused by the egress policy: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A Stripe provider that lists charges only never sees a key the application put on its
+/// PaymentIntents (Stripe does not copy a PaymentIntent's metadata to its charges), and its
+/// empty lists would read as absence. Refused unless a person says why their keys live on
+/// charges (`override_reason`); the calibration then checks that claim against the
+/// application's known outcomes.
+fn check_stripe_lists(kind: &str, settings: &Value) -> Result<(), String> {
+    let Some(lists) = settings.get("list_objects").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let reason = settings
+        .get("override_reason")
+        .and_then(Value::as_str)
+        .is_some_and(|r| !r.trim().is_empty());
+    if kind == "stripe"
+        && lists.iter().any(|l| l == "charges")
+        && !lists.iter().any(|l| l == "payment_intents")
+        && !reason
+    {
+        return Err(
+            "list_objects reads charges only, but Stripe does not copy a PaymentIntent's \
+             metadata to its charges: keys the application puts on PaymentIntents would never \
+             be found, and the empty list would read as \"not charged\". Add \
+             \"payment_intents\" to list_objects, or, if the application puts its keys on \
+             charges, say so in \"override_reason\""
+                .into(),
+        );
     }
     Ok(())
 }

@@ -43,6 +43,9 @@ pub struct RawSettings {
     pub auth_header: Option<String>,
     pub consistency: Option<String>,
     pub replay_window_secs: Option<f64>,
+    /// A person's stated reason to keep a configuration reckon's checks refuse (a
+    /// charges-only list): kept with the settings and in the audit log.
+    pub override_reason: Option<String>,
 }
 
 pub fn parse(settings: &serde_json::Value) -> Result<RawSettings, SettingsError> {

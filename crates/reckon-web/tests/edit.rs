@@ -262,6 +262,15 @@ async fn edits(backend: Backend) {
         (json!({"settings": "acct_3"}), "object"),
         (json!({"settings": {"mode": "sandbox"}}), "mode"),
         (json!({}), "nothing to change"),
+        // Charges only: keys on PaymentIntents would never be found there.
+        (
+            json!({"settings": {"list_objects": ["charges"]}}),
+            "Stripe does not copy a PaymentIntent's metadata to its charges",
+        ),
+        (
+            json!({"settings": {"list_objects": ["charges"], "override_reason": " "}}),
+            "override_reason",
+        ),
     ] {
         let r = call(&w, Method::PATCH, puri, &t, body.clone()).await;
         assert_eq!(
@@ -272,6 +281,17 @@ async fn edits(backend: Backend) {
         );
         assert!(r.text.contains(why), "{body}: {}", r.text);
     }
+    // With a stated reason, the person's word stands (and the calibration checks it).
+    let r = call(
+        &w,
+        Method::PATCH,
+        puri,
+        &t,
+        json!({"settings": {"account": "acct_2", "list_objects": ["charges"],
+                            "override_reason": "our keys are on charges (Charges API)"}}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let r = call(&w, Method::PATCH, puri, &viewer, json!({"secret": KEY1})).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.text);
     let r = call(&w, Method::PATCH, puri, &w.token_b, json!({"secret": KEY1})).await;
@@ -345,7 +365,7 @@ async fn edits(backend: Backend) {
             .count()
     };
     assert_eq!(count("source.edit", "orders"), 4, "{actions:?}");
-    assert_eq!(count("provider.edit", "stripe-live"), 2, "{actions:?}");
+    assert_eq!(count("provider.edit", "stripe-live"), 3, "{actions:?}");
     assert_eq!(count("provider.edit", "inhouse"), 0, "{actions:?}");
     w.finish().await;
 }
