@@ -803,6 +803,37 @@ fn payments_of(evidence: &Value) -> Vec<EvidencePayment> {
         .collect()
 }
 
+/// What holds each pending payment, and what settles it: an authorisation holds the
+/// money on the card until it is captured or released (cards: about 7 days); 3-D Secure
+/// waits for the customer; a bank debit takes days.
+fn pending_words(evidence: &Value) -> String {
+    let mut out = String::new();
+    for p in payments_of(evidence) {
+        let amount = p.amount.map(|a| p.amount(a)).unwrap_or_default();
+        let words = match p.status.as_deref() {
+            Some("requires_capture") | Some("authorized") => format!(
+                " {} holds {amount} on the customer's card (authorised, not captured): the money \
+                 moves only if it is captured; otherwise the hold is released, for cards after \
+                 about 7 days. Do not charge again while it holds.",
+                p.id
+            ),
+            Some("requires_action") => format!(
+                " {} waits for the customer to finish 3-D Secure ({amount}): it settles when \
+                 they do, or fails if they never do; it has not moved money.",
+                p.id
+            ),
+            Some("processing") | Some("pending") => format!(
+                " {} is processing ({amount}): a bank debit can take several days to succeed or \
+                 fail.",
+                p.id
+            ),
+            _ => continue,
+        };
+        out.push_str(&words);
+    }
+    out
+}
+
 /// What to do about a confirmed double charge: refund the extra payment, named, unless it
 /// was already refunded in full; a partial refund and a dispute are said.
 fn duplicate_advice(evidence: &Value) -> String {
@@ -1139,12 +1170,13 @@ fn judge_open(
             VerdictBy::Reconciler,
             format!(
                 "A payment is still pending at the provider{}: it has not moved money yet, and \
-                 may still.{next}",
+                 may still.{}{next}",
                 if payments.is_empty() {
                     String::new()
                 } else {
                     format!(" ({payments})")
-                }
+                },
+                l.evidence.as_ref().map(pending_words).unwrap_or_default()
             ),
             false,
         ),
@@ -1376,5 +1408,20 @@ mod tests {
             a.contains("disputed") && a.contains("dispute is settled"),
             "{a}"
         );
+    }
+
+    #[test]
+    fn a_pending_payment_says_what_holds_it_and_what_settles_it() {
+        let held = serde_json::json!({"classification": {"payments": [
+            {"group": "pi_h", "money": "pending", "status": "requires_capture",
+             "amount": 5000, "currency": "usd"}]}});
+        let w = pending_words(&held);
+        assert!(w.contains("pi_h holds $50.00"), "{w}");
+        assert!(w.contains("7 days") && w.contains("captured"), "{w}");
+        let sca = serde_json::json!({"classification": {"payments": [
+            {"group": "pi_a", "money": "pending", "status": "requires_action",
+             "amount": 900, "currency": "eur"}]}});
+        let w = pending_words(&sca);
+        assert!(w.contains("3-D Secure") && w.contains("pi_a"), "{w}");
     }
 }
