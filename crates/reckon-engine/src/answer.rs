@@ -1180,6 +1180,28 @@ fn judge_open(
             ),
             false,
         ),
+        // A person must look, and the provider's own charge list has money for the key
+        // (reckon's "not charged" was taken back when the charge was imported).
+        _ if l.needs_attention && !paid.is_empty() => (
+            Verdict::Unknown,
+            false,
+            VerdictBy::Audit,
+            match l.last_error.as_deref() {
+                Some(e) if e.starts_with("not_applied contradicted") => format!(
+                    "Contradicted: reckon's verdict was not charged, but the provider lists {} \
+                     carrying this key; the verdict was taken back. Do not try again: a person \
+                     must check.",
+                    list_charges(paid)
+                ),
+                last => format!(
+                    "Contradicted: the provider lists {} carrying this key, but reckon's lookup \
+                     did not find it{}. Do not try again: a person must check.",
+                    list_charges(paid),
+                    last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+                ),
+            },
+            true,
+        ),
         _ if l.needs_attention => (
             Verdict::Unknown,
             false,

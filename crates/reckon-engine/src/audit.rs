@@ -545,7 +545,23 @@ async fn run_window(
         }
     }
     run.finished_at = reckon_domain::time::now();
+    let imported_any = run.status != "failed";
     let stored = ctx.ledger.record_audit_run(tenant, run, lease).await?;
+    if imported_any {
+        // One truth per effect: a "not charged" verdict beside a charge of its key is
+        // taken back and the effect parked for a person.
+        let retracted = ctx
+            .ledger
+            .retract_contradicted_absence(tenant, reckon_domain::time::now())
+            .await?;
+        for (effect, charge) in &retracted {
+            tracing::warn!(
+                effect,
+                charge = %charge,
+                "a not_applied verdict was retracted: the provider lists a charge of its key"
+            );
+        }
+    }
     if let Some(m) = &ctx.metrics
         && let Ok(t) = ctx.ledger.tenant_by_id(tenant).await
     {

@@ -347,6 +347,87 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         })
     }
 
+    /// Retract the reconciler's `not_applied` verdicts that a charge the audit imported
+    /// contradicts: one that succeeded and moved money, carrying the effect's key (as its
+    /// idempotency key or a metadata value). Each verdict is kept in
+    /// `resolution_retracted` naming the charge, and its effect is parked for a person
+    /// (`needs_attention`, last error saying why). Verdicts already written back stay: the
+    /// write-back log names them, and the lookup says they are contradicted. Returns each
+    /// retracted effect with the charge that contradicted it.
+    async fn retract_contradicted_absence(
+        &self,
+        tenant: TenantId,
+        now: f64,
+    ) -> Result<Vec<(i64, String)>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
+        // Every partitioned table is named with its tenant, so each reads one partition.
+        let found = sqlx::query(
+            "SELECT r.id AS resolution_id, r.effect_id AS effect_id, c.charge_id AS charge_id \
+             FROM resolution r \
+             JOIN effect e ON e.tenant_id = $1 AND e.id = r.effect_id \
+             JOIN provider_charge_term t ON t.tenant_id = $1 AND t.term = e.key \
+             JOIN provider_charge c ON c.tenant_id = $1 AND c.provider_id = t.provider_id \
+               AND c.charge_id = t.charge_id \
+             WHERE r.tenant_id = $1 AND r.author = 'reconciler' AND r.outcome = 'not_applied' \
+               AND c.status = 'succeeded' AND c.amount_captured > 0 \
+               AND NOT EXISTS (SELECT 1 FROM writeback w WHERE w.tenant_id = $1 \
+                               AND w.resolution_id = r.id) \
+             ORDER BY r.id, c.charge_id",
+        )
+        .bind(tenant.0)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut out: Vec<(i64, String)> = Vec::new();
+        let mut done: Vec<i64> = Vec::new();
+        for row in &found {
+            let resolution: i64 = row.try_get("resolution_id")?;
+            if done.contains(&resolution) {
+                continue;
+            }
+            done.push(resolution);
+            let effect: i64 = row.try_get("effect_id")?;
+            let charge: String = row.try_get("charge_id")?;
+            let reason = format!(
+                "not_applied contradicted: the provider lists charge {charge} carrying this \
+                 key, which moved money; a person must check before anyone tries again"
+            );
+            sqlx::query(
+                "INSERT INTO resolution_retracted (tenant_id, effect_id, resolution_id, outcome, \
+                 author, evidence, attempt_id, resolved_at, retracted_at, reason) \
+                 SELECT tenant_id, effect_id, id, outcome, author, evidence, attempt_id, \
+                 created_at, $3, $4 FROM resolution WHERE tenant_id = $1 AND id = $2",
+            )
+            .bind(tenant.0)
+            .bind(resolution)
+            .bind(now)
+            .bind(&reason)
+            .execute(&mut *tx)
+            .await?;
+            // The resolution first: its trigger updates the effect row, which is locked
+            // before its reconcile state (the lock order of every such transaction).
+            sqlx::query("DELETE FROM resolution WHERE tenant_id = $1 AND id = $2")
+                .bind(tenant.0)
+                .bind(resolution)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "UPDATE reconcile_state SET needs_attention = TRUE, non_final = FALSE, \
+                 last_outcome = 'indeterminate', last_error = $3, next_attempt_at = $4, \
+                 lease_owner = NULL, lease_until = NULL \
+                 WHERE tenant_id = $1 AND effect_id = $2",
+            )
+            .bind(tenant.0)
+            .bind(effect)
+            .bind(&reason)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            out.push((effect, charge));
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
     /// Make the indeterminate effects of one provider created in `[from, to]` due now
     /// (clearing "needs attention"); returns how many.
     async fn requeue_indeterminate(

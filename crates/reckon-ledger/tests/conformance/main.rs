@@ -106,6 +106,7 @@ conformance! {
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_upgrade_retracts_applied_verdicts_of_the_old_rule_and_makes_them_due => story_rc_upgrade_verdicts with raw;
     an_upgrade_retracts_unwitnessed_absence_and_makes_it_due => story_rc_upgrade_absence with raw;
+    a_not_applied_contradicted_by_an_imported_charge_is_retracted_and_parked => story_rc_retract_contradicted with raw;
     an_upgrade_takes_effects_resolved_before_it_out_of_the_backlog => story_rc_upgrade_backlog with raw;
     an_effect_is_resolved_at_most_once_even_when_a_retry_records_again => story_rc_resolution_unique;
     the_resolved_among_a_list_of_effects_are_found_in_one_read_in_their_tenant_only => story_rc_resolved_among;

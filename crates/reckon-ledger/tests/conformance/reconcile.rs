@@ -656,3 +656,138 @@ pub(crate) async fn story_rc_resolved_among(ledger: Arc<dyn Ledger>) {
     many.push(o3);
     assert_eq!(ledger.resolved_among(t.id, &many).await.unwrap(), vec![o3]);
 }
+
+/// A reconciler's `not_applied` that a charge imported later contradicts (succeeded, moved
+/// money, carrying the effect's key in its metadata) is taken back: kept in
+/// `resolution_retracted` naming the charge, its effect unresolved again and parked for a
+/// person. A failed charge, another tenant's charge, a person's resolution and an
+/// `applied` verdict are left alone.
+pub(crate) async fn story_rc_retract_contradicted(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (b, _) = tenant_and_source(&*ledger, "beta", "shop").await;
+    let now = time::now();
+    let keys = [
+        "charge:v1:paid-later",
+        "charge:v1:declined",
+        "charge:v1:other-tenant",
+        "charge:v1:applied",
+    ];
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(
+                keys.iter()
+                    .map(|k| rec(k, State::Unknown, now - 100.0))
+                    .collect(),
+            ),
+        )
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
+    for k in &keys {
+        let outcome = if *k == keys[3] {
+            "applied"
+        } else {
+            "not_applied"
+        };
+        let a = attempt(outcome, now, now + 3600.0, true);
+        ledger.record_attempt(t.id, id(k), "w", a).await.unwrap();
+    }
+    let provider = |tenant: reckon_ledger::TenantId| {
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .add_provider(
+                    tenant,
+                    reckon_ledger::NewProvider {
+                        name: "stripe".into(),
+                        kind: "stripe".into(),
+                        secret: None,
+                        settings: serde_json::json!({}),
+                    },
+                )
+                .await
+                .unwrap()
+                .id
+        }
+    };
+    let (pa, pb) = (provider(t.id).await, provider(b.id).await);
+    let charge =
+        |provider_id: i64, id: &str, key: &str, status: &str| reckon_ledger::StoredCharge {
+            provider_id,
+            charge_id: id.into(),
+            payment_intent: None,
+            amount: 1000,
+            currency: "usd".into(),
+            status: status.into(),
+            amount_captured: if status == "succeeded" { 1000 } else { 0 },
+            amount_refunded: 0,
+            refunds: serde_json::json!([]),
+            metadata: serde_json::json!({ "idempotency_key": key }),
+            idempotency_key: None,
+            customer: None,
+            created: now,
+            raw: serde_json::json!({}),
+            imported_at: now,
+        };
+    ledger
+        .store_provider_charges(
+            t.id,
+            &[
+                charge(pa, "ch_paid", keys[0], "succeeded"),
+                charge(pa, "ch_declined", keys[1], "failed"),
+                charge(pa, "ch_applied", keys[3], "succeeded"),
+            ],
+        )
+        .await
+        .unwrap();
+    ledger
+        .store_provider_charges(b.id, &[charge(pb, "ch_beta", keys[2], "succeeded")])
+        .await
+        .unwrap();
+    let retracted = ledger
+        .retract_contradicted_absence(t.id, time::now())
+        .await
+        .unwrap();
+    assert_eq!(retracted, vec![(id(keys[0]), "ch_paid".to_owned())]);
+    let view = ledger.reconcile_view(t.id, id(keys[0])).await.unwrap();
+    assert!(view.resolution.is_none(), "{view:?}");
+    let st = view.state.expect("its state");
+    assert!(st.needs_attention && !st.non_final, "{st:?}");
+    assert!(
+        st.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("ch_paid")),
+        "{st:?}"
+    );
+    for k in &keys[1..] {
+        assert!(
+            ledger
+                .reconcile_view(t.id, id(k))
+                .await
+                .unwrap()
+                .resolution
+                .is_some(),
+            "{k} keeps its verdict"
+        );
+    }
+    let reasons: Vec<String> = raw
+        .cells("resolution_retracted")
+        .await
+        .into_iter()
+        .filter(|(c, _)| c == "reason")
+        .map(|(_, v)| String::from_utf8(v).unwrap())
+        .collect();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(reasons[0].contains("ch_paid"), "{reasons:?}");
+    // Done once: nothing more to take back.
+    assert!(
+        ledger
+            .retract_contradicted_absence(t.id, time::now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
