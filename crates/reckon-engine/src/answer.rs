@@ -811,7 +811,7 @@ fn pending_words(evidence: &Value) -> String {
     for p in payments_of(evidence) {
         let amount = p.amount.map(|a| p.amount(a)).unwrap_or_default();
         let words = match p.status.as_deref() {
-            Some("requires_capture") | Some("authorized") => format!(
+            Some("requires_capture" | "authorized") => format!(
                 " {} holds {amount} on the customer's card (authorised, not captured): the money \
                  moves only if it is captured; otherwise the hold is released, for cards after \
                  about 7 days. Do not charge again while it holds.",
@@ -822,7 +822,7 @@ fn pending_words(evidence: &Value) -> String {
                  they do, or fails if they never do; it has not moved money.",
                 p.id
             ),
-            Some("processing") | Some("pending") => format!(
+            Some("processing" | "pending") => format!(
                 " {} is processing ({amount}): a bank debit can take several days to succeed or \
                  fail.",
                 p.id
