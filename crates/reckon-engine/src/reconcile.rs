@@ -612,20 +612,11 @@ async fn calibrate(
                 },
             )
             .await?;
-        samples.extend(done.into_iter().map(|e| LookupQuery {
-            key: provider_key(
-                &row.settings,
-                &e.key,
-                e.operation.as_deref(),
-                e.subject.as_deref(),
-            ),
-            created_at: e.created_at,
-            updated_at: e.updated_at,
-            expires_at: None,
+        samples.extend(done.iter().map(|e| LookupQuery {
             // Found by the key, as an unknown's payment must be, not by a recorded id.
             response_json: None,
-            now,
-            observed_at: Some(e.last_changed_at),
+            expires_at: None,
+            ..query_of(row, e, now)
         }));
     }
     if let Some(c) = adapter.calibrate(&samples).await {
@@ -645,6 +636,25 @@ async fn calibrate(
         ctx.calibrations.put(&tenant.slug, row.id, settings, c);
     }
     Ok(())
+}
+
+/// What the provider is asked about an effect: its key as the application sent it (the
+/// provider's key template), its times, what it recorded, and when reckon saw its row.
+fn query_of(row: &ProviderRow, e: &Effect, now: f64) -> LookupQuery {
+    LookupQuery {
+        key: provider_key(
+            &row.settings,
+            &e.key,
+            e.operation.as_deref(),
+            e.subject.as_deref(),
+        ),
+        created_at: e.created_at,
+        updated_at: e.updated_at,
+        expires_at: e.expires_at,
+        response_json: e.response_json.clone(),
+        now,
+        observed_at: Some(e.last_changed_at),
+    }
 }
 
 /// The calibration gauge's value: 1 calibrated, 0 uncalibrated, -1 not measured yet.
@@ -752,20 +762,7 @@ async fn look(
     let started = reckon_domain::time::now();
     let (class, evidence) = match adapter {
         Ok(p) => {
-            let q = LookupQuery {
-                key: provider_key(
-                    &row.settings,
-                    &e.key,
-                    e.operation.as_deref(),
-                    e.subject.as_deref(),
-                ),
-                created_at: e.created_at,
-                updated_at: e.updated_at,
-                expires_at: e.expires_at,
-                response_json: e.response_json.clone(),
-                now: started,
-                observed_at: Some(e.last_changed_at),
-            };
+            let q = query_of(row, e, started);
             let asked = std::time::Instant::now();
             let report = p.lookup(&q).await;
             let mut class = classify(&report, reckon_domain::time::now());

@@ -2,13 +2,28 @@
 
 use super::*;
 
+/// Tenant `acme` with `keys` ingested as unknown (`now - 100`) and all claimed by `w`.
+async fn claimed_unknowns(
+    ledger: &dyn Ledger,
+    keys: &[&str],
+    now: f64,
+) -> (reckon_ledger::Tenant, Vec<reckon_ledger::Claim>) {
+    let (t, s) = tenant_and_source(ledger, "acme", "shop").await;
+    let recs = keys.iter().map(|k| rec(k, State::Unknown, now - 100.0));
+    ledger
+        .ingest(t.id, s.id, batch(recs.collect()))
+        .await
+        .unwrap();
+    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    (t, claims)
+}
+
 /// A ledger whose reconciler concluded `applied` under the rule before verdicts were
 /// decided on money (no certificate: no complete check for a second payment) is upgraded:
 /// those verdicts are retracted into `resolution_retracted`, the effects are due for a
 /// re-check at once and marked provisional; verdicts of the current rule, `not_applied`
 /// and people's resolutions stay.
 pub(crate) async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawDb) {
-    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
     let now = time::now();
     let keys = [
         "charge:v1:old",
@@ -16,19 +31,7 @@ pub(crate) async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawD
         "charge:v1:none",
         "charge:v1:hand",
     ];
-    ledger
-        .ingest(
-            t.id,
-            s.id,
-            batch(
-                keys.iter()
-                    .map(|k| rec(k, State::Unknown, now - 100.0))
-                    .collect(),
-            ),
-        )
-        .await
-        .unwrap();
-    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let (t, claims) = claimed_unknowns(&*ledger, &keys, now).await;
     let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
     let record = |key: &str, outcome: &str, evidence: serde_json::Value| {
         let mut a = attempt(outcome, now, now + 3600.0, true);
@@ -121,7 +124,6 @@ pub(crate) async fn story_rc_upgrade_verdicts(ledger: Arc<dyn Ledger>, raw: RawD
 /// so far"; a witnessed one, a lookup by key (the http protocol), one already written back
 /// and people's resolutions stay.
 pub(crate) async fn story_rc_upgrade_absence(ledger: Arc<dyn Ledger>, raw: RawDb) {
-    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
     let now = time::now();
     let keys = [
         "charge:v1:lists-only",
@@ -129,19 +131,7 @@ pub(crate) async fn story_rc_upgrade_absence(ledger: Arc<dyn Ledger>, raw: RawDb
         "charge:v1:by-key",
         "charge:v1:hand",
     ];
-    ledger
-        .ingest(
-            t.id,
-            s.id,
-            batch(
-                keys.iter()
-                    .map(|k| rec(k, State::Unknown, now - 100.0))
-                    .collect(),
-            ),
-        )
-        .await
-        .unwrap();
-    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let (t, claims) = claimed_unknowns(&*ledger, &keys, now).await;
     let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
     let record = |key: &str, certificate: serde_json::Value| {
         let mut a = attempt("not_applied", now, now + 3600.0, true);
@@ -663,8 +653,6 @@ pub(crate) async fn story_rc_resolved_among(ledger: Arc<dyn Ledger>) {
 /// person. A failed charge, another tenant's charge, a person's resolution and an
 /// `applied` verdict are left alone.
 pub(crate) async fn story_rc_retract_contradicted(ledger: Arc<dyn Ledger>, raw: RawDb) {
-    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
-    let (b, _) = tenant_and_source(&*ledger, "beta", "shop").await;
     let now = time::now();
     let keys = [
         "charge:v1:paid-later",
@@ -672,19 +660,8 @@ pub(crate) async fn story_rc_retract_contradicted(ledger: Arc<dyn Ledger>, raw: 
         "charge:v1:other-tenant",
         "charge:v1:applied",
     ];
-    ledger
-        .ingest(
-            t.id,
-            s.id,
-            batch(
-                keys.iter()
-                    .map(|k| rec(k, State::Unknown, now - 100.0))
-                    .collect(),
-            ),
-        )
-        .await
-        .unwrap();
-    let claims = ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap();
+    let (t, claims) = claimed_unknowns(&*ledger, &keys, now).await;
+    let (b, _) = tenant_and_source(&*ledger, "beta", "shop").await;
     let id = |k: &str| claims.iter().find(|c| c.effect.key == k).unwrap().effect.id;
     for k in &keys {
         let outcome = if *k == keys[3] {
