@@ -401,3 +401,180 @@ async fn a_second_page_that_fails_makes_the_whole_window_indeterminate() {
     let c = outcome_of(&stripe(&server.uri(), json!({})), &old_effect()).await;
     assert_eq!(c.outcome, Outcome::Indeterminate);
 }
+
+// Worlds built from Stripe's own published fixtures (testdata/stripe_fixtures.json, from
+// stripe/openapi's fixtures3.json): modern objects (`latest_charge` an id, no embedded
+// `charges` list, a charge's metadata not copied from its PaymentIntent), placed where the
+// configuration does not look. None of them may come out "not charged".
+
+fn fixture(kind: &str) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/stripe_fixtures.json");
+    let all: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the fixtures")).unwrap();
+    all[kind].clone()
+}
+
+/// A PaymentIntent paid by one charge, from the fixtures: created at `at`, the
+/// application's key under `field`.
+fn paid(n: usize, at: f64, field: &str, key: &str) -> (serde_json::Value, serde_json::Value) {
+    let (pi_id, ch_id) = (format!("pi_fixture{n}"), format!("ch_fixture{n}"));
+    let mut pi = fixture("payment_intent");
+    pi["id"] = json!(pi_id);
+    pi["status"] = json!("succeeded");
+    pi["amount_received"] = pi["amount"].clone();
+    pi["last_payment_error"] = serde_json::Value::Null;
+    pi["next_action"] = serde_json::Value::Null;
+    pi["latest_charge"] = json!(ch_id);
+    pi["created"] = json!(at as i64);
+    pi["metadata"] = json!({ field: key });
+    let mut ch = fixture("charge");
+    ch["id"] = json!(ch_id);
+    ch["payment_intent"] = json!(pi_id);
+    ch["status"] = json!("succeeded");
+    ch["captured"] = json!(true);
+    ch["amount_captured"] = ch["amount"].clone();
+    ch["created"] = json!(at as i64 + 1);
+    (pi, ch)
+}
+
+/// A provider holding `payments`: lists (newest first, whole), retrieves, search by
+/// metadata (only under the field the objects carry), and events that carry no request key.
+async fn fixture_world(payments: &[(serde_json::Value, serde_json::Value)]) -> MockServer {
+    let server = MockServer::start().await;
+    let list = |items: Vec<serde_json::Value>| {
+        ResponseTemplate::new(200)
+            .set_body_json(json!({"object": "list", "has_more": false, "data": items}))
+    };
+    let intents: Vec<serde_json::Value> = payments.iter().map(|(p, _)| p.clone()).collect();
+    let charges: Vec<serde_json::Value> = payments.iter().map(|(_, c)| c.clone()).collect();
+    for (p, c) in payments {
+        for o in [p, c] {
+            let kind = if o["object"] == "payment_intent" {
+                "payment_intents"
+            } else {
+                "charges"
+            };
+            let id = o["id"].as_str().unwrap();
+            Mock::given(method("GET"))
+                .and(path(format!("/v1/{kind}/{id}")))
+                .respond_with(ResponseTemplate::new(200).set_body_json(o.clone()))
+                .mount(&server)
+                .await;
+        }
+    }
+    let searched = intents.clone();
+    Mock::given(method("GET"))
+        .and(path("/v1/payment_intents/search"))
+        .respond_with(move |req: &wiremock::Request| {
+            let query: String = req
+                .url
+                .query_pairs()
+                .find(|(k, _)| k == "query")
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default();
+            let hits: Vec<serde_json::Value> = searched
+                .iter()
+                .filter(|pi| {
+                    pi["metadata"].as_object().is_some_and(|m| {
+                        m.iter().any(|(f, v)| {
+                            query == format!("metadata[\"{f}\"]:\"{}\"", v.as_str().unwrap())
+                        })
+                    })
+                })
+                .cloned()
+                .collect();
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"object": "search_result", "has_more": false, "data": hits}))
+        })
+        .mount(&server)
+        .await;
+    for (p, items) in [
+        ("/v1/payment_intents", intents),
+        ("/v1/charges", charges),
+        ("/v1/charges/search", vec![]),
+        ("/v1/events", vec![]),
+    ] {
+        Mock::given(method("GET"))
+            .and(path(p))
+            .respond_with(list(items))
+            .mount(&server)
+            .await;
+    }
+    server
+}
+
+fn fixture_stripe(base: &str, extra: serde_json::Value) -> Arc<dyn Provider> {
+    let mut settings = json!({"base_url": base, "mode": "test", "rate_per_sec": 0,
+                              "search_lag_secs": 60});
+    for (k, v) in extra.as_object().unwrap() {
+        settings[k] = v.clone();
+    }
+    build_provider(
+        "stripe",
+        &settings,
+        Some(SecretString::from("rk_test_fixtures".to_owned())),
+        GetClient::new(Duration::from_secs(2)),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn payments_built_from_stripes_fixtures_where_the_configuration_does_not_look_are_never_not_charged()
+ {
+    let q = old_effect();
+    let at = q.created_at;
+    let cases: Vec<(
+        &str,
+        Vec<(serde_json::Value, serde_json::Value)>,
+        serde_json::Value,
+    )> = vec![
+        (
+            "charges listed, the key on the PaymentIntent",
+            vec![paid(1, at + 1.0, "idempotency_key", KEY)],
+            json!({"list_objects": ["charges"], "override_reason": "test"}),
+        ),
+        (
+            "the key under another metadata field",
+            vec![paid(2, at + 1.0, "order_key", KEY)],
+            json!({}),
+        ),
+        (
+            "the application's clock an hour behind",
+            vec![paid(3, at + 3601.0, "idempotency_key", KEY)],
+            json!({}),
+        ),
+        (
+            "the application's clock an hour ahead, paid twice",
+            vec![
+                paid(4, at - 3600.0, "idempotency_key", KEY),
+                paid(5, at - 3590.0, "idempotency_key", KEY),
+            ],
+            json!({}),
+        ),
+    ];
+    for (what, payments, settings) in cases {
+        let server = fixture_world(&payments).await;
+        let p = fixture_stripe(&server.uri(), settings);
+        let c = classify(&p.lookup(&q).await, q.now);
+        assert!(
+            c.outcome != Outcome::NotApplied || !c.is_final(),
+            "{what}: certified not charged: {c:?}"
+        );
+        assert!(
+            !(c.outcome == Outcome::NotApplied && c.certificate.is_some()),
+            "{what}: a certificate of absence: {c:?}"
+        );
+        match payments.len() {
+            1 if what.contains("another metadata field") => {
+                // Nothing carries the key where reckon looks: not found, and not proven.
+                assert!(!c.is_final(), "{what}: {c:?}");
+            }
+            1 => assert_eq!(c.outcome, Outcome::Applied, "{what}: {c:?}"),
+            _ => {
+                assert_eq!(c.outcome, Outcome::Duplicate, "{what}: {c:?}");
+                assert!(c.is_final(), "{what}: {c:?}");
+            }
+        }
+    }
+}
