@@ -48,6 +48,10 @@ struct Args {
     budget_effects: usize,
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Items per list page at the provider (default: drawn from 1 to 5 per world, so every
+    /// few objects cost a request; Stripe's is 100).
+    #[arg(long)]
+    page_size: Option<usize>,
 }
 
 fn provider(sim: &Sim, settings: serde_json::Value, timeout: Duration) -> Arc<dyn Provider> {
@@ -115,6 +119,8 @@ struct Tally {
     /// Effects of routes with neither events nor a calibration (with search beside it)
     /// left provisional.
     unwitnessed: u64,
+    /// Requests by what they asked: list, events, search, retrieve.
+    by_kind: std::collections::BTreeMap<&'static str, u64>,
     /// Effects held provisional on routes measured uncalibrated (by design).
     uncalibrated: u64,
     /// Effects of worlds that do not match the configuration.
@@ -125,7 +131,7 @@ struct Tally {
     calibrated_converged: u64,
 }
 
-async fn world(seed: u64, n: usize, t: &mut Tally) -> anyhow::Result<()> {
+async fn world(seed: u64, n: usize, page_size: Option<usize>, t: &mut Tally) -> anyhow::Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
     let base = reckon_providers::now() - 7200.0;
     let mut effects = random_world(seed, n, base);
@@ -167,7 +173,7 @@ async fn world(seed: u64, n: usize, t: &mut Tally) -> anyhow::Result<()> {
     };
     let other_field = rng.random_bool(0.2);
     let cfg = WorldConfig {
-        page_size: rng.random_range(1..=5),
+        page_size: page_size.unwrap_or_else(|| rng.random_range(1..=5)),
         noise: rng.random_range(0..=8),
         server_rate_limit: None,
         metadata_field: if other_field {
@@ -269,6 +275,19 @@ async fn world(seed: u64, n: usize, t: &mut Tally) -> anyhow::Result<()> {
         }
     }
     t.requests += sim.log().len() as u64;
+    for l in sim.log() {
+        let path = l.target.split('?').next().unwrap_or("");
+        let kind = if path.ends_with("/search") {
+            "search"
+        } else if path.starts_with("/v1/events") {
+            "events"
+        } else if path.matches('/').count() > 2 {
+            "retrieve"
+        } else {
+            "list"
+        };
+        *t.by_kind.entry(kind).or_default() += 1;
+    }
     t.non_get += sim.non_get() as u64;
     t.worlds += 1;
     Ok(())
@@ -339,7 +358,7 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mut t = Tally::default();
     for seed in args.seed..args.seed + args.worlds {
-        world(seed, args.effects, &mut t).await?;
+        world(seed, args.effects, args.page_size, &mut t).await?;
     }
     println!(
         "verdicts: {} worlds, {} effects ({} in worlds that do not match the configuration), \
@@ -368,6 +387,14 @@ async fn main() -> anyhow::Result<()> {
         t.calibrated_effects,
         t.requests as f64 / (t.final_under_faults + t.verdicts).max(1) as f64,
         started.elapsed().as_secs_f64()
+    );
+    println!(
+        "requests by kind: {}",
+        t.by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let effects = random_world(
         args.seed,
