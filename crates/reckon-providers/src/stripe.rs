@@ -943,8 +943,13 @@ impl crate::Provider for StripeProvider {
             }
             types.retain(|t| *t == "payment_intents" || !pi_only);
             // A search miss says something only if keys live under the field it searches:
-            // the lists must have seen this account's objects carry keys under it.
-            let field_in_use = self.field_in_use().await;
+            // the lists must have seen this account's objects carry keys under it (in this
+            // run, or when the route was calibrated).
+            let calibrated = report
+                .calibration
+                .as_ref()
+                .is_some_and(|c| c.status == crate::CalibrationStatus::Calibrated);
+            let field_in_use = calibrated || self.field_in_use().await;
             for what in types {
                 let mut st = self.search(what, q, &mut run).await;
                 st.key_indexed = field_in_use;

@@ -691,6 +691,16 @@ async fn calibration_finds_a_wrong_field_and_a_charges_only_list_and_widens_for_
     let c = look(&p, &sim, paid).await;
     assert_eq!(c.outcome, Outcome::Applied, "{c:?}");
     assert!(c.is_final(), "{c:?}");
+    // A later run builds its provider anew and reuses the calibration: an unpaid effect in
+    // a quiet hour, with no keyed object in its window, still concludes.
+    let mut quiet = effect("charge:v1:ORD-40", &[]);
+    quiet.created_at -= 20_000.0;
+    quiet.updated_at -= 20_000.0;
+    let later = stripe(&sim, no_witness.clone());
+    later.set_calibration(cal.clone());
+    let c = look(&later, &sim, &quiet).await;
+    assert_eq!(c.outcome, Outcome::NotApplied, "{c:?}");
+    assert!(c.is_final(), "{c:?}");
     // Without any key-indexed method, nothing looks outside the window (a worker that
     // resumed after its lease and paid later): calibrated or not, nothing is final.
     let p = stripe(&sim, json!({"use_events": false, "use_search": false}));
