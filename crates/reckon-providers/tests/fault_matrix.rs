@@ -415,9 +415,12 @@ fn fixture(kind: &str) -> serde_json::Value {
     all[kind].clone()
 }
 
+/// A PaymentIntent and its charge.
+type Payment = (serde_json::Value, serde_json::Value);
+
 /// A PaymentIntent paid by one charge, from the fixtures: created at `at`, the
 /// application's key under `field`.
-fn paid(n: usize, at: f64, field: &str, key: &str) -> (serde_json::Value, serde_json::Value) {
+fn paid(n: usize, at: f64, field: &str, key: &str) -> Payment {
     let (pi_id, ch_id) = (format!("pi_fixture{n}"), format!("ch_fixture{n}"));
     let mut pi = fixture("payment_intent");
     pi["id"] = json!(pi_id);
@@ -440,7 +443,7 @@ fn paid(n: usize, at: f64, field: &str, key: &str) -> (serde_json::Value, serde_
 
 /// A provider holding `payments`: lists (newest first, whole), retrieves, search by
 /// metadata (only under the field the objects carry), and events that carry no request key.
-async fn fixture_world(payments: &[(serde_json::Value, serde_json::Value)]) -> MockServer {
+async fn fixture_world(payments: &[Payment]) -> MockServer {
     let server = MockServer::start().await;
     let list = |items: Vec<serde_json::Value>| {
         ResponseTemplate::new(200)
@@ -524,11 +527,7 @@ async fn payments_built_from_stripes_fixtures_where_the_configuration_does_not_l
  {
     let q = old_effect();
     let at = q.created_at;
-    let cases: Vec<(
-        &str,
-        Vec<(serde_json::Value, serde_json::Value)>,
-        serde_json::Value,
-    )> = vec![
+    let cases: Vec<(&str, Vec<Payment>, serde_json::Value)> = vec![
         (
             "charges listed, the key on the PaymentIntent",
             vec![paid(1, at + 1.0, "idempotency_key", KEY)],
