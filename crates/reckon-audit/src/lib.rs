@@ -659,12 +659,15 @@ fn duplicates(
             .flat_map(|c| by_charge.get(c).into_iter().flatten().copied())
             .collect();
         let currency = charges[group[0]].currency.clone();
-        // Money taken beyond the first still-standing charge.
-        let extra: i64 = active
+        // Money taken beyond the first still-standing charge: charged, refunded since (for
+        // any reason), and what is left.
+        let gross: i64 = active.iter().skip(1).map(|&c| charges[c].amount).sum();
+        let given_back: i64 = active
             .iter()
             .skip(1)
-            .map(|&c| charges[c].amount - charges[c].amount_refunded.min(charges[c].amount))
+            .map(|&c| charges[c].amount_refunded.min(charges[c].amount))
             .sum();
+        let extra = gross - given_back;
         let refunded = active.len() < 2;
         let what = match order_ref(&charges[group[0]], rules) {
             Some(o) => format!("order {o}"),
@@ -678,10 +681,26 @@ fn duplicates(
                 "{} successful charges for {what}; the extra ones were refunded as duplicate",
                 group.len()
             )
-        } else {
+        } else if given_back == 0 {
             format!(
                 "{} successful charges for {what}: {} charged twice or more",
                 group.len(),
+                money(extra, &currency)
+            )
+        } else if extra == 0 {
+            format!(
+                "{} successful charges for {what}: the extra {} was refunded in full since \
+                 (not marked duplicate); nothing is still charged twice",
+                group.len(),
+                money(gross, &currency)
+            )
+        } else {
+            format!(
+                "{} successful charges for {what}: {} charged beyond the first, {} of it \
+                 refunded, {} still charged twice",
+                group.len(),
+                money(gross, &currency),
+                money(given_back, &currency),
                 money(extra, &currency)
             )
         };

@@ -484,3 +484,49 @@ fn money_taken_for_an_effect_recorded_failed_is_its_own_finding_never_an_orphan(
         "charged_not_recorded"
     );
 }
+
+#[test]
+fn a_duplicate_says_what_was_charged_refunded_and_is_still_charged_twice() {
+    let mut d = Day::new();
+    let at = d.window.start + 100.0;
+    // The extra charge refunded in full, but not marked as a duplicate.
+    d.effect("charge:v1:RF-1", State::Succeeded, at);
+    keyed(d.charge(2000, "usd", at + 1.0), "charge:v1:RF-1");
+    let c = d.charge(2000, "usd", at + 30.0);
+    keyed(c, "charge:v1:RF-1");
+    c.amount_refunded = 2000;
+    // The extra charge partly refunded.
+    d.effect("charge:v1:RF-2", State::Succeeded, at + 100.0);
+    keyed(d.charge(3000, "usd", at + 101.0), "charge:v1:RF-2");
+    let c = d.charge(3000, "usd", at + 130.0);
+    keyed(c, "charge:v1:RF-2");
+    c.amount_refunded = 1000;
+    let r = audit(&d.window, &d.effects, &d.charges, &MatchRules::default());
+    let dup = |key: &str| {
+        r.findings
+            .iter()
+            .find(|f| f.kind == FindingKind::Duplicate && f.effects.iter().any(|e| e.key == key))
+            .unwrap_or_else(|| panic!("duplicate for {key}"))
+    };
+    let one = dup("charge:v1:RF-1");
+    assert_eq!(one.amount, Some(0));
+    assert!(
+        one.summary.contains("refunded in full") && one.summary.contains("nothing is still"),
+        "{}",
+        one.summary
+    );
+    assert!(
+        !one.summary.contains("0.00 USD charged twice"),
+        "{}",
+        one.summary
+    );
+    let two = dup("charge:v1:RF-2");
+    assert_eq!(two.amount, Some(2000));
+    assert!(
+        two.summary.contains("30.00 USD charged beyond the first")
+            && two.summary.contains("10.00 USD of it refunded")
+            && two.summary.contains("20.00 USD still charged twice"),
+        "{}",
+        two.summary
+    );
+}
