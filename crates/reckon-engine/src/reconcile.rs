@@ -570,6 +570,9 @@ async fn calibrate(
     row: &ProviderRow,
     adapter: &Arc<dyn Provider>,
 ) -> Result<(), ReconcileError> {
+    if !adapter.calibrates() {
+        return Ok(());
+    }
     let now = reckon_domain::time::now();
     let settings = row.settings.to_string();
     if let Some(c) = ctx.calibrations.get(&tenant.slug, row.id, &settings, now) {

@@ -285,6 +285,12 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// Whether its lookup reads windows and so needs [`Provider::calibrate`] (a lookup by
+    /// key does not): the reconciler gathers samples only for those.
+    fn calibrates(&self) -> bool {
+        false
+    }
+
     /// Hold the configured lookup against effects the application recorded as done
     /// (`samples`: their keys and recorded times). `None`: the provider's lookup is by key
     /// and needs no calibration (the http protocol, the demo).

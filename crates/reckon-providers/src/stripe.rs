@@ -987,6 +987,10 @@ impl crate::Provider for StripeProvider {
         report
     }
 
+    fn calibrates(&self) -> bool {
+        true
+    }
+
     async fn calibrate(&self, samples: &[LookupQuery]) -> Option<crate::Calibration> {
         let c = self.measure(samples).await;
         *self
