@@ -105,6 +105,9 @@ pub struct AuditEffect {
     /// The idempotency keys the application sent to the provider for this effect: the key
     /// itself, or what the source's key template made of it.
     pub provider_keys: Vec<String>,
+    /// The application deleted its claim (justonce releases a claim on a transient failure
+    /// so that a retry may claim the key again): it holds the effect not done.
+    pub released: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -853,9 +856,9 @@ fn missing(
     out
 }
 
-/// Effects the application recorded as failed whose charge moved money: the customer was
-/// charged while the application believes it was not (and may charge again, or refuse
-/// the order it was paid for). The net of refunds is the money at stake.
+/// Effects the application recorded as failed, or released, whose charge moved money: the
+/// customer was charged while the application believes it was not (and may charge again,
+/// or refuse the order it was paid for). The net of refunds is the money at stake.
 fn charged_not_recorded(
     window: &DayWindow,
     effects: &[AuditEffect],
@@ -864,7 +867,7 @@ fn charged_not_recorded(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for (e, ef) in effects.iter().enumerate() {
-        if !window.contains(ef.created_at) || ef.state != State::Failed {
+        if !window.contains(ef.created_at) || !(ef.state == State::Failed || ef.released) {
             continue;
         }
         let paid: Vec<&ProviderCharge> = by_effect
@@ -885,8 +888,13 @@ fn charged_not_recorded(
         out.push(Finding {
             kind: FindingKind::ChargedNotRecorded,
             summary: format!(
-                "{} is recorded failed but the provider charged it: {}",
+                "{} is {} but the provider charged it: {}",
                 ef.key,
+                if ef.released {
+                    "released by the application (its claim deleted so a retry may charge again)"
+                } else {
+                    "recorded failed"
+                },
                 paid.iter()
                     .map(|c| format!("{} {}", c.id, money(c.amount_captured, &c.currency)))
                     .collect::<Vec<_>>()

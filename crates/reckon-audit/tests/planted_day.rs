@@ -49,6 +49,7 @@ impl Day {
             created_at: at,
             response: None,
             provider_keys: vec![key.into()],
+            released: false,
         });
         self.effects.last_mut().unwrap()
     }
@@ -462,13 +463,28 @@ fn money_taken_for_an_effect_recorded_failed_is_its_own_finding_never_an_orphan(
     c.amount_captured = 0;
     // Recorded failed, never reached the provider.
     d.effect("charge:v1:CNR-4", State::Failed, at + 300.0);
+    // A claim the application released (deleted) after a transient failure: it holds the
+    // charge not made, and a retry may charge again.
+    d.effect("charge:v1:CNR-5", State::InProgress, at + 400.0)
+        .released = true;
+    keyed(d.charge(1200, "usd", at + 401.0), "charge:v1:CNR-5");
     let r = audit(&d.window, &d.effects, &d.charges, &MatchRules::default());
     assert_eq!(
         keys_of(&r, FindingKind::ChargedNotRecorded),
-        set(&["charge:v1:CNR-1", "charge:v1:CNR-2"])
+        set(&["charge:v1:CNR-1", "charge:v1:CNR-2", "charge:v1:CNR-5"])
     );
     assert_eq!(r.count(FindingKind::Orphan), 0, "{:#?}", r.findings);
-    assert_eq!(r.findings.len(), 2, "nothing else: {:#?}", r.findings);
+    assert_eq!(r.findings.len(), 3, "nothing else: {:#?}", r.findings);
+    let released = r
+        .findings
+        .iter()
+        .find(|f| f.effects[0].key == "charge:v1:CNR-5")
+        .unwrap();
+    assert!(
+        released.summary.contains("released by the application"),
+        "{}",
+        released.summary
+    );
     let f = |key: &str| r.findings.iter().find(|f| f.effects[0].key == key).unwrap();
     let one = f("charge:v1:CNR-1");
     assert_eq!(

@@ -1058,8 +1058,9 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
             false,
             VerdictBy::Audit,
             format!(
-                "Charged, though the application recorded it as failed: {} (the audit of {}). \
-                 Do not charge again; a person must record it as done or refund it.",
+                "Charged, though the application recorded it as failed or released it: {} (the \
+                 audit of {}). Do not charge again; a person must record it as done or refund \
+                 it.",
                 if paid.is_empty() {
                     c.summary.clone()
                 } else {

@@ -14,6 +14,7 @@
 
 use crate::answer::route_of;
 use reckon_audit::{AuditEffect, DayWindow, MARGIN_SECS, MatchRules, ProviderCharge, Refund};
+use reckon_domain::Disappearance;
 use reckon_ledger::{
     ALL_PROVIDERS, AuditRun, ChainBreak, Effect, Lease, Ledger, LedgerError, NewAuditRun,
     Provider as ProviderRow, SCHEDULE_AUTHOR, StoredCharge, TenantId,
@@ -270,6 +271,7 @@ async fn import(
 }
 
 fn audit_effect(e: Effect, settings: Option<&Value>) -> AuditEffect {
+    let released = e.gone_reason.as_deref() == Some(Disappearance::Released.as_str());
     let mut provider_keys = vec![e.key.clone()];
     if let Some(s) = settings {
         let k = provider_key(s, &e.key, e.operation.as_deref(), e.subject.as_deref());
@@ -291,6 +293,7 @@ fn audit_effect(e: Effect, settings: Option<&Value>) -> AuditEffect {
         attempts: e.attempts,
         created_at: e.created_at,
         provider_keys,
+        released,
     }
 }
 

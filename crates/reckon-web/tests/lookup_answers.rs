@@ -4,7 +4,7 @@
 //! orphan charge found by the order id in its metadata, an abandoned claim, an effect no
 //! provider answers for, a resolution by hand, a "not charged" verdict the day's charge list
 //! later contradicts (never "safe to try again" beside the charge), a charge taken for an
-//! effect recorded failed, nothing found (with "did you mean"), and provider object ids.
+//! effect recorded failed or released, nothing found (with "did you mean"), and provider object ids.
 
 mod answer_cases;
 mod common;
@@ -104,7 +104,23 @@ const CASES: &[Expect] = &[
         is_final: false,
         by: "audit",
         needs_person: true,
-        says: &["recorded it as failed", "$31.00", "Do not charge again"],
+        says: &[
+            "recorded it as failed or released it",
+            "$31.00",
+            "Do not charge again",
+        ],
+    },
+    Expect {
+        q: RELEASED,
+        verdict: "applied",
+        is_final: false,
+        by: "audit",
+        needs_person: true,
+        says: &[
+            "recorded it as failed or released it",
+            "$42.00",
+            "Do not charge again",
+        ],
     },
     Expect {
         q: BY_HAND,

@@ -47,6 +47,9 @@ pub const BY_HAND: &str = "ORD-H1";
 pub const CONTRADICTED: &str = "ORD-C1";
 /// Recorded failed by the application; the provider charged it.
 pub const CHARGED_NOT_RECORDED: &str = "ORD-F1";
+/// A claim the application released (deleted) after a transient failure; the provider
+/// charged it.
+pub const RELEASED: &str = "ORD-L1";
 pub const NOBODY_HAS: &str = "ORD-ZZZ9";
 pub const HAND_AUTHOR: &str = "sam@acme.test";
 pub const HAND_NOTE: &str = "Customer sent the bank statement: paid once.";
@@ -133,6 +136,7 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
         "usd",
         y(10.0) + 2.0,
     );
+    demo.charge(&format!("charge:v1:{RELEASED}"), 4200, "usd", y(11.0) + 2.0);
     // Charged twice, one refunded since: the audit's duplicate, with amounts.
     demo.charge(
         &format!("charge:v1:{DUPLICATE_AUDIT}"),
@@ -217,13 +221,6 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
             y(1.0) + 30.0,
         ),
         rec(&charge(NOT_APPLIED), State::Unknown, y(1.5), y(1.5) + 30.0),
-        rec(&charge(CONTRADICTED), State::Unknown, y(9.0), y(9.0) + 30.0),
-        rec(
-            &charge(CHARGED_NOT_RECORDED),
-            State::Failed,
-            y(10.0),
-            y(10.0) + 5.0,
-        ),
         rec(
             &charge(DUPLICATE_RECONCILED),
             State::Unknown,
@@ -248,7 +245,32 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
     ];
     // The missing order's application record names a charge the provider never had.
     first[4].response = Some(r#"{"id": "ch_never_seen"}"#.into());
+    let mut released = rec(&charge(RELEASED), State::InProgress, y(11.0), y(11.0));
+    released.expires_at = Some(y(11.0) + 30.0);
+    first.extend([
+        rec(&charge(CONTRADICTED), State::Unknown, y(9.0), y(9.0) + 30.0),
+        rec(
+            &charge(CHARGED_NOT_RECORDED),
+            State::Failed,
+            y(10.0),
+            y(10.0) + 5.0,
+        ),
+        released,
+    ]);
     ingest(ledger.as_ref(), t, source.id, first).await;
+    // The application released the claim (its row deleted): a scan sees it gone.
+    let gone = ledger
+        .mark_gone(
+            t.id,
+            source.id,
+            &[charge(RELEASED)],
+            time::now(),
+            reckon_ledger::Origin::Scan,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(gone[0].1.as_str(), "released", "{gone:?}");
 
     let ctx = ReconcileCtx::new(ledger.clone()).with_egress(loopback());
     reconcile_all(&ctx, t).await.unwrap();
