@@ -1049,10 +1049,14 @@ impl StripeProvider {
         let mut faults = 0;
         let mut unsearched: Vec<&LookupQuery> = Vec::new();
         let mut nowhere = 0;
+        // Samples looked at: a provider that refused for good stops the measure, and the
+        // samples never asked count neither way.
+        let mut asked = 0;
         for q in samples {
             if run.stopped {
                 break;
             }
+            asked += 1;
             let (_, window) = self.windows(q, 0.0);
             let st = self.mirrored_lists(&q.key, window, &mut run).await;
             if st.fault.is_some() || !st.complete {
@@ -1064,7 +1068,7 @@ impl StripeProvider {
                 offsets.push(c - q.created_at);
                 continue;
             }
-            if searches_left == 0 {
+            if searches_left < 2 {
                 unsearched.push(q);
                 continue;
             }
@@ -1096,11 +1100,16 @@ impl StripeProvider {
         let max_abs = offsets.iter().map(|o| o.abs()).fold(0.0, f64::max);
         // The window already reaches skew before `created_at` and max_call + skew after
         // the recorded end: widen only by what the offsets exceed, with a minute to spare.
-        let widen = if max_abs > s.skew_secs {
+        let needed = if max_abs > s.skew_secs {
             (max_abs - s.skew_secs + 60.0).ceil()
         } else {
             0.0
         };
+        // An offset beyond the witness span is no clock that is off (or the provider's
+        // answer is wrong): a window that wide would list the account's history for every
+        // lookup. Not widened; the route is uncalibrated and says why.
+        let too_far = needed > s.witness_span_secs;
+        let widen = if too_far { 0.0 } else { needed };
         // The misses not searched, listed over the window as it will be read.
         let mut missed = 0;
         for q in unsearched {
@@ -1117,7 +1126,7 @@ impl StripeProvider {
             }
         }
         missed += nowhere;
-        let measured = samples.len() - faults;
+        let measured = asked - faults;
         offsets.sort_by(f64::total_cmp);
         let pct = |p: f64| {
             offsets
@@ -1131,7 +1140,17 @@ impl StripeProvider {
         } else {
             found_as_widened as f64 / measured as f64
         };
-        let (status, reason) = if measured < crate::CALIBRATION_MIN_SAMPLES {
+        let (status, reason) = if too_far && measured >= crate::CALIBRATION_MIN_SAMPLES {
+            (
+                crate::CalibrationStatus::Uncalibrated,
+                format!(
+                    "the provider's times were up to {max_abs:.0} s from the recorded ones, \
+                     beyond the {:.0} s a window is widened to (witness_span_secs): is the \
+                     application's clock that far off, or the key reused?",
+                    s.witness_span_secs
+                ),
+            )
+        } else if measured < crate::CALIBRATION_MIN_SAMPLES {
             (
                 crate::CalibrationStatus::Unmeasured,
                 format!(

@@ -745,3 +745,49 @@ async fn calibration_finds_a_wrong_field_and_a_charges_only_list_and_widens_for_
     let c = look(&p, &sim, &unpaid).await;
     assert!(!c.is_final(), "{c:?}");
 }
+
+#[tokio::test]
+async fn calibration_never_widens_a_window_past_the_witness_span() {
+    // Known-done effects whose payments carry their keys three days from the recorded
+    // time: no application clock is that far off (or the keys were reused). Widening to it
+    // would list days of the account for every lookup.
+    let done: Vec<EffectSpec> = (0..24u32)
+        .map(|i| {
+            let mut e = effect_at(&format!("charge:v1:FAR-{i}"), &[Life::Succeeded], 0.0);
+            e.created_at -= 3.0 * 86_400.0 - f64::from(i) * 40.0;
+            e.updated_at = e.created_at + 5.0;
+            // The payment at the "right" time in Stripe's clock: three days after the record.
+            e.payments[0].offset = 3.0 * 86_400.0 - f64::from(i) * 40.0 - 7200.0;
+            e
+        })
+        .collect();
+    let sim = Sim::start(&done, WorldConfig::default()).await.unwrap();
+    let p = stripe(&sim, json!({"use_events": false}));
+    let samples: Vec<LookupQuery> = done
+        .iter()
+        .map(|e| LookupQuery {
+            key: e.key.clone(),
+            created_at: e.created_at,
+            updated_at: e.updated_at,
+            expires_at: None,
+            response_json: None,
+            now: now(),
+            observed_at: None,
+        })
+        .collect();
+    let cal = p.calibrate(&samples).await.expect("stripe calibrates");
+    assert_eq!(
+        cal.status,
+        reckon_providers::CalibrationStatus::Uncalibrated,
+        "{cal:?}"
+    );
+    assert_eq!(cal.widen_secs, 0.0, "{cal:?}");
+    assert!(cal.reason.contains("witness_span_secs"), "{}", cal.reason);
+    // Searches stay within their budget (10), whatever the misses.
+    let searches = sim
+        .log()
+        .iter()
+        .filter(|l| l.target.contains("/search"))
+        .count();
+    assert!(searches <= 10, "{searches} searches");
+}
