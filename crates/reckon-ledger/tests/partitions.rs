@@ -144,15 +144,21 @@ async fn partition_activity(conn: &mut PgConnection) -> BTreeMap<String, i64> {
     .collect()
 }
 
-/// The partition of `table` holding `tenant`'s rows.
-async fn partition_of(conn: &mut PgConnection, table: &str, tenant: TenantId) -> String {
-    sqlx::query_scalar(AssertSqlSafe(format!(
+/// The partition of `table` holding `tenant`'s rows. Asked on a session of its own that
+/// ends before returning: a session flushes its table statistics at most once a second
+/// while it lives, so a read of the other tenant's partition on the test's long-lived
+/// session could reach the counters after the "before" snapshot and look like a touch.
+async fn partition_of(url: &str, table: &str, tenant: TenantId) -> String {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    let name = sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT DISTINCT tableoid::regclass::text FROM {table} WHERE tenant_id = $1"
     )))
     .bind(tenant.get())
-    .fetch_one(conn)
+    .fetch_one(&mut conn)
     .await
-    .unwrap()
+    .unwrap();
+    conn.close().await.unwrap();
+    name
 }
 
 /// A backend's statistics reach the shared counters when it ends: drop the ledger, end
@@ -216,11 +222,11 @@ async fn a_tenants_calls_lock_and_touch_only_its_partitions_and_the_fleet_scrape
     let (a, a_source, a_provider) = tenant_with_rows(&*l, "tenant-a", now).await;
     let (b, _, _) = tenant_with_rows(&*l, "tenant-b", now).await;
     let b_parts = [
-        partition_of(&mut conn, "effect", b).await,
-        partition_of(&mut conn, "provider_charge", b).await,
+        partition_of(&db.pg_url(), "effect", b).await,
+        partition_of(&db.pg_url(), "provider_charge", b).await,
     ];
     assert_ne!(
-        partition_of(&mut conn, "effect", a).await,
+        partition_of(&db.pg_url(), "effect", a).await,
         b_parts[0],
         "the two tenants share a partition: the test could not tell them apart"
     );
@@ -233,8 +239,8 @@ async fn a_tenants_calls_lock_and_touch_only_its_partitions_and_the_fleet_scrape
     };
     let a_scanned = l.add_source(a, scanned).await.unwrap().id;
     let a_parts = [
-        partition_of(&mut conn, "effect", a).await,
-        partition_of(&mut conn, "provider_charge", a).await,
+        partition_of(&db.pg_url(), "effect", a).await,
+        partition_of(&db.pg_url(), "provider_charge", a).await,
     ];
     // The ledger's next sessions plan each statement for its parameters (a cached generic
     // plan locks every partition by design, whatever the statement names), and give up on
