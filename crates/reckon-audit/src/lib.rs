@@ -105,9 +105,20 @@ pub struct AuditEffect {
     /// The idempotency keys the application sent to the provider for this effect: the key
     /// itself, or what the source's key template made of it.
     pub provider_keys: Vec<String>,
-    /// The application deleted its claim (justonce releases a claim on a transient failure
-    /// so that a retry may claim the key again): it holds the effect not done.
-    pub released: bool,
+    /// Who deleted the effect's row, handing its key back for a retry, if anyone did: it is
+    /// held not done.
+    pub released: Option<Releaser>,
+}
+
+/// Who handed an effect's key back for a retry by deleting its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Releaser {
+    /// The application: justonce releases a claim on a transient failure so that a retry
+    /// may claim the key again.
+    Application,
+    /// reckon's write-back of a `not_applied` verdict (the source's release policy).
+    Reckon,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -856,9 +867,11 @@ fn missing(
     out
 }
 
-/// Effects the application recorded as failed, or released, whose charge moved money: the
-/// customer was charged while the application believes it was not (and may charge again,
-/// or refuse the order it was paid for). The net of refunds is the money at stake.
+/// Effects the application recorded as failed, or whose key was handed back for a retry (by
+/// the application, or by reckon's write-back of a verdict the charge now contradicts),
+/// whose charge moved money: the customer was charged while the application believes it
+/// was not (and may charge again, or refuse the order it was paid for). The net of refunds
+/// is the money at stake.
 fn charged_not_recorded(
     window: &DayWindow,
     effects: &[AuditEffect],
@@ -867,7 +880,8 @@ fn charged_not_recorded(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for (e, ef) in effects.iter().enumerate() {
-        if !window.contains(ef.created_at) || !(ef.state == State::Failed || ef.released) {
+        if !window.contains(ef.created_at) || !(ef.state == State::Failed || ef.released.is_some())
+        {
             continue;
         }
         let paid: Vec<&ProviderCharge> = by_effect
@@ -890,10 +904,18 @@ fn charged_not_recorded(
             summary: format!(
                 "{} is {} but the provider charged it: {}",
                 ef.key,
-                if ef.released {
-                    "released by the application (its claim deleted so a retry may charge again)"
-                } else {
-                    "recorded failed"
+                match ef.released {
+                    Some(Releaser::Application) => {
+                        "released by the application (its claim deleted so a retry may charge \
+                         again)"
+                    }
+                    // The most dangerous of the three: reckon itself said "not charged" and
+                    // handed the key back, so the application may already have charged again.
+                    Some(Releaser::Reckon) => {
+                        "released by reckon's write-back of a not-charged verdict (its row \
+                         deleted so the application may retry: check it did not charge again)"
+                    }
+                    None => "recorded failed",
                 },
                 paid.iter()
                     .map(|c| format!("{} {}", c.id, money(c.amount_captured, &c.currency)))

@@ -3,7 +3,7 @@
 //! time zone (charges just before and after both midnights).
 
 use reckon_audit::{
-    AuditEffect, DayWindow, FindingKind, MatchRules, ProviderCharge, Refund, audit,
+    AuditEffect, DayWindow, FindingKind, MatchRules, ProviderCharge, Refund, Releaser, audit,
 };
 use reckon_domain::{State, UnresolvedKind};
 use serde_json::json;
@@ -49,7 +49,7 @@ impl Day {
             created_at: at,
             response: None,
             provider_keys: vec![key.into()],
-            released: false,
+            released: None,
         });
         self.effects.last_mut().unwrap()
     }
@@ -466,15 +466,40 @@ fn money_taken_for_an_effect_recorded_failed_is_its_own_finding_never_an_orphan(
     // A claim the application released (deleted) after a transient failure: it holds the
     // charge not made, and a retry may charge again.
     d.effect("charge:v1:CNR-5", State::InProgress, at + 400.0)
-        .released = true;
+        .released = Some(Releaser::Application);
     keyed(d.charge(1200, "usd", at + 401.0), "charge:v1:CNR-5");
+    // An `unknown` row reckon deleted, writing back a "not charged" verdict the charge now
+    // contradicts: the application may have charged again.
+    // (Resolved by reckon, so not unresolved, whatever the row said.)
+    let e = d.effect("charge:v1:CNR-6", State::Unknown, at + 500.0);
+    e.released = Some(Releaser::Reckon);
+    e.unresolved = None;
+    keyed(d.charge(4200, "usd", at + 501.0), "charge:v1:CNR-6");
     let r = audit(&d.window, &d.effects, &d.charges, &MatchRules::default());
     assert_eq!(
         keys_of(&r, FindingKind::ChargedNotRecorded),
-        set(&["charge:v1:CNR-1", "charge:v1:CNR-2", "charge:v1:CNR-5"])
+        set(&[
+            "charge:v1:CNR-1",
+            "charge:v1:CNR-2",
+            "charge:v1:CNR-5",
+            "charge:v1:CNR-6"
+        ])
     );
     assert_eq!(r.count(FindingKind::Orphan), 0, "{:#?}", r.findings);
-    assert_eq!(r.findings.len(), 3, "nothing else: {:#?}", r.findings);
+    assert_eq!(r.findings.len(), 4, "nothing else: {:#?}", r.findings);
+    let by_reckon = r
+        .findings
+        .iter()
+        .find(|f| f.effects[0].key == "charge:v1:CNR-6")
+        .unwrap();
+    assert!(
+        by_reckon
+            .summary
+            .contains("released by reckon's write-back")
+            && by_reckon.summary.contains("42.00 USD"),
+        "{}",
+        by_reckon.summary
+    );
     let released = r
         .findings
         .iter()

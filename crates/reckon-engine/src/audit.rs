@@ -13,7 +13,9 @@
 //! - [`findings_csv`]: one row per finding, formula-neutralised.
 
 use crate::answer::route_of;
-use reckon_audit::{AuditEffect, DayWindow, MARGIN_SECS, MatchRules, ProviderCharge, Refund};
+use reckon_audit::{
+    AuditEffect, DayWindow, MARGIN_SECS, MatchRules, ProviderCharge, Refund, Releaser,
+};
 use reckon_domain::Disappearance;
 use reckon_ledger::{
     ALL_PROVIDERS, AuditRun, ChainBreak, Effect, Lease, Ledger, LedgerError, NewAuditRun,
@@ -270,8 +272,11 @@ async fn import(
     }
 }
 
+/// The effect's audit form. An `unknown` row that vanished is marked released by reckon
+/// later, if reckon's own write-back deleted it (the ledger's write-back log says).
 fn audit_effect(e: Effect, settings: Option<&Value>) -> AuditEffect {
-    let released = e.gone_reason.as_deref() == Some(Disappearance::Released.as_str());
+    let released = (e.gone_reason.as_deref() == Some(Disappearance::Released.as_str()))
+        .then_some(Releaser::Application);
     let mut provider_keys = vec![e.key.clone()];
     if let Some(s) = settings {
         let k = provider_key(s, &e.key, e.operation.as_deref(), e.subject.as_deref());
@@ -357,7 +362,7 @@ pub async fn audit_day(
         let audited: HashMap<i64, &ProviderRow> = providers.iter().map(|p| (p.id, p)).collect();
         // Each effect becomes its audit form as its row arrives (the ledger's record is
         // dropped there, never a day of them held at once), keyed for the sort.
-        let mut keyed: Vec<(f64, i64, AuditEffect)> = Vec::new();
+        let mut keyed: Vec<(f64, i64, (AuditEffect, bool))> = Vec::new();
         ledger
             .each_effect_created_between(tenant, from, to, now, &mut |e| {
                 let settings = route_of(&routes, &e)
@@ -365,20 +370,34 @@ pub async fn audit_day(
                     .and_then(|p| audited.get(&p))
                     .map(|row| &row.settings);
                 if let Some(settings) = settings {
-                    keyed.push((e.created_at, e.id, audit_effect(e, Some(settings))));
+                    let gone = e.gone_at.is_some();
+                    keyed.push((e.created_at, e.id, (audit_effect(e, Some(settings)), gone)));
                 }
             })
             .await?;
         // By (created_at, id): the report's order, whatever order the rows came in.
         keyed.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut effects: Vec<AuditEffect> = Vec::with_capacity(keyed.len());
-        // (index in `effects`, effect id) of the ones whose source row says unresolved.
+        // (index in `effects`, effect id) of the ones whose source row says unresolved,
+        // and of the `unknown` rows that are gone (reckon's write-back may have released
+        // them).
         let mut unresolved: Vec<(usize, i64)> = Vec::new();
-        for (_, id, a) in keyed {
+        let mut vanished: Vec<(usize, i64)> = Vec::new();
+        for (_, id, (a, gone)) in keyed {
             if a.unresolved.is_some() {
                 unresolved.push((effects.len(), id));
             }
+            if gone && a.state == reckon_domain::State::Unknown {
+                vanished.push((effects.len(), id));
+            }
             effects.push(a);
+        }
+        let ids: Vec<i64> = vanished.iter().map(|&(_, id)| id).collect();
+        let by_reckon = ledger.released_among(tenant, &ids).await?;
+        for (i, id) in vanished {
+            if by_reckon.binary_search(&id).is_ok() {
+                effects[i].released = Some(Releaser::Reckon);
+            }
         }
         // An effect reckon (or a person) resolved is no longer unresolved, whatever its
         // source row says: its outcome is known (its matching to charges is unchanged).

@@ -681,3 +681,108 @@ async fn a_not_charged_verdict_contradicted_by_an_imported_charge_is_never_writt
         .unwrap();
     assert!(recorded.iter().any(|wb| wb.key == UNPAID), "{recorded:#?}");
 }
+
+/// A `not_applied` verdict already written back (the application's row released, its key
+/// handed back for a retry) that a charge later contradicts: nothing can take the write
+/// back, so the day's audit names it (charged, not recorded, released by reckon: check the
+/// application did not charge again), and support's lookup says a person must check rather
+/// than "safe to try again".
+#[tokio::test]
+async fn a_written_back_not_charged_verdict_a_charge_contradicts_is_a_finding_and_needs_a_person() {
+    let w = world(Kind::Sqlite, Some(WritebackPolicy::Release)).await;
+    let t = w.ledger.tenant.id;
+    let out = writeback_all(&ctx(&w, WritebackHooks::default()), t, None)
+        .await
+        .unwrap();
+    assert_eq!(by_key(&out)[UNPAID].status, "written", "{out:#?}");
+    assert!(!rows(&w, &[UNPAID]).contains_key(UNPAID), "released");
+    // The next scan sees the row gone.
+    w.ledger.scan(SOURCE, true).await;
+    let effect = w
+        .ledger
+        .ledger
+        .get_effect(t, SOURCE, UNPAID)
+        .await
+        .unwrap()
+        .expect("the effect")
+        .effect;
+    assert!(effect.gone_at.is_some(), "{effect:#?}");
+
+    // The day's charges: the customer paid after all.
+    let provider = w.ledger.ledger.list_providers(t).await.unwrap()[0].clone();
+    w.ledger
+        .ledger
+        .store_provider_charges(
+            t,
+            &[reckon_ledger::StoredCharge {
+                provider_id: provider.id,
+                charge_id: "ch_paid_after_all".into(),
+                payment_intent: None,
+                amount: 4200,
+                currency: "eur".into(),
+                status: "succeeded".into(),
+                amount_captured: 4200,
+                amount_refunded: 0,
+                refunds: serde_json::json!([]),
+                metadata: serde_json::json!({"idempotency_key": UNPAID}),
+                idempotency_key: Some(UNPAID.into()),
+                customer: None,
+                created: effect.created_at + 1.0,
+                raw: serde_json::json!({"id": "ch_paid_after_all"}),
+                imported_at: effect.created_at + 2.0,
+            }],
+        )
+        .await
+        .unwrap();
+    let day = jiff::Timestamp::from_microsecond((effect.created_at * 1e6) as i64)
+        .unwrap()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date()
+        .to_string();
+    let window = reckon_audit::DayWindow::new(&day, "UTC").unwrap();
+    let report = reckon_engine::audit::audit_day(
+        w.ledger.ledger.as_ref(),
+        t,
+        &window,
+        &[provider],
+        reckon_domain::time::now(),
+    )
+    .await
+    .unwrap();
+    let found: Vec<&reckon_audit::Finding> = report
+        .findings
+        .iter()
+        .filter(|f| f.effects.iter().any(|e| e.key == UNPAID))
+        .collect();
+    assert_eq!(found.len(), 1, "{:#?}", report.findings);
+    assert_eq!(
+        found[0].kind,
+        reckon_audit::FindingKind::ChargedNotRecorded,
+        "{:#?}",
+        found[0]
+    );
+    assert!(
+        found[0].summary.contains("released by reckon's write-back")
+            && found[0].summary.contains("ch_paid_after_all"),
+        "{}",
+        found[0].summary
+    );
+
+    let tz = jiff::tz::TimeZone::UTC;
+    let a = reckon_engine::answer::answer(
+        w.ledger.ledger.as_ref(),
+        t,
+        UNPAID,
+        reckon_domain::time::now(),
+        &tz,
+    )
+    .await
+    .unwrap();
+    let e = &a.effects[0];
+    assert!(e.needs_person && !e.is_final, "{e:#?}");
+    assert!(
+        e.sentence.contains("Contradicted") && !e.sentence.contains("safe to try again"),
+        "{}",
+        e.sentence
+    );
+}

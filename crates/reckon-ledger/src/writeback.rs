@@ -270,4 +270,27 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         tx.commit().await?;
         Ok(Writeback::from_row(&row)?)
     }
+
+    /// Of `effect_ids`, those whose source row reckon deleted (a `release` written back,
+    /// handing the key back to the application), in id order; one read per
+    /// [`crate::IDS_PER_STATEMENT`].
+    async fn released_among(&self, tenant: TenantId, effect_ids: &[i64]) -> Result<Vec<i64>> {
+        let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
+        let mut released = Vec::new();
+        for chunk in effect_ids.chunks(crate::IDS_PER_STATEMENT) {
+            let mut qb = sqlx::QueryBuilder::<B::DB>::new(
+                "SELECT effect_id FROM writeback WHERE action = 'release' \
+                 AND status = 'written' AND tenant_id = ",
+            );
+            qb.push_bind(tenant.0).push(" AND effect_id IN ");
+            rows::push_in(&mut qb, chunk.iter().copied());
+            for row in qb.build().fetch_all(&mut *tx).await? {
+                released.push(row.try_get::<i64, _>("effect_id")?);
+            }
+        }
+        tx.commit().await?;
+        released.sort_unstable();
+        released.dedup();
+        Ok(released)
+    }
 }
