@@ -61,6 +61,7 @@ pub enum QuarantineReason {
     UnknownState,
     InvalidJson,
     KeyTooLong,
+    RequestHashTooLong,
     ResponseTooLarge,
     NotANumber,
     OutOfRange,
@@ -75,6 +76,7 @@ impl QuarantineReason {
             QuarantineReason::UnknownState => "unknown_state",
             QuarantineReason::InvalidJson => "invalid_json",
             QuarantineReason::KeyTooLong => "key_too_long",
+            QuarantineReason::RequestHashTooLong => "request_hash_too_long",
             QuarantineReason::ResponseTooLarge => "response_too_large",
             QuarantineReason::NotANumber => "not_a_number",
             QuarantineReason::OutOfRange => "out_of_range",
@@ -103,6 +105,8 @@ pub struct Rejected {
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_key_bytes: usize,
+    /// justonce writes a SHA-256 hex digest (64 bytes); anything far longer is not one.
+    pub max_request_hash_bytes: usize,
     pub max_response_bytes: usize,
     pub max_excerpt_bytes: usize,
 }
@@ -111,6 +115,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_key_bytes: 4 * 1024,
+            max_request_hash_bytes: 1024,
             max_response_bytes: 1024 * 1024,
             max_excerpt_bytes: 512,
         }
@@ -228,10 +233,12 @@ pub fn validate_row(row: &RawRow, limits: &Limits) -> Result<SourceRecord, Rejec
     if key_raw.len() > limits.max_key_bytes {
         return Err(reject(
             QuarantineReason::KeyTooLong,
+            // A scan reads at most one byte past the limit (scan.rs), so the length read
+            // is a lower bound.
             format!(
-                "key is {} bytes, over the limit of {}",
-                key_raw.len(),
-                limits.max_key_bytes
+                "key is over the limit of {} bytes ({} bytes read)",
+                limits.max_key_bytes,
+                key_raw.len()
             ),
         ));
     }
@@ -249,6 +256,17 @@ pub fn validate_row(row: &RawRow, limits: &Limits) -> Result<SourceRecord, Rejec
             ),
         )
     })?;
+    if let Some(h) = &row.request_hash
+        && h.len() > limits.max_request_hash_bytes
+    {
+        return Err(reject(
+            QuarantineReason::RequestHashTooLong,
+            format!(
+                "request_hash is over the limit of {} bytes",
+                limits.max_request_hash_bytes
+            ),
+        ));
+    }
     let request_hash = text("request_hash", &row.request_hash)?;
 
     let response = match &row.response {
@@ -258,9 +276,9 @@ pub fn validate_row(row: &RawRow, limits: &Limits) -> Result<SourceRecord, Rejec
                 return Err(reject(
                     QuarantineReason::ResponseTooLarge,
                     format!(
-                        "response is {} bytes, over the limit of {}",
-                        bytes.len(),
-                        limits.max_response_bytes
+                        "response is over the limit of {} bytes ({} bytes read)",
+                        limits.max_response_bytes,
+                        bytes.len()
                     ),
                 ));
             }

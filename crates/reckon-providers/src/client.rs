@@ -7,8 +7,30 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+
+/// The largest provider answer read unless configured otherwise. Stripe's list pages (100
+/// objects, expanded) are well under 1 MiB, an in-house page of 1000 charges about the
+/// same: 8 MiB leaves room for fat metadata and refuses what only a broken or hostile
+/// provider sends.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
+/// The process's answer cap (`max_provider_answer_bytes`), read by every client that was
+/// not given its own: one provider's answer is held in memory whole while it is parsed,
+/// so an unbounded one from one tenant's provider could take the memory of all.
+static MAX_ANSWER_BYTES: AtomicUsize = AtomicUsize::new(DEFAULT_MAX_ANSWER_BYTES);
+
+/// Set the process's provider answer cap (at least 1 KiB).
+pub fn set_max_answer_bytes(bytes: usize) {
+    MAX_ANSWER_BYTES.store(bytes.max(1024), Ordering::Relaxed);
+}
+
+/// The process's provider answer cap.
+pub fn max_answer_bytes() -> usize {
+    MAX_ANSWER_BYTES.load(Ordering::Relaxed)
+}
 
 #[derive(Clone)]
 pub struct GetClient {
@@ -21,6 +43,8 @@ pub struct GetClient {
     /// client holds the process's paces; a client made with [`GetClient::new`] has its
     /// own, as another process would).
     budgets: Budgets,
+    /// This client's answer cap; `None`: the process's ([`max_answer_bytes`]).
+    max_answer: Option<usize>,
 }
 
 type Budgets = Arc<Mutex<HashMap<String, Arc<Pace>>>>;
@@ -110,7 +134,19 @@ impl GetClient {
             observer: None,
             timeout,
             budgets: Budgets::default(),
+            max_answer: None,
         }
+    }
+
+    /// The same client, refusing answers over `bytes` (instead of the process's cap).
+    pub fn with_max_answer_bytes(mut self, bytes: usize) -> GetClient {
+        self.max_answer = Some(bytes);
+        self
+    }
+
+    /// The largest answer this client reads.
+    pub fn max_answer_bytes(&self) -> usize {
+        self.max_answer.unwrap_or_else(max_answer_bytes)
     }
 
     /// A client like this one (same timeouts, its own connection pool) whose every host
@@ -124,6 +160,7 @@ impl GetClient {
             observer: None,
             timeout: self.timeout,
             budgets: self.budgets.clone(),
+            max_answer: self.max_answer,
         }
     }
 
@@ -163,6 +200,7 @@ impl GetClient {
             }),
             timeout: self.timeout,
             budgets: self.budgets.clone(),
+            max_answer: self.max_answer,
         }
     }
 
@@ -194,23 +232,57 @@ impl GetClient {
             value.set_sensitive(true);
             req = req.header(*k, value);
         }
-        let resp = req.send().await.map_err(transport)?;
+        let mut resp = req.send().await.map_err(transport)?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = resp.bytes().await.map_err(|e| {
-            let mut f = transport(e);
-            if f.kind == FaultKind::Connection {
-                f.kind = FaultKind::Truncated;
-                f.detail = format!("the body was cut off: {}", f.detail);
+        let cap = self.max_answer_bytes();
+        // A declared length over the cap is refused before a byte of the body is read.
+        if let Some(declared) = resp.content_length()
+            && declared > cap as u64
+        {
+            return Err(too_large(cap, 0, Some(declared), status));
+        }
+        // Read chunk by chunk, so an answer over the cap is refused once the cap is passed
+        // (the rest is never read: the connection is dropped with the response). The
+        // client's timeout bounds the whole read, body included.
+        let mut body: Vec<u8> = Vec::new();
+        loop {
+            let chunk = resp.chunk().await.map_err(|e| {
+                let mut f = transport(e);
+                if f.kind == FaultKind::Connection {
+                    f.kind = FaultKind::Truncated;
+                    f.detail = format!("the body was cut off: {}", f.detail);
+                }
+                f
+            })?;
+            let Some(chunk) = chunk else { break };
+            if body.len() + chunk.len() > cap {
+                return Err(too_large(cap, body.len() + chunk.len(), None, status));
             }
-            f
-        })?;
+            body.extend_from_slice(&chunk);
+        }
         Ok(GetResponse {
             status,
             headers,
-            body: body.to_vec(),
+            body,
         })
     }
+}
+
+/// The fault of an answer over the cap: the attempt says nothing about the effect (never
+/// a verdict), and says how much was seen so a person can tell a fat page from a hostile
+/// answer.
+fn too_large(cap: usize, read: usize, declared: Option<u64>, status: u16) -> Fault {
+    let seen = match declared {
+        Some(n) => format!("its Content-Length says {n} bytes"),
+        None => format!("{read} bytes were read before stopping"),
+    };
+    let mut f = Fault::new(
+        FaultKind::TooLarge,
+        format!("answer too large: over the limit of {cap} bytes ({seen}; HTTP {status})"),
+    );
+    f.http_status = Some(status);
+    f
 }
 
 fn build(timeout: Duration, resolver: Option<Arc<PolicyResolver>>) -> reqwest::Client {

@@ -97,6 +97,8 @@ pub enum FaultKind {
     NotFound,
     Malformed,
     Truncated,
+    /// The answer was over the size limit and was not read (`max_provider_answer_bytes`).
+    TooLarge,
     Unsupported,
     Config,
 }

@@ -94,6 +94,7 @@ fn kind_word(k: FaultKind) -> &'static str {
         FaultKind::NotFound => "not found",
         FaultKind::Malformed => "malformed page",
         FaultKind::Truncated => "truncated page",
+        FaultKind::TooLarge => "size limit",
         FaultKind::Unsupported => "unsupported",
         FaultKind::Config => "configuration",
     }

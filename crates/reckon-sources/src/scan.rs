@@ -357,13 +357,13 @@ impl SourceConn {
         let table = &self.table;
         match &mut self.inner {
             Inner::Sqlite(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(format!(
-                "SELECT CAST(key AS BLOB) FROM {table}"
+                "SELECT substr(CAST(key AS BLOB), 1, 4097) FROM {table}"
             )))
             .fetch(c)
             .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
             .boxed(),
             Inner::Postgres(c) => sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(format!(
-                "SELECT key::text FROM {table}"
+                "SELECT left(key::text, 4097) FROM {table}"
             )))
             .fetch(c)
             .map(|r| {
@@ -372,7 +372,7 @@ impl SourceConn {
             })
             .boxed(),
             Inner::Mysql(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(format!(
-                "SELECT CAST(`key` AS BINARY) FROM {table}"
+                "SELECT LEFT(CAST(`key` AS BINARY), 4097) FROM {table}"
             )))
             .fetch(c)
             .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
@@ -446,8 +446,12 @@ impl SourceConn {
 
 /// SQLite is dynamically typed: a REAL column can hold text. Each numeric column is read as
 /// its storage class plus its value, so nothing is silently coerced.
-const SQLITE_COLUMNS: &str = "CAST(key AS BLOB) AS k, CAST(state AS BLOB) AS st, \
-    CAST(request_hash AS BLOB) AS rh, CAST(response AS BLOB) AS resp, \
+/// Text columns are read only up to one byte past their limit (limits.rs), so a hostile
+/// row's value of any size is seen as over the limit and quarantined without being read.
+const SQLITE_COLUMNS: &str = "substr(CAST(key AS BLOB), 1, 4097) AS k, \
+    substr(CAST(state AS BLOB), 1, 65) AS st, \
+    substr(CAST(request_hash AS BLOB), 1, 1025) AS rh, \
+    substr(CAST(response AS BLOB), 1, 1048577) AS resp, \
     typeof(attempts) AS t_a, CASE WHEN typeof(attempts) = 'integer' THEN attempts END AS i_a, \
     CASE WHEN typeof(attempts) = 'real' THEN attempts END AS r_a, \
     typeof(created_at) AS t_c, CASE WHEN typeof(created_at) = 'integer' THEN created_at END AS i_c, \
@@ -481,8 +485,11 @@ fn sqlite_row(row: &sqlx::sqlite::SqliteRow) -> Result<RawRow, ScanError> {
 
 /// PostgreSQL: `response::text`, because a JSONB string and a still-encoded string are
 /// otherwise indistinguishable; casts so a drifted column type fails the scan clearly.
-const PG_COLUMNS: &str = "key::text AS k, state::text AS st, request_hash::text AS rh, \
-    response::text AS resp, attempts::int8 AS a, created_at::float8 AS c, \
+/// Text is cut in characters (PostgreSQL's `left`), each at least one byte: a value over
+/// its byte limit still reads as over it, and at most four times the limit is read.
+const PG_COLUMNS: &str = "left(key::text, 4097) AS k, left(state::text, 65) AS st, \
+    left(request_hash::text, 1025) AS rh, left(response::text, 1048577) AS resp, \
+    attempts::int8 AS a, created_at::float8 AS c, \
     updated_at::float8 AS u, expires_at::float8 AS e";
 
 fn pg_row(row: &sqlx::postgres::PgRow) -> Result<RawRow, ScanError> {
@@ -515,8 +522,9 @@ fn pg_row(row: &sqlx::postgres::PgRow) -> Result<RawRow, ScanError> {
 
 /// MySQL/MariaDB (the Django store): `key` needs backquotes; text is read as bytes so the
 /// connection's character set cannot reinterpret it.
-const MYSQL_COLUMNS: &str = "CAST(`key` AS BINARY) AS k, CAST(state AS BINARY) AS st, \
-    CAST(request_hash AS BINARY) AS rh, CAST(response AS BINARY) AS resp, \
+const MYSQL_COLUMNS: &str = "LEFT(CAST(`key` AS BINARY), 4097) AS k, \
+    LEFT(CAST(state AS BINARY), 65) AS st, LEFT(CAST(request_hash AS BINARY), 1025) AS rh, \
+    LEFT(CAST(response AS BINARY), 1048577) AS resp, \
     CAST(attempts AS SIGNED) AS a, CAST(created_at AS DOUBLE) AS c, \
     CAST(updated_at AS DOUBLE) AS u, CAST(expires_at AS DOUBLE) AS e";
 

@@ -18,6 +18,7 @@ mod nul;
 pub mod openapi;
 pub mod password;
 pub mod routes;
+pub mod server;
 pub mod web;
 
 pub use auth::{mint_token, token_hash};

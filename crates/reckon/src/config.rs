@@ -69,6 +69,19 @@ pub struct Settings {
     /// An API request still running after this many seconds is stopped and answered 503.
     #[serde(default = "default_request_timeout")]
     pub request_timeout_secs: f64,
+    /// Open client connections at most. Unset: derived from the descriptor limit
+    /// (`ulimit -n`), a quarter of it (at least 256) kept for the ledger, sources and
+    /// providers; a value above that is lowered to it.
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// A client has this many seconds to send a request's headers, and an idle keep-alive
+    /// connection is closed after as long.
+    #[serde(default = "default_header_read_timeout")]
+    pub header_read_timeout_secs: f64,
+    /// The largest answer read from a provider, in bytes; a larger one is refused unread
+    /// past the limit and the lookup stays indeterminate ("answer too large").
+    #[serde(default = "default_max_provider_answer")]
+    pub max_provider_answer_bytes: usize,
 }
 
 fn yes() -> bool {
@@ -91,6 +104,12 @@ fn default_audit_check() -> f64 {
 }
 fn default_request_timeout() -> f64 {
     reckon_web::DEFAULT_REQUEST_TIMEOUT.as_secs_f64()
+}
+fn default_header_read_timeout() -> f64 {
+    reckon_web::server::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64()
+}
+fn default_max_provider_answer() -> usize {
+    reckon_providers::client::DEFAULT_MAX_ANSWER_BYTES
 }
 
 impl std::fmt::Debug for Settings {
@@ -116,6 +135,9 @@ impl std::fmt::Debug for Settings {
             .field("shutdown_drain_secs", &self.shutdown_drain_secs)
             .field("audit_check_secs", &self.audit_check_secs)
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("max_connections", &self.max_connections)
+            .field("header_read_timeout_secs", &self.header_read_timeout_secs)
+            .field("max_provider_answer_bytes", &self.max_provider_answer_bytes)
             .finish()
     }
 }
@@ -141,6 +163,9 @@ impl Default for Settings {
             shutdown_drain_secs: default_drain(),
             audit_check_secs: default_audit_check(),
             request_timeout_secs: default_request_timeout(),
+            max_connections: None,
+            header_read_timeout_secs: default_header_read_timeout(),
+            max_provider_answer_bytes: default_max_provider_answer(),
         }
     }
 }
@@ -183,6 +208,15 @@ impl Settings {
             anyhow::bail!(
                 "request_timeout_secs must be a number of seconds above 0 and at most 86400, not {}",
                 s.request_timeout_secs
+            );
+        }
+        if !(s.header_read_timeout_secs.is_finite()
+            && s.header_read_timeout_secs > 0.0
+            && s.header_read_timeout_secs <= 3600.0)
+        {
+            anyhow::bail!(
+                "header_read_timeout_secs must be a number of seconds above 0 and at most 3600, not {}",
+                s.header_read_timeout_secs
             );
         }
         Ok(s)

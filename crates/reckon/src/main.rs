@@ -400,6 +400,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     let data_dir_given = config::data_dir_given(&cli.config, &overrides);
     let settings = Settings::load(&cli.config, overrides)?;
+    // Every command that asks a provider (serve, reconcile, audit, lookup) reads within it.
+    reckon_providers::client::set_max_answer_bytes(settings.max_provider_answer_bytes);
 
     match cli.cmd {
         Cmd::Healthcheck { url } => return healthcheck::run(&url).await,

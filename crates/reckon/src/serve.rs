@@ -49,6 +49,7 @@ pub async fn run_with(
         })?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening");
+    let limits = server_limits(&settings);
     if let Some(b) = banner {
         println!("{}", b.replace("{addr}", &addr.to_string()));
     }
@@ -115,9 +116,11 @@ pub async fn run_with(
         let ops = reckon_web::metrics::operator_app(state.clone());
         let stop = stop.clone();
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(l, ops)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
+            let limits = reckon_web::server::ServerLimits {
+                max_connections: METRICS_CONNECTIONS,
+                ..limits
+            };
+            if let Err(e) = reckon_web::server::serve(l, ops, limits, stop.cancelled_owned()).await
             {
                 tracing::error!(error = %e, "metrics listener failed");
             }
@@ -152,13 +155,8 @@ pub async fn run_with(
         tracing::info!("draining HTTP connections");
         shutdown.cancel();
     });
-    // The peer address feeds the per-address sign-in throttle.
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop.clone().cancelled_owned())
-    .await?;
+    // The peer address feeds the per-address sign-in throttle (the loop adds it).
+    reckon_web::server::serve(listener, app, limits, stop.clone().cancelled_owned()).await?;
     // The loops stopped taking work when `work` was cancelled; whatever a loop's step still
     // does ends with the process, as a step cut short by a crash would (leases expire).
     for h in scheduler
@@ -169,6 +167,26 @@ pub async fn run_with(
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Connections the metrics listener holds at most: its clients are the operator's scrapers.
+const METRICS_CONNECTIONS: usize = 32;
+
+/// The listener's limits: the connection cap below the descriptor limit (or as configured),
+/// the header and idle deadline.
+fn server_limits(settings: &Settings) -> reckon_web::server::ServerLimits {
+    let limits = reckon_web::server::ServerLimits::from_descriptor_limit(
+        reckon_web::server::descriptor_limit(),
+        settings.max_connections,
+        Duration::from_secs_f64(settings.header_read_timeout_secs),
+    );
+    tracing::info!(
+        max_connections = limits.max_connections,
+        probe_reserve = limits.probe_reserve,
+        header_read_timeout_secs = settings.header_read_timeout_secs,
+        "connection limits"
+    );
+    limits
 }
 
 async fn wait_for_signal() {
