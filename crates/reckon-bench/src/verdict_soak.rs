@@ -14,7 +14,13 @@
 //! converged (goal 100 % of witnessed effects), what stayed provisional without a witness,
 //! requests per final verdict and non-GET requests (goal 0).
 //!
-//! Part 2, the budget: `--budget-effects` effects looked up with `--concurrency` lookups in
+//! Part 2, the economy of one healthy run: `--economy-effects` effects of one busy account
+//! (other payments fill the pages; Stripe's page size of 100), the payments settled, each
+//! looked up once as one reconcile run would, then again while it has a witness to wait for;
+//! per route (events, or search beside a calibration), the requests the provider counted per
+//! final verdict (goal: under 2), calibration included and apart.
+//!
+//! Part 3, the budget: `--budget-effects` effects looked up with `--concurrency` lookups in
 //! flight against one provider account with `rate_per_sec = --budget`: the busiest sliding
 //! second at the server (goal: at most the budget) and the sustained rate against the
 //! budget (goal: at least 95 %). Then the same with the provider rate limiting at half the
@@ -48,6 +54,8 @@ struct Args {
     budget_effects: usize,
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    #[arg(long, default_value_t = 300)]
+    economy_effects: usize,
     /// Items per list page at the provider (default: drawn from 1 to 5 per world, so every
     /// few objects cost a request; Stripe's is 100).
     #[arg(long)]
@@ -276,20 +284,109 @@ async fn world(seed: u64, n: usize, page_size: Option<usize>, t: &mut Tally) -> 
     }
     t.requests += sim.log().len() as u64;
     for l in sim.log() {
-        let path = l.target.split('?').next().unwrap_or("");
-        let kind = if path.ends_with("/search") {
-            "search"
-        } else if path.starts_with("/v1/events") {
-            "events"
-        } else if path.matches('/').count() > 2 {
-            "retrieve"
-        } else {
-            "list"
-        };
-        *t.by_kind.entry(kind).or_default() += 1;
+        *t.by_kind.entry(kind_of(&l.target)).or_default() += 1;
     }
     t.non_get += sim.non_get() as u64;
     t.worlds += 1;
+    Ok(())
+}
+
+/// What a request to the provider asked: list, events, search or retrieve.
+fn kind_of(target: &str) -> &'static str {
+    let path = target.split('?').next().unwrap_or("");
+    if path.ends_with("/search") {
+        "search"
+    } else if path.starts_with("/v1/events") {
+        "events"
+    } else if path.matches('/').count() > 2 {
+        "retrieve"
+    } else {
+        "list"
+    }
+}
+
+/// One healthy run over one busy account: requests per final verdict for the route
+/// `settings` (calibrated first against 24 effects recorded as done when `calibrate`).
+async fn economy(
+    label: &str,
+    args: &Args,
+    settings: serde_json::Value,
+    calibrate: bool,
+) -> anyhow::Result<()> {
+    let base = reckon_providers::now() - 7200.0;
+    let effects = random_world(args.seed, args.economy_effects, base);
+    let done: Vec<EffectSpec> = (0..24u32)
+        .map(|i| {
+            let at = base - 600.0 - 60.0 * f64::from(i);
+            EffectSpec {
+                key: format!("charge:v1:DONE-{i}"),
+                created_at: at,
+                updated_at: at + 5.0,
+                recorded: reckon_sim::Recorded::Nothing,
+                payments: vec![reckon_sim::PaymentSpec {
+                    life: reckon_sim::Life::Succeeded,
+                    amount: 500,
+                    offset: 0.5,
+                    indexed: true,
+                }],
+            }
+        })
+        .collect();
+    let world: Vec<EffectSpec> = effects.iter().chain(&done).cloned().collect();
+    let sim = Sim::start(
+        &world,
+        WorldConfig {
+            page_size: 100,
+            // Four other payments for each of ours: a busy account's pages.
+            noise: 4,
+            index_lag_secs: Some(3600.0),
+            ..WorldConfig::default()
+        },
+    )
+    .await?;
+    sim.settle();
+    let p = provider(&sim, settings, Duration::from_secs(10));
+    if calibrate {
+        let samples: Vec<LookupQuery> = done.iter().map(|e| query(&sim, e, 0.0)).collect();
+        let c = p.calibrate(&samples).await;
+        anyhow::ensure!(
+            c.as_ref()
+                .is_some_and(|c| c.status == reckon_providers::CalibrationStatus::Calibrated),
+            "{label}: not calibrated: {c:?}"
+        );
+    }
+    let calibration = sim.requests_so_far();
+    let (mut finals, mut wrong) = (0u64, 0u64);
+    for e in &effects {
+        for _ in 0..2 {
+            let v = look(&p, &sim, e, 0.0).await;
+            if v.is_final() {
+                finals += 1;
+                wrong += u64::from(v.outcome.as_str() != e.truth().as_str());
+                break;
+            }
+        }
+    }
+    let log = sim.log();
+    let requests = log.len();
+    let mut by_kind: std::collections::BTreeMap<&str, usize> = Default::default();
+    for l in &log[calibration..] {
+        *by_kind.entry(kind_of(&l.target)).or_default() += 1;
+    }
+    println!(
+        "  {label}: {} effects, {finals} final ({wrong} wrong), {requests} requests \
+         ({calibration} of them calibrating): {:.2} requests per final verdict ({:.2} \
+         without the calibration: {})",
+        effects.len(),
+        requests as f64 / finals.max(1) as f64,
+        (requests - calibration) as f64 / finals.max(1) as f64,
+        by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    anyhow::ensure!(wrong == 0, "{label}: a wrong final verdict");
     Ok(())
 }
 
@@ -396,6 +493,28 @@ async fn main() -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    println!("economy of one healthy run (page size 100, a busy account):");
+    economy(
+        "lists + events",
+        &args,
+        json!({"use_search": false, "use_events": true}),
+        false,
+    )
+    .await?;
+    economy(
+        "lists + events + search",
+        &args,
+        json!({"use_search": true, "use_events": true}),
+        false,
+    )
+    .await?;
+    economy(
+        "lists + search, calibrated",
+        &args,
+        json!({"use_search": true, "use_events": false}),
+        true,
+    )
+    .await?;
     let effects = random_world(
         args.seed,
         args.budget_effects,

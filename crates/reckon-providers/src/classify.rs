@@ -3,7 +3,7 @@
 //! or only seen in a snapshot); the verdict is decided here, over the payments that carry
 //! the effect's identity:
 //!
-//! | payments (confirmed: read from the object itself, now)          | verdict                          |
+//! | payments (confirmed: read itself now, or final in a fresh list) | verdict                          |
 //! |------------------------------------------------------------------|----------------------------------|
 //! | two or more moved money                                          | `duplicate`, final               |
 //! | one moved money, the check for a second complete                 | `applied`, final                 |

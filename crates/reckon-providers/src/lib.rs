@@ -55,9 +55,10 @@ pub struct ProviderObject {
     pub group: String,
     pub money: Money,
     /// Read from the object itself, now, by a strongly consistent method (a retrieve, the
-    /// in-house system's own answer). False for leads: an event's `data.object` (a snapshot
-    /// from when the event happened), a search hit (an index that lags), a list item not
-    /// yet retrieved. Only confirmed objects decide a verdict.
+    /// in-house system's own answer), or listed in a state that cannot change any more by
+    /// a strongly consistent list page read moments ago. False for leads: an event's
+    /// `data.object` (a snapshot from when the event happened), a search hit (an index that
+    /// lags), a list item that may still change. Only confirmed objects decide a verdict.
     pub confirmed: bool,
     /// What was given back (refunds), in minor units; the payment still moved money.
     #[serde(default, skip_serializing_if = "Option::is_none")]

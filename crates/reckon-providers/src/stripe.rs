@@ -7,8 +7,10 @@
 //! to `has_more: false`); only when that check did not come back whole, events whose
 //! `request.idempotency_key` is the key (L1, inside Stripe's 30-day window; their
 //! `data.object` is a snapshot from when the event happened) and search (L3, an index that
-//! lags). Objects from lists, events and search are leads; each lead's payment is then
-//! retrieved for its current state. The adapter maps objects to where their money stands
+//! lags). Objects from events and search are leads, and so are listed objects that may
+//! still change; each lead's payment is then retrieved for its current state. A listed
+//! object in a final state (a captured charge, a canceled PaymentIntent) from a page read
+//! within the last minute answers for its payment without that second read. The adapter maps objects to where their money stands
 //! ([`Money`]) and [`crate::classify`] judges. After a 401/403 or `Stripe-Should-Retry:
 //! false` the lookup sends nothing more.
 
@@ -495,8 +497,9 @@ type Span = (i64, i64);
 struct Mirror {
     /// Sorted, disjoint, merged.
     covered: Vec<Span>,
-    /// Key -> (created, object) of every listed object that carries one.
-    by_key: HashMap<String, Vec<(i64, Value)>>,
+    /// Key -> (created, object, when its page was read) of every listed object that
+    /// carries one.
+    by_key: HashMap<String, Vec<(i64, Value, f64)>>,
     objects: usize,
     /// The Request-Ids of the pages that read each span: a certificate resting on the
     /// mirror names the responses it rests on, whichever lookup read them.
@@ -504,10 +507,69 @@ struct Mirror {
     /// The object types on which a listed object carried a key (`payment_intent`,
     /// `charge`): where this account's application puts its keys.
     keyed: std::collections::BTreeSet<String>,
+    /// Objects listed (keyed or not, every source) and seconds of `created` read whole,
+    /// for the account's density: how far a read ahead may reach for about one page.
+    listed: u64,
+    listed_secs: u64,
 }
 
 /// Objects a mirror keeps before it forgets its oldest spans.
 const MIRROR_MAX_OBJECTS: usize = 200_000;
+
+/// The objects a read ahead aims to add to each list (a page holds 100): most of a page,
+/// so that it rarely costs a page of its own.
+const READ_AHEAD_OBJECTS: f64 = 80.0;
+/// However sparse the account, a read ahead reaches at most an hour past the gap.
+const READ_AHEAD_MAX_SECS: f64 = 3600.0;
+/// The newest seconds of an events span that a lookup may leave to a later read, when what
+/// was read already reaches past when reckon saw the row: the newest second is always
+/// missing (every lookup of a run would otherwise read one page for it), and a minute more
+/// of it is as if the visibility lag were a minute longer.
+const TAIL_SLACK_SECS: i64 = 60;
+
+/// How a mirror read reaches beyond what one lookup asks for.
+#[derive(Debug, Clone, Copy)]
+enum Reach {
+    /// The lists: objects as they are now (a final one settles its payment, see
+    /// [`settled_in_list`]), each gap read ahead by about a page at the density seen.
+    Lists,
+    /// The events: snapshots of the past, never settling. `need` is how far the read must
+    /// reach for the witness (the window's end, or when reckon saw the row if later); a
+    /// tail past it younger than [`TAIL_SLACK_SECS`] is left to a later read.
+    Events { need: f64 },
+}
+
+/// How long a list page's word on an object in a final state stands for reading the
+/// object itself: within a reconcile run, the lookups that share a page come seconds
+/// apart, and a final state does not change (a refund later only adds to it).
+const LIST_FRESH_SECS: f64 = 60.0;
+
+/// Whether a listed object's page was read recently enough, and it is in a state final
+/// enough, to stand for reading the object itself.
+fn fresh(v: &Value, read_at: f64) -> bool {
+    settled_in_list(v) && crate::now() - read_at <= LIST_FRESH_SECS
+}
+
+/// One listed object that carries a key: the key, `created`, the object, when its page was
+/// read.
+type Listed = (String, i64, Value, f64);
+
+/// Whether a listed object, as its page showed it, answers for its payment as reading it
+/// would: a charge that moved money (captured; it carries its own refunds and dispute), a
+/// charge without a PaymentIntent that failed, a PaymentIntent canceled, or succeeded and
+/// listed with its latest charge (which carries the refunds and dispute). Anything that can
+/// still change (pending, authorised only, awaiting a payment method), a succeeded
+/// PaymentIntent without its charge, and a failed charge of a PaymentIntent (another
+/// attempt may have paid it) is read itself.
+fn settled_in_list(v: &Value) -> bool {
+    match (v["object"].as_str(), v["status"].as_str()) {
+        (Some("charge"), Some("succeeded")) => v["captured"].as_bool().unwrap_or(true),
+        (Some("charge"), Some("failed")) => v["payment_intent"].as_str().is_none(),
+        (Some("payment_intent"), Some("canceled")) => true,
+        (Some("payment_intent"), Some("succeeded")) => v["latest_charge"].is_object(),
+        _ => false,
+    }
+}
 
 impl Mirror {
     /// The parts of `want` not covered yet.
@@ -535,8 +597,10 @@ impl Mirror {
         out
     }
 
-    fn add(&mut self, span: Span, found: Vec<(String, i64, Value)>, request_ids: Vec<String>) {
-        for (key, created, v) in found {
+    fn add(&mut self, span: Span, found: Vec<Listed>, listed: u64, request_ids: Vec<String>) {
+        self.listed += listed;
+        self.listed_secs += (span.1 - span.0 + 1).unsigned_abs();
+        for (key, created, v, read_at) in found {
             if let Some(t) = v["object"].as_str()
                 && !self.keyed.contains(t)
             {
@@ -544,8 +608,11 @@ impl Mirror {
             }
             let list = self.by_key.entry(key).or_default();
             let id = v["id"].as_str().map(str::to_owned);
-            if !list.iter().any(|(_, o)| o["id"].as_str() == id.as_deref()) {
-                list.push((created, v));
+            if !list
+                .iter()
+                .any(|(_, o, _)| o["id"].as_str() == id.as_deref())
+            {
+                list.push((created, v, read_at));
                 self.objects += 1;
             }
         }
@@ -564,7 +631,7 @@ impl Mirror {
             let (_, cut) = self.covered.remove(0);
             let mut left = 0;
             self.by_key.retain(|_, v| {
-                v.retain(|(c, _)| *c > cut);
+                v.retain(|(c, _, _)| *c > cut);
                 left += v.len();
                 !v.is_empty()
             });
@@ -573,14 +640,38 @@ impl Mirror {
         }
     }
 
-    fn found(&self, key: &str, span: Span) -> Vec<Value> {
+    /// The key's objects created in `span`, each with when its page was read.
+    fn found(&self, key: &str, span: Span) -> Vec<(Value, f64)> {
         self.by_key
             .get(key)
             .into_iter()
             .flatten()
-            .filter(|(c, _)| *c >= span.0 && *c <= span.1)
-            .map(|(_, v)| v.clone())
+            .filter(|(c, _, _)| *c >= span.0 && *c <= span.1)
+            .map(|(_, v, at)| (v.clone(), *at))
             .collect()
+    }
+
+    /// How many seconds past a gap a read may reach and still cost about one more page of
+    /// each list, at the density this account has shown: the lookups of a run that come
+    /// next (effects created seconds later) find their windows read. Nothing before the
+    /// first read shows the density (an account listing a hundred payments a second would
+    /// make a blind read ahead cost pages by the hundred).
+    fn read_ahead_secs(&self, sources: usize) -> i64 {
+        if self.listed_secs == 0 {
+            return 0;
+        }
+        let per_sec = self.listed as f64 / (self.listed_secs as f64 * sources.max(1) as f64);
+        let secs = if per_sec > 0.0 {
+            READ_AHEAD_OBJECTS / per_sec
+        } else {
+            READ_AHEAD_MAX_SECS
+        };
+        secs.clamp(0.0, READ_AHEAD_MAX_SECS) as i64
+    }
+
+    /// Where the next span read whole after `at` begins, if any.
+    fn next_covered_after(&self, at: i64) -> Option<i64> {
+        self.covered.iter().map(|s| s.0).find(|&a| a > at)
     }
 
     /// The Request-Ids of the pages that read any part of `span`.
@@ -621,7 +712,13 @@ impl StripeProvider {
             .map(|what| Source {
                 method: format!("stripe.list.{what}"),
                 path: format!("v1/{what}"),
-                extra: Vec::new(),
+                // A PaymentIntent listed with its latest charge says what was refunded or
+                // disputed, as its retrieve does: a succeeded one needs no second read.
+                extra: if what == "payment_intents" {
+                    vec![("expand[]".to_owned(), "data.latest_charge".to_owned())]
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         let field = s.metadata_field.as_str();
@@ -631,13 +728,29 @@ impl StripeProvider {
                 .map(|k| (k.to_owned(), item.clone()))
         };
         let method = format!("stripe.list.{}", s.list_objects.join("+"));
-        self.mirrored(&self.mirror, &method, &sources, &extract, key, window, run)
-            .await
+        self.mirrored(
+            &self.mirror,
+            &method,
+            &sources,
+            &extract,
+            Reach::Lists,
+            key,
+            window,
+            run,
+        )
+        .await
     }
 
     /// Events whose creating request carried the key, over `window`, through the events'
     /// own mirror. Their objects are snapshots from when each event happened: leads.
-    async fn mirrored_events(&self, key: &str, window: (f64, f64), run: &mut Run) -> Step {
+    /// `need`: how far the span read must reach (see [`Reach::Events`]).
+    async fn mirrored_events(
+        &self,
+        key: &str,
+        window: (f64, f64),
+        need: f64,
+        run: &mut Run,
+    ) -> Step {
         let extra: Vec<(String, String)> = self
             .s
             .event_types
@@ -659,6 +772,7 @@ impl StripeProvider {
             "stripe.events",
             &sources,
             &extract,
+            Reach::Events { need },
             key,
             window,
             run,
@@ -668,7 +782,9 @@ impl StripeProvider {
 
     /// One key's objects over `window` from a mirror: the spans no earlier lookup of this
     /// provider read whole are listed now (every source, every page), and the key's
-    /// objects come from the mirror.
+    /// objects come from the mirror. With `settles` (the lists, read as objects are now;
+    /// not the events, whose objects are snapshots of the past), an object in a final state
+    /// from a page read a moment ago answers for its payment.
     #[expect(
         clippy::too_many_arguments,
         reason = "one read of a mirror: which mirror, what to list, what to keep, for which key and span"
@@ -679,31 +795,56 @@ impl StripeProvider {
         method: &str,
         sources: &[Source],
         extract: Extract<'_>,
+        reach: Reach,
         key: &str,
         window: (f64, f64),
         run: &mut Run,
     ) -> Step {
-        let mut step = Step::new(method, Consistency::Strong, Some(window));
-        step.key_indexed = false;
-        let want = (window.0.floor() as i64, window.1.ceil() as i64);
+        let settles = matches!(reach, Reach::Lists);
+        let mut want = (window.0.floor() as i64, window.1.ceil() as i64);
         let mut m = mirror.lock().await;
+        // The events' newest seconds, when what was read already reaches far enough: left
+        // to a later read, and the step says the span it did read.
+        if let Reach::Events { need } = reach
+            && let Some(&(tail, _)) = m.gaps(want).last()
+            && want.1 - tail < TAIL_SLACK_SECS
+            && (tail - 1) as f64 >= need
+            && m.gaps((want.0, tail - 1)).is_empty()
+        {
+            want.1 = tail - 1;
+        }
+        let mut step = Step::new(
+            method,
+            Consistency::Strong,
+            Some((window.0, window.1.min(want.1 as f64))),
+        );
+        step.key_indexed = false;
         for gap in m.gaps(want) {
             // A span is complete up to when its read began: later objects are created now.
             let began = crate::now().floor() as i64 - 1;
-            let gap = (gap.0, gap.1.min(began));
+            let mut gap = (gap.0, gap.1.min(began));
             if gap.0 > gap.1 {
                 continue;
             }
+            // The last gap of the lists reads ahead, up to the next span already read.
+            if settles && gap.1 == want.1 {
+                let ahead = m.read_ahead_secs(sources.len());
+                let until = m.next_covered_after(gap.1).map_or(i64::MAX, |a| a - 1);
+                gap.1 = (gap.1 + ahead).min(until).min(began).max(gap.1);
+            }
             let found = std::sync::Mutex::new(Vec::new());
+            let listed = std::sync::atomic::AtomicU64::new(0);
             let mut ids = Vec::new();
             for src in sources {
                 let found = &found;
+                let listed = &listed;
                 let pick = move |item: &Value| {
+                    listed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if let (Some((k, obj)), Some(c)) = (extract(item), item["created"].as_i64()) {
                         found
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .push((k, c, obj));
+                            .push((k, c, obj, crate::now()));
                     }
                     None
                 };
@@ -733,11 +874,11 @@ impl StripeProvider {
                     );
                     let leads = partial
                         .into_iter()
-                        .filter(|(k, c, _)| k == key && *c >= want.0 && *c <= want.1)
-                        .map(|(_, _, v)| v)
+                        .filter(|(k, c, _, _)| k == key && *c >= want.0 && *c <= want.1)
+                        .map(|(_, _, v, at)| (v, at))
                         .chain(m.found(key, want));
-                    for v in leads {
-                        if let Ok(o) = self.object(&v, false, run) {
+                    for (v, at) in leads {
+                        if let Ok(o) = self.object(&v, settles && fresh(&v, at), run) {
                             step.objects.push(o);
                         }
                     }
@@ -749,6 +890,7 @@ impl StripeProvider {
                 found
                     .into_inner()
                     .unwrap_or_else(std::sync::PoisonError::into_inner),
+                listed.into_inner(),
                 ids,
             );
         }
@@ -762,8 +904,8 @@ impl StripeProvider {
                 step.request_ids.push(id);
             }
         }
-        for v in m.found(key, want) {
-            match self.object(&v, false, run) {
+        for (v, at) in m.found(key, want) {
+            match self.object(&v, settles && fresh(&v, at), run) {
                 Ok(o) => step.objects.push(o),
                 Err(f) => {
                     step.fault = Some(f);
@@ -920,9 +1062,12 @@ impl crate::Provider for StripeProvider {
             && s.use_events
             && let Some(span) = span
         {
-            let mut st = self.mirrored_events(&q.key, span, &mut run).await;
+            // The read must reach the list window's end and when reckon saw the row.
+            let need = q.observed_at.map_or(window.1, |o| o.max(window.1));
+            let mut st = self.mirrored_events(&q.key, span, need, &mut run).await;
             // Only a span that covers the whole list window (skew included) can stand for it.
-            st.proves_absence = !s.event_types.is_empty() && span.1 >= window.1;
+            st.proves_absence =
+                !s.event_types.is_empty() && st.window.is_some_and(|(_, b)| b >= window.1);
             st.key_indexed = st.proves_absence;
             let clean = clean_complete(&st);
             whole |= clean && s.list_objects.is_empty();

@@ -415,12 +415,12 @@ async fn the_providers_own_rate_limit_on_page_three_never_leaves_applied_final()
     assert!(sim.log().iter().any(|l| l.status == 429));
 }
 
-/// Lookups of 30 effects, 16 at a time, against an account whose budget is 20 requests a
+/// Lookups of 60 effects, 16 at a time, against an account whose budget is 20 requests a
 /// second: no second at the provider, as it counts arrivals, holds more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_second_at_the_provider_holds_more_than_the_budget() {
     use futures::StreamExt;
-    let effects = reckon_sim::random_world(7, 30, now() - 7200.0);
+    let effects = reckon_sim::random_world(7, 60, now() - 7200.0);
     let sim = Sim::start(&effects, WorldConfig::default()).await.unwrap();
     let p = stripe(
         &sim,
@@ -431,7 +431,7 @@ async fn no_second_at_the_provider_holds_more_than_the_budget() {
         .buffer_unordered(16)
         .collect()
         .await;
-    assert_eq!(verdicts.len(), 30);
+    assert_eq!(verdicts.len(), 60);
     assert!(sim.log().len() > 40, "{} requests", sim.log().len());
     assert!(
         sim.busiest_second() <= 20,
@@ -790,4 +790,86 @@ async fn calibration_never_widens_a_window_past_the_witness_span() {
         .filter(|l| l.target.contains("/search"))
         .count();
     assert!(searches <= 10, "{searches} searches");
+}
+
+/// What a request asked: `list`, `events`, `search` or `retrieve`.
+fn kind(target: &str) -> &'static str {
+    let path = target.split('?').next().unwrap_or("");
+    if path.ends_with("/search") {
+        "search"
+    } else if path.starts_with("/v1/events") {
+        "events"
+    } else if path.matches('/').count() > 2 {
+        "retrieve"
+    } else {
+        "list"
+    }
+}
+
+fn requests_by_kind(sim: &Sim) -> std::collections::BTreeMap<&'static str, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for l in sim.log() {
+        *out.entry(kind(&l.target)).or_default() += 1;
+    }
+    out
+}
+
+/// A run looks up effects created seconds apart, one after another: the lists are read
+/// ahead past each window (about a page at the density seen) and the events' newest
+/// seconds wait for a later read, so the run reads each page about once; a payment listed
+/// succeeded with its latest charge (refunds, dispute) is not read a second time. Every
+/// verdict is still final and true.
+#[tokio::test]
+async fn a_runs_lookups_share_their_pages_and_a_settled_listed_payment_is_not_read_again() {
+    let base = now() - 7200.0;
+    let effects: Vec<EffectSpec> = (0..40)
+        .map(|i| {
+            let mut e = effect(&format!("charge:v1:RUN-{i}"), &[Life::Succeeded]);
+            e.created_at = base + 7.0 * f64::from(i);
+            e.updated_at = e.created_at + 5.0;
+            e
+        })
+        .collect();
+    let cfg = WorldConfig {
+        page_size: 100,
+        noise: 2,
+        ..WorldConfig::default()
+    };
+    let sim = Sim::start(&effects, cfg).await.unwrap();
+    sim.settle();
+    let p = stripe(&sim, json!({"use_events": true, "use_search": false}));
+    for e in &effects {
+        let c = look(&p, &sim, e).await;
+        assert_eq!(c.outcome, Outcome::Applied, "{}: {c:?}", e.key);
+        assert!(c.is_final(), "{}: {c:?}", e.key);
+    }
+    let by_kind = requests_by_kind(&sim);
+    // Two lists and the events, once each for the first effect; a few more pages as the
+    // run moves past what was read ahead. Read per effect, it was 3 requests each and a
+    // retrieve: 160.
+    assert_eq!(by_kind.get("retrieve"), None, "{by_kind:?}");
+    let total: usize = by_kind.values().sum();
+    assert!(total <= 12, "{total} requests for 40 lookups: {by_kind:?}");
+}
+
+/// A payment the list shows in a state that can still change (processing, authorised
+/// only) is read itself, however fresh the page.
+#[tokio::test]
+async fn a_listed_payment_that_can_still_change_is_read_itself() {
+    let e = effect(
+        "charge:v1:RUN-PENDING",
+        &[Life::Processing { succeeds: true }],
+    );
+    let sim = Sim::start(std::slice::from_ref(&e), WorldConfig::default())
+        .await
+        .unwrap();
+    let p = stripe(&sim, json!({"use_events": true, "use_search": false}));
+    let c = look(&p, &sim, &e).await;
+    assert!(!c.is_final(), "{c:?}");
+    assert_eq!(
+        requests_by_kind(&sim).get("retrieve"),
+        Some(&1),
+        "{:?}",
+        sim.log()
+    );
 }

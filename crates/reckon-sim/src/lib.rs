@@ -10,7 +10,8 @@
 //! - retrieve (`/v1/payment_intents/{id}`, `/v1/charges/{id}`): the object as it is now
 //!   (`expand[]=latest_charge` embeds the PaymentIntent's latest charge);
 //! - lists (`/v1/payment_intents`, `/v1/charges`, `/v1/events`): newest first, `created`
-//!   filters, `limit` capped by the world's page size, `starting_after`, `has_more`;
+//!   filters, `limit` capped by the world's page size, `starting_after`, `has_more`
+//!   (`expand[]=data.latest_charge` embeds each PaymentIntent's latest charge);
 //! - events: `payment_intent.created` carries the PaymentIntent as it was at creation
 //!   and the creating request's idempotency key; later events carry later snapshots;
 //! - search: only payments that reached the index, as the index saw them (at creation);
@@ -760,7 +761,14 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
             for p in payments() {
                 match *what {
                     "payment_intents" => {
-                        items.push((p.created, p.pi.clone(), p.pi_json(now, field)));
+                        let mut v = p.pi_json(now, field);
+                        let expand = q
+                            .iter()
+                            .any(|(k, v)| k == "expand[]" && v == "data.latest_charge");
+                        if expand && let Some((c, s, cap)) = charges_of(p).last().copied() {
+                            v["latest_charge"] = p.charge_json(c, s, cap, now, charge_key);
+                        }
+                        items.push((p.created, p.pi.clone(), v));
                     }
                     "charges" => {
                         for (c, s, cap) in charges_of(p) {
