@@ -237,6 +237,42 @@ async fn every_case_answers_the_same_on_the_api_and_the_page(backend: Backend) {
             "{}: needs-a-person badge",
             e.q
         );
+
+        // The effect's own page says what the lookup says, in the same words.
+        let path = format!(
+            "/t/acme/effects/{}/{}",
+            x["source"].as_str().unwrap(),
+            x["key"].as_str().unwrap()
+        );
+        let r = send(
+            &w.app,
+            Method::GET,
+            &path,
+            Req {
+                cookie: Some(&cookie),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.text);
+        assert!(
+            r.text
+                .contains(&format!("id=\"answer\" data-verdict=\"{}\"", e.verdict)),
+            "{}: the effect page's verdict: {}",
+            e.q,
+            r.text
+        );
+        assert!(
+            text(&r.text).contains(sentence),
+            "{}: the effect page does not say {sentence:?}",
+            e.q
+        );
+        assert_eq!(
+            r.text.contains("needs a person"),
+            e.needs_person,
+            "{}: the effect page's needs-a-person badge",
+            e.q
+        );
     }
 
     // The facts behind the sentences.

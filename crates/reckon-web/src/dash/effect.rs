@@ -37,6 +37,11 @@ pub(super) fn replay_left(st: &AppState, created_at: f64, now: f64) -> String {
 pub struct EffectPage {
     pub c: Chrome,
     pub e: EffectView,
+    /// What happened, as support's lookup says it: the page and the lookup read the same
+    /// judgement (`reckon_engine::answer`), never two.
+    pub answer: Option<AnswerView>,
+    /// The answer says a person must check (the page then claims no outcome is known).
+    pub needs_person: bool,
     pub timeline: Vec<TimelineItem>,
     pub resolution: Option<ResolutionView>,
     pub reconcile: Option<ReconcileStateView>,
@@ -46,6 +51,13 @@ pub struct EffectPage {
     pub message: Option<String>,
     pub error: Option<String>,
     pub note: String,
+}
+
+pub struct AnswerView {
+    pub verdict: String,
+    pub sentence: String,
+    pub is_final: bool,
+    pub needs_person: bool,
 }
 
 pub struct EffectView {
@@ -165,7 +177,23 @@ async fn effect_response(
             .collect()
     };
     let now = time::now();
+    let answer = reckon_engine::answer::answer(st.ledger.as_ref(), tenant, &path.key, now, &tz)
+        .await
+        .ok()
+        .and_then(|a| {
+            a.effects
+                .into_iter()
+                .find(|x| x.source == path.source && x.key == path.key)
+        })
+        .map(|x| AnswerView {
+            verdict: x.verdict.as_str().to_owned(),
+            sentence: x.sentence,
+            is_final: x.is_final,
+            needs_person: x.needs_person,
+        });
     let mut page = effect_page(st, &tz, s, &detail, &view, &providers, now, flash);
+    page.needs_person = answer.as_ref().is_some_and(|a| a.needs_person);
+    page.answer = answer;
     if fragment {
         return Ok(html(status, &page.as_live(), true));
     }
@@ -271,6 +299,8 @@ fn effect_page(
     let base = format!("/t/{}", seg(&s.tenant.slug));
     let tail = format!("{}/{}", seg(&e.source), seg(&e.key));
     EffectPage {
+        answer: None,
+        needs_person: false,
         e: EffectView {
             id: e.id,
             source: e.source.clone(),
