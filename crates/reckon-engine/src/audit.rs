@@ -678,6 +678,23 @@ async fn publish_schedule(
     Ok(())
 }
 
+/// Every tenant's audit gauges from the ledger (its newest complete run's findings, its
+/// schedule's state), running nothing. A process that just started exports them from its
+/// first scrape instead of after its first schedule tick: finance's alerts do not resolve
+/// and fire again because reckon restarted.
+pub async fn publish_all(
+    m: &reckon_metrics::Metrics,
+    ledger: &dyn Ledger,
+    now: f64,
+) -> Result<(), AuditRunError> {
+    for t in ledger.list_tenants().await? {
+        publish_metric(m, ledger, t.id, &t.slug).await;
+        let s = ledger.audit_settings(t.id).await?;
+        publish_schedule(m, ledger, &t, &s, now).await?;
+    }
+    Ok(())
+}
+
 /// What one tick of the schedule did for a tenant.
 #[derive(Debug, Clone)]
 pub struct DueRun {

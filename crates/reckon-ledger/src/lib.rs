@@ -38,7 +38,10 @@ pub use dashboard::{
 };
 pub use effects::Effects;
 pub use lease::Leases;
-pub use metrics::{MetricsQuery, MetricsSnapshot, QuarantineGroup, SourceHealth, UnresolvedGroup};
+pub use metrics::{
+    MetricsQuery, MetricsSnapshot, ProviderLastLookup, QuarantineGroup, SourceHealth,
+    UnresolvedGroup,
+};
 pub use model::*;
 pub use providers::{NewProvider, Provider, ProviderChange, Providers, Route};
 pub use reckon_domain::ingest::ingest_plan;

@@ -1,6 +1,6 @@
 //! What `/metrics` reads from the ledger at scrape time: unresolved effects grouped by
 //! tenant, source and operation (with how many of them are parked for a person), the
-//! health of every source, and quarantine counts.
+//! health of every source and of every provider, and quarantine counts.
 //!
 //! The SQL is the same text on both backends (each backend's `metrics.rs` runs it), and it
 //! costs O(unresolved effects + live claims + sources + quarantined rows), never O(effects):
@@ -86,6 +86,31 @@ impl SourceHealth {
     }
 }
 
+/// A provider's latest lookup, as the reconciler stored it: its health is read from the
+/// ledger, so a restarted process (or another replica) knows a provider is down from its
+/// first scrape, without having asked it itself.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow, Deserialize)]
+pub struct ProviderLastLookup {
+    pub tenant: String,
+    pub provider: String,
+    pub kind: String,
+    /// When the latest lookup at it finished; `None` if it was never asked.
+    pub last_lookup_at: Option<f64>,
+    /// That lookup's outcome (`applied`, `not_applied`, `duplicate`, `indeterminate`).
+    pub last_outcome: Option<String>,
+}
+
+impl ProviderLastLookup {
+    /// Up: its latest lookup got an answer. An indeterminate one (timeout, refused
+    /// connection, 429, 5xx, 404, malformed or partial answer) is down; never asked is
+    /// neither (`None`).
+    pub fn up(&self) -> Option<bool> {
+        self.last_outcome
+            .as_deref()
+            .map(|o| o != reckon_domain::Outcome::Indeterminate.as_str())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow, Deserialize)]
 pub struct QuarantineGroup {
     pub tenant: String,
@@ -100,6 +125,7 @@ pub struct MetricsSnapshot {
     pub unresolved: Vec<UnresolvedGroup>,
     pub sources: Vec<SourceHealth>,
     pub quarantine: Vec<QuarantineGroup>,
+    pub providers: Vec<ProviderLastLookup>,
 }
 
 impl MetricsSnapshot {
@@ -108,6 +134,7 @@ impl MetricsSnapshot {
         self.unresolved.extend(other.unresolved);
         self.sources.extend(other.sources);
         self.quarantine.extend(other.quarantine);
+        self.providers.extend(other.providers);
     }
 }
 
@@ -156,6 +183,19 @@ SELECT t.slug AS tenant, s.name AS source, s.kind, s.last_scan_at, s.last_succes
        s.consecutive_failures \
 FROM source s JOIN tenant t ON t.id = s.tenant_id \
 WHERE ($1 = 0 OR s.tenant_id = $1)";
+
+/// `$1` tenant id or 0. Per provider, its newest lookup: one step back along the index
+/// `reconcile_attempt_recent` (tenant, provider, finished_at, with the outcome: migration
+/// 0015), so the cost is O(providers), never O(lookups). Two subqueries, not a lateral
+/// join, so the text is the same on both backends.
+pub(crate) const PROVIDERS_SQL: &str = "\
+SELECT t.slug AS tenant, p.name AS provider, p.kind, \
+  (SELECT a.finished_at FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id ORDER BY a.finished_at DESC LIMIT 1) AS last_lookup_at, \
+  (SELECT a.outcome FROM reconcile_attempt a WHERE a.tenant_id = p.tenant_id \
+     AND a.provider_id = p.id ORDER BY a.finished_at DESC LIMIT 1) AS last_outcome \
+FROM provider p JOIN tenant t ON t.id = p.tenant_id \
+WHERE ($1 = 0 OR p.tenant_id = $1)";
 
 /// `$1` tenant id or 0. Served by the `quarantine_source` index (tenant_id, source_id, reason).
 pub(crate) const QUARANTINE_SQL: &str = "\

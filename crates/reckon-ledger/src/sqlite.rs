@@ -6,7 +6,8 @@
 use crate::accounts::Scope;
 use crate::driver::{Driver, Existing, Lite, SqlLedger};
 use crate::metrics::{
-    MetricsQuery, MetricsSnapshot, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL, tenant_param,
+    MetricsQuery, MetricsSnapshot, PROVIDERS_SQL, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL,
+    tenant_param,
 };
 use crate::model::{IngestBatch, TenantId};
 use crate::{LedgerError, Result, Store, rows};
@@ -181,7 +182,7 @@ impl Driver for Lite {
             .fetch_all(&mut *tx)
             .await?;
         let mut by_tenant = Vec::new();
-        for sql in [SOURCES_SQL, QUARANTINE_SQL] {
+        for sql in [SOURCES_SQL, QUARANTINE_SQL, PROVIDERS_SQL] {
             by_tenant.push(sqlx::query(sql).bind(tenant).fetch_all(&mut *tx).await?);
         }
         tx.commit().await?;
@@ -189,6 +190,7 @@ impl Driver for Lite {
             unresolved: rows::all(&unresolved)?,
             sources: rows::all(&by_tenant[0])?,
             quarantine: rows::all(&by_tenant[1])?,
+            providers: rows::all(&by_tenant[2])?,
         })
     }
 

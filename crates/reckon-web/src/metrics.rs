@@ -309,10 +309,29 @@ impl MetricsState {
             self.instance.touch_source(&h.tenant, &h.source);
         }
 
+        let mut provider_up = Family::new(&PROVIDER_UP);
+        let mut provider_last_lookup = Family::new(&PROVIDER_LAST_LOOKUP);
+        let mut providers: Vec<_> = s.providers.iter().collect();
+        providers.sort_by(|a, b| (&a.tenant, &a.provider).cmp(&(&b.tenant, &b.provider)));
+        for p in providers {
+            let labels = [
+                ("tenant", p.tenant.as_str()),
+                ("provider_kind", p.kind.as_str()),
+                ("provider", p.provider.as_str()),
+            ];
+            // Omitted for a provider never asked: nothing is known of it yet.
+            if let (Some(up), Some(at)) = (p.up(), p.last_lookup_at) {
+                provider_up.sample(&labels, if up { 1.0 } else { 0.0 });
+                provider_last_lookup.sample(&labels, at);
+            }
+        }
+
         for f in [
             needs_attention,
             oldest_age,
             oldest_ts,
+            provider_last_lookup,
+            provider_up,
             quarantined,
             replay,
             replay_closed,
@@ -438,6 +457,16 @@ const SOURCE_UP: FamilyDef = FamilyDef {
     kind: "gauge",
     help: "1 if the source's latest scan succeeded, 0 if it failed or none succeeded yet.",
 };
+const PROVIDER_UP: FamilyDef = FamilyDef {
+    name: "reckon_provider_up",
+    kind: "gauge",
+    help: "1 if the latest lookup at the provider (any replica's, as stored in the ledger) got an answer, 0 if it was indeterminate (timeout, refused, 429, 5xx, 404, malformed). Absent for a provider never asked.",
+};
+const PROVIDER_LAST_LOOKUP: FamilyDef = FamilyDef {
+    name: "reckon_provider_last_lookup_timestamp_seconds",
+    kind: "gauge",
+    help: "Unix time the latest lookup at the provider finished, as stored in the ledger. Absent for a provider never asked.",
+};
 const COLLECTOR_UP: FamilyDef = FamilyDef {
     name: "reckon_metrics_collector_up",
     kind: "gauge",
@@ -455,7 +484,7 @@ const COLLECTOR_DURATION: FamilyDef = FamilyDef {
 };
 
 /// Every family written at scrape time.
-const LEDGER_FAMILIES: [&FamilyDef; 14] = [
+const LEDGER_FAMILIES: [&FamilyDef; 16] = [
     &UNRESOLVED,
     &OLDEST_TS,
     &OLDEST_AGE,
@@ -467,6 +496,8 @@ const LEDGER_FAMILIES: [&FamilyDef; 14] = [
     &QUARANTINED,
     &SOURCE_LAST_SUCCESS,
     &SOURCE_UP,
+    &PROVIDER_UP,
+    &PROVIDER_LAST_LOOKUP,
     &COLLECTOR_UP,
     &COLLECTOR_LAST_SUCCESS,
     &COLLECTOR_DURATION,

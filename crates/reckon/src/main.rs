@@ -8,6 +8,7 @@ mod healthcheck;
 mod keys;
 mod logging;
 mod lookup_cmd;
+mod migrating;
 mod output;
 mod reconcile_cmd;
 mod serve;
@@ -416,7 +417,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             return demo::run(settings, seed, dir).await;
         }
         Cmd::Serve { .. } => {
-            let ledger = open_ledger(&settings, Access::Create).await?;
+            let opening = open_ledger(&settings, Access::Create);
+            let ledger = migrating::answering(&settings.listen, opening).await?;
             return serve::run(settings, ledger, None).await;
         }
         _ => {}
@@ -428,7 +430,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => Access::Create,
         _ => Access::Existing,
     };
-    let ledger = open_ledger(&settings, access).await?;
+    let ledger = match cli.cmd {
+        Cmd::Migrate => migrating::logged(open_ledger(&settings, access)).await?,
+        _ => open_ledger(&settings, access).await?,
+    };
     match cli.cmd {
         Cmd::Serve { .. } | Cmd::Demo { .. } | Cmd::Healthcheck { .. } => {
             unreachable!("handled above")

@@ -260,6 +260,13 @@ async fn start_scheduler(
     // one completed scheduled run per day). The tick also refreshes the audit gauges from the
     // ledger, so every replica shows the last run.
     {
+        // Before the first scrape: the gauges as the ledger has them, not absent until the
+        // first tick (a restart must not resolve finance's alerts).
+        if let Err(e) =
+            reckon_engine::audit::publish_all(&scans.metrics, &*ledger, time::now()).await
+        {
+            tracing::warn!(error = %e, "audit gauges not published at start");
+        }
         let mut ctx = reckon_engine::audit::AuditCtx::new(ledger.clone());
         ctx.owner = format!("{owner}-audit");
         ctx.metrics = Some(scans.metrics.clone());

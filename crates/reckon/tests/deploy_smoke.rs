@@ -2,7 +2,9 @@
 //! (scram-sha-256) authentication, made as compose.yaml's `postgres` service makes it (its
 //! user, database and password), and two `reckon serve` replicas on it, one with the
 //! environment compose.yaml gives its reckon services, one with what the Kubernetes
-//! Deployment gives (its ConfigMap and the Secret's keys). Both become ready and share the
+//! Deployment gives (its ConfigMap and the Secret's keys), after the migration step both
+//! run first (compose's one-shot `migrate` service, the Deployment's init container), and
+//! Grafana's admin password has no default. Both become ready and share the
 //! reconciler's work: every effect looked at exactly once, by one replica or the other, each
 //! taking some.
 //!
@@ -419,11 +421,61 @@ async fn two_replicas_with_the_deploy_environment_start_on_a_password_protected_
         "the throwaway cluster must require a password"
     );
 
+    // Grafana's admin password is required: no stack opens with a known one.
+    let grafana = compose["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+        .as_str()
+        .unwrap();
+    let refused = interpolate(grafana, &vars).expect_err("Grafana's password has a default");
+    assert!(refused.contains("GRAFANA_ADMIN_PASSWORD"), "{refused}");
+
+    // The migration step, before any replica: compose's one-shot `migrate` service, which
+    // the replicas wait for (completed successfully), with the image's environment.
+    let migrate = &compose["services"]["migrate"];
+    assert_eq!(migrate["command"][0], "migrate");
+    assert_eq!(migrate["restart"], "no");
+    for replica in ["reckon-1", "reckon-2"] {
+        assert_eq!(
+            compose["services"][replica]["depends_on"]["migrate"]["condition"],
+            "service_completed_successfully",
+            "{replica} starts after the migrations"
+        );
+    }
+    let mut env_migrate = dockerfile_env();
+    env_migrate.extend(service_env("migrate"));
+    let url = at_cluster(&env_migrate["RECKON_DATABASE_URL"], cluster.port);
+    env_migrate.insert("RECKON_DATABASE_URL".into(), url.clone());
+    env_migrate.insert(
+        "RECKON_DATA_DIR".into(),
+        dir.path().join("data-migrate").display().to_string(),
+    );
+    let migrated = Command::new(env!("CARGO_BIN_EXE_reckon"))
+        .args(
+            migrate["command"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap()),
+        )
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(&env_migrate)
+        .output()
+        .unwrap();
+    assert!(
+        migrated.status.success(),
+        "compose's migrate service: {}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+
     // Replica 1: compose's reckon-1, over the image's environment (Dockerfile ENV), its
     // command the image's (`serve`).
     let mut env1 = dockerfile_env();
     env1.extend(service_env("reckon-1"));
-    let url = at_cluster(&env1["RECKON_DATABASE_URL"], cluster.port);
+    assert_eq!(
+        at_cluster(&env1["RECKON_DATABASE_URL"], cluster.port),
+        url,
+        "the migrate service and the replicas share the ledger"
+    );
     env1.insert("RECKON_DATABASE_URL".into(), url.clone());
     env1.insert(
         "RECKON_DATA_DIR".into(),
@@ -437,6 +489,16 @@ async fn two_replicas_with_the_deploy_environment_start_on_a_password_protected_
     // (which the operator creates: here, the same database and key), with its args.
     let deployment = yaml("deploy/k8s/base/deployment.yaml");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    // Its init container runs the migrations first, as the same image with the same
+    // environment.
+    let init = &deployment["spec"]["template"]["spec"]["initContainers"][0];
+    assert_eq!(init["args"][0], "migrate");
+    for field in ["image", "envFrom", "env", "securityContext", "volumeMounts"] {
+        assert_eq!(
+            init[field], container[field],
+            "the init container's {field}"
+        );
+    }
     let configmap = yaml("deploy/k8s/base/configmap.yaml");
     let secret = BTreeMap::from([("database-url", url.clone()), ("master-key", master_key)]);
     let mut env2 = dockerfile_env();

@@ -5,7 +5,12 @@
 //! Each expected alert fires, labelled as the rules say, with a description that carries its
 //! value and an absolute runbook link; an unrouted effect never raises a replay-window alert.
 //! Then reckon is killed: the per-instance ReckonDown fires within a minute while the backlog
-//! alerts keep firing (the rules hold the last value when no replica answers).
+//! alerts, finance's (a duplicate charge, an overdue audit) and the down provider keep
+//! firing (the rules hold the last value when no replica answers), and Alertmanager (the
+//! shipped alertmanager.yml, on Debian's `prometheus-alertmanager`) mutes the alerts reckon's
+//! death sets off but not finance's. Then reckon starts again on the same ledger: from its
+//! first scrapes on, those alerts are the same ones, never resolved in between (their
+//! `activeAt` unchanged), the down provider included (its health is the ledger's).
 //!
 //! The rules are the shipped file with one change: every `for:` in minutes is cut to 1s, so
 //! a test does not wait 5 to 15 minutes per alert. The 30 s ones (ReckonDown,
@@ -159,10 +164,23 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
 
     // The in-house ledger service that is down: the demo provider's `down/` path answers
     // 404 to every lookup and listing.
-    let (provider_url, _provider) =
-        reckon_providers::demo::serve_loopback(reckon_providers::demo::DemoState::new())
-            .await
-            .unwrap();
+    let demo = reckon_providers::demo::DemoState::new();
+    let (provider_url, _provider) = reckon_providers::demo::serve_loopback(demo.clone())
+        .await
+        .unwrap();
+    // Every nightly audit below was due two hours ago (the minute, in UTC): late enough
+    // for ReckonAuditOverdue whatever the time of day the test runs at.
+    let now = reckon_domain::time::now();
+    let day = 86_400.0;
+    let due = now - 7200.0;
+    let due_day = (due / day).floor() * day;
+    let at = format!(
+        "{:02}:{:02}",
+        ((due - due_day) / 3600.0).floor(),
+        ((due - due_day) % 3600.0 / 60.0).floor()
+    );
+    // The day that run audits (the one before), where finance's tenant was charged twice.
+    let audited = due_day - day;
     ok(reckon(&data).args(["tenant", "create", "acme"]));
     ok(reckon(&data).args([
         "source", "add", "--tenant", "acme", "--name", "shop", "--kind", "push",
@@ -203,8 +221,8 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         "send_receipt",
         "--none",
     ]));
-    // The nightly audit is due from midnight: the server's first check runs yesterday, and
-    // the down service's part fails.
+    // The nightly audit is due: the server's first check runs it, and the down service's
+    // part fails (the day stays incomplete: overdue).
     ok(reckon(&data).args([
         "audit",
         "settings",
@@ -213,24 +231,120 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         "--time-zone",
         "UTC",
         "--at",
-        "00:00",
+        &at,
     ]));
+    // Finance's tenant: a day on which one order was charged twice (the provider's
+    // charges, the application's one effect); its nightly audit finds the duplicate.
+    ok(reckon(&data).args(["tenant", "create", "fin"]));
+    ok(reckon(&data).args([
+        "source", "add", "--tenant", "fin", "--name", "shop", "--kind", "push",
+    ]));
+    ok(reckon(&data).args([
+        "provider",
+        "add",
+        "--tenant",
+        "fin",
+        "--name",
+        "pay",
+        "--kind",
+        "demo",
+        "--settings",
+        &format!(r#"{{"base_url": "{provider_url}"}}"#),
+    ]));
+    ok(reckon(&data).args([
+        "route",
+        "set",
+        "--tenant",
+        "fin",
+        "--source",
+        "shop",
+        "--operation",
+        "charge",
+        "--provider",
+        "pay",
+    ]));
+    {
+        // The effect, stored before the server (and its audit) starts.
+        let keyring =
+            reckon_ledger::Keyring::load_or_create_file(&data.join("master.key")).unwrap();
+        let ledger = reckon_ledger::connect(None, &data, keyring).await.unwrap();
+        let fin = ledger.tenant_by_slug("fin").await.unwrap();
+        let shop = ledger
+            .list_sources(fin.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|s| s.name == "shop")
+            .unwrap();
+        ledger
+            .ingest(
+                fin.id,
+                shop.id,
+                reckon_ledger::IngestBatch {
+                    origin: reckon_ledger::Origin::Push,
+                    observed_at: now,
+                    records: vec![reckon_domain::SourceRecord {
+                        key: "charge:v1:ORD-DUP".into(),
+                        state: reckon_domain::State::Succeeded,
+                        request_hash: "1:a".into(),
+                        response: Some(r#"{"id":"ch_dup_1"}"#.into()),
+                        attempts: 1,
+                        created_at: audited + 3590.0,
+                        updated_at: audited + 3600.0,
+                        expires_at: None,
+                    }],
+                    rejected: vec![],
+                    abandoned_after_secs: 300.0,
+                    cursor: None,
+                    lease: None,
+                    expect_new: false,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    ok(reckon(&data).args([
+        "audit",
+        "settings",
+        "--tenant",
+        "fin",
+        "--time-zone",
+        "UTC",
+        "--at",
+        &at,
+    ]));
+    for (id, offset) in [("ch_dup_1", 3600.0), ("ch_dup_2", 3660.0)] {
+        demo.add(reckon_providers::demo::DemoCharge {
+            id: id.into(),
+            key: "charge:v1:ORD-DUP".into(),
+            status: "succeeded".into(),
+            amount: 2500,
+            currency: "usd".into(),
+            created: audited + offset,
+            refunds: vec![],
+            metadata: std::collections::BTreeMap::new(),
+            customer: None,
+        });
+    }
     let token = ok(reckon(&data).args(["token", "create", "--tenant", "acme", "--role", "admin"]))
         .trim()
         .to_owned();
 
     let (port, mport) = (free_port(), free_port());
-    let mut server = Killed(
-        reckon(&data)
-            .arg("serve")
-            .env("RECKON_LISTEN", format!("127.0.0.1:{port}"))
-            .env("RECKON_METRICS_LISTEN", format!("127.0.0.1:{mport}"))
-            .env("RECKON_AUDIT_CHECK_SECS", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-    );
+    let serve = || {
+        Killed(
+            reckon(&data)
+                .arg("serve")
+                .env("RECKON_LISTEN", format!("127.0.0.1:{port}"))
+                .env("RECKON_METRICS_LISTEN", format!("127.0.0.1:{mport}"))
+                .env("RECKON_AUDIT_CHECK_SECS", "1")
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut server = serve();
     // rustls is built without a bundled crypto provider: reckon's own client installs ring,
     // the process's one, before this test builds its plain-HTTP client.
     let _ = reckon_providers::GetClient::shared();
@@ -252,6 +366,10 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
                     .await;
                 match sent {
                     Ok(r) if r.status() == 200 => return,
+                    // Still opening its ledger ("migrating"): not ready yet.
+                    Ok(r) if r.status() == 503 && Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
                     Ok(r) => panic!("push: {} {:?}", r.status(), r.text().await),
                     Err(_) if Instant::now() < deadline => {
                         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -261,7 +379,6 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
             }
         }
     };
-    let now = reckon_domain::time::now();
     let unknown = |key: &str, created: f64| {
         serde_json::json!({
             "key": key, "state": "unknown", "request_hash": "1:a", "response": null,
@@ -281,6 +398,7 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
     // Prometheus: scrapes reckon's metrics listener every second as job `reckon`, loads the
     // rules, evaluates every second.
     let runbooks = "https://git.example.com/ops/reckon/blob/main/docs/runbooks.md";
+    let am = free_port();
     let prom_dir = dir.path().join("prometheus");
     std::fs::create_dir_all(&prom_dir).unwrap();
     std::fs::write(prom_dir.join("alerts.yml"), rules_for_the_test()).unwrap();
@@ -291,11 +409,36 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
              external_labels:\n    reckon_runbooks_url: {runbooks}\n    \
              reckon_public_url: http://reckon.example.com\n\
              rule_files:\n  - alerts.yml\n\
+             alerting:\n  alertmanagers:\n    - static_configs:\n        \
+             - targets: ['127.0.0.1:{am}']\n\
              scrape_configs:\n  - job_name: reckon\n    static_configs:\n      \
              - targets: ['127.0.0.1:{mport}']\n"
         ),
     )
     .unwrap();
+    // Alertmanager with the shipped configuration (its receivers point nowhere: the test
+    // reads what it would notify, and what it mutes, from its API).
+    let am_dir = dir.path().join("alertmanager");
+    std::fs::create_dir_all(&am_dir).unwrap();
+    let _alertmanager = Killed(
+        Command::new("prometheus-alertmanager")
+            .arg(format!(
+                "--config.file={}",
+                root()
+                    .join("deploy/alertmanager/alertmanager.yml")
+                    .display()
+            ))
+            .arg(format!("--storage.path={}", am_dir.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{am}"))
+            .arg("--cluster.listen-address=")
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(am_dir.join("alertmanager.log")).unwrap())
+            .spawn()
+            .expect(
+                "alertmanager is required (Debian package prometheus-alertmanager, see .ci/run)",
+            ),
+    );
     let prom = free_port();
     let _prometheus = Killed(
         Command::new("prometheus")
@@ -308,6 +451,8 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
                 prom_dir.join("tsdb").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{prom}"))
+            // Alerts reach Alertmanager every evaluation, not every minute.
+            .arg("--rules.alert.resend-delay=1s")
             .arg("--log.level=warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(prom_dir.join("prometheus.log")).unwrap())
@@ -327,6 +472,16 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
             ],
             // 30 h 24 m and the seconds since, as Prometheus's humanizeDuration writes it.
             description: &["has waited 1d 6h 2", "(page past 4h)"],
+        },
+        Want {
+            alert: "ReckonOldestUnresolvedTooOld",
+            labels: &[
+                ("severity", "warning"),
+                ("tenant", "acme"),
+                ("source", "shop"),
+                ("operation", "charge"),
+            ],
+            description: &["has waited 1d 6h 2", "(warning past 1h"],
         },
         Want {
             alert: "ReckonNeedsAttention",
@@ -376,14 +531,32 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
             description: &["100% of reckon's requests to legacy (http)"],
         },
         Want {
-            alert: "ReckonProviderNotAnswering",
-            labels: &[("provider", "legacy"), ("provider_kind", "http")],
-            description: &["failed in the last hour and none succeeded"],
-        },
-        Want {
             alert: "ReckonAuditRunFailed",
             labels: &[("tenant", "acme")],
             description: &["audit run(s) of acme"],
+        },
+    ];
+
+    // Finance's alerts and the down provider: they must survive reckon's death and restart.
+    let held = [
+        Want {
+            alert: "ReckonAuditFoundDuplicate",
+            labels: &[("severity", "warning"), ("tenant", "fin")],
+            description: &["The last complete audit of fin found 1 duplicate charges"],
+        },
+        Want {
+            alert: "ReckonAuditOverdue",
+            labels: &[("severity", "warning"), ("tenant", "acme")],
+            description: &["The nightly audit of acme was due 2h"],
+        },
+        Want {
+            alert: "ReckonProviderNotAnswering",
+            labels: &[
+                ("tenant", "acme"),
+                ("provider", "legacy"),
+                ("provider_kind", "http"),
+            ],
+            description: &["The latest lookup reckon made at acme's provider legacy (http)"],
         },
     ];
 
@@ -397,6 +570,7 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         let missing: Vec<&str> = backlog
             .iter()
             .chain(&others)
+            .chain(&held)
             .filter(|w| !firing.iter().any(|a| matches(a, w)))
             .map(|w| w.alert)
             .collect();
@@ -405,8 +579,9 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         }
         assert!(
             Instant::now() < deadline,
-            "not firing: {missing:?}; firing: {} prometheus log: {}",
+            "not firing: {missing:?}; firing: {} fin's audits: {} prometheus log: {}",
             summary(&firing),
+            ok(reckon(&data).args(["audit", "list", "--tenant", "fin", "--format", "json"])),
             std::fs::read_to_string(prom_dir.join("prometheus.log")).unwrap_or_default()
         );
         n += 1;
@@ -418,7 +593,7 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     eprintln!("every expected alert fired after {:?}", started.elapsed());
-    for w in backlog.iter().chain(&others) {
+    for w in backlog.iter().chain(&others).chain(&held) {
         let a = firing.iter().find(|a| matches(a, w)).unwrap();
         check(a, w, runbooks);
     }
@@ -437,9 +612,55 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         "ReckonDown while reckon runs: {}",
         summary(&firing)
     );
+    // When each alert that must outlive reckon went active: the same alert, never resolved
+    // in between, keeps it.
+    let active_before: std::collections::BTreeMap<&str, Value> = backlog
+        .iter()
+        .chain(&held)
+        .map(|w| {
+            let a = firing.iter().find(|a| matches(a, w)).unwrap();
+            (w.alert, a["activeAt"].clone())
+        })
+        .collect();
+    // Alertmanager: the 4 h page about the backlog mutes its 1 h warning (same tenant,
+    // source and operation), so one effect does not notify twice.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let am_now = am_alerts(&client, am).await;
+        let find = |name: &str| {
+            am_now.iter().find(|a| {
+                a["labels"]["alertname"] == name
+                    && a["labels"]["tenant"] == "acme"
+                    && a["labels"]["operation"] == "charge"
+            })
+        };
+        let (warning, page) = (
+            find("ReckonOldestUnresolvedTooOld"),
+            find("ReckonOldestUnresolvedTooOldPage"),
+        );
+        if let (Some(w), Some(p)) = (warning, page)
+            && w["status"]["state"] == "suppressed"
+            && p["status"]["state"] == "active"
+        {
+            assert!(
+                w["status"]["inhibitedBy"]
+                    .as_array()
+                    .is_some_and(|by| by.iter().any(|f| *f == p["fingerprint"])),
+                "the warning is muted by something else than its page: {w}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Alertmanager does not mute the 1 h warning under its 4 h page: {warning:?} {page:?}; log: {}",
+            std::fs::read_to_string(am_dir.join("alertmanager.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     // reckon dies: ReckonDown for its instance within a minute (30 s `for:` as shipped),
-    // and the backlog alerts are still firing then: held, not resolved.
+    // and the backlog alerts, finance's and the down provider are still firing then: held,
+    // not resolved.
     let killed_at = Instant::now();
     server.0.kill().unwrap();
     server.0.wait().unwrap();
@@ -489,7 +710,7 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         &down,
         runbooks,
     );
-    for w in &backlog {
+    for w in backlog.iter().chain(&held) {
         let a = firing.iter().find(|a| matches(a, w)).unwrap_or_else(|| {
             panic!(
                 "{} resolved when reckon died; firing: {}",
@@ -498,6 +719,164 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
             )
         });
         check(a, w, runbooks);
+        assert_eq!(
+            a["activeAt"], active_before[w.alert],
+            "{} resolved and fired again while reckon was dead",
+            w.alert
+        );
     }
+
+    // No reckon answers: ReckonNotScraped fires, and Alertmanager mutes what reckon's death
+    // alone sets off (the ageing backlog) while finance's findings and the down provider
+    // still notify.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let muted = am_alerts(&client, am).await;
+        let state = |name: &str, tenant: &str| {
+            muted
+                .iter()
+                .find(|a| a["labels"]["alertname"] == name && a["labels"]["tenant"] == tenant)
+                .map(|a| a["status"]["state"].as_str().unwrap_or("").to_owned())
+        };
+        let seen = (
+            state("ReckonOldestUnresolvedTooOldPage", "acme"),
+            state("ReckonAuditOverdue", "acme"),
+            state("ReckonAuditFoundDuplicate", "fin"),
+            state("ReckonProviderNotAnswering", "acme"),
+        );
+        let want = |s: &str| Some(s.to_owned());
+        if seen
+            == (
+                want("suppressed"),
+                want("suppressed"),
+                want("active"),
+                want("active"),
+            )
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Alertmanager while reckon is dead (page, overdue, duplicate, provider): {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // reckon starts again on the same ledger. Once Prometheus has scraped it and evaluated
+    // the rules on what it exports, the held alerts are still the same ones.
+    let restarted_at = Instant::now();
+    let _server = serve();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let scraped = loop {
+        // The live value of the ledger-derived provider health, from the new process.
+        let v = query(&client, prom, r#"reckon_provider_up{provider="legacy"}"#).await;
+        if let Some(t) = v.first().and_then(|s| s["value"][0].as_f64()) {
+            break t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted reckon was not scraped in time"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    // Two evaluations of every group after that scrape (the first may have begun before).
+    let evaluated = loop {
+        let after = rule_evaluations(&client, prom).await;
+        if !after.is_empty() && after.iter().all(|t| *t > scraped + 1.0) {
+            break after.len();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rules were not evaluated after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let firing = alerts(&client, prom).await;
+    for w in backlog.iter().chain(&held) {
+        let a = firing.iter().find(|a| matches(a, w)).unwrap_or_else(|| {
+            panic!(
+                "{} not firing after reckon restarted; firing: {}",
+                w.alert,
+                summary(&firing)
+            )
+        });
+        check(a, w, runbooks);
+        assert_eq!(
+            a["activeAt"], active_before[w.alert],
+            "{} resolved and fired again across reckon's restart",
+            w.alert
+        );
+    }
+    assert!(
+        !firing
+            .iter()
+            .any(|a| a["labels"]["alertname"] == "ReckonNotScraped"),
+        "ReckonNotScraped still firing after the restart: {}",
+        summary(&firing)
+    );
+    eprintln!(
+        "after the restart ({:?} to scrape, {evaluated} groups evaluated) every held alert is the one from before",
+        restarted_at.elapsed()
+    );
     eprintln!("prometheus alerts test took {:?}", started.elapsed());
+}
+
+/// Alertmanager's alerts, each with its status (`active`, or `suppressed` with what
+/// inhibits it).
+async fn am_alerts(client: &reqwest::Client, am: u16) -> Vec<Value> {
+    let Ok(r) = client
+        .get(format!("http://127.0.0.1:{am}/api/v2/alerts"))
+        .send()
+        .await
+    else {
+        return vec![];
+    };
+    serde_json::from_str::<Value>(&r.text().await.unwrap_or_default())
+        .ok()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// An instant query's samples.
+async fn query(client: &reqwest::Client, prom: u16, q: &str) -> Vec<Value> {
+    let Ok(r) = client
+        .get(
+            url::Url::parse_with_params(
+                &format!("http://127.0.0.1:{prom}/api/v1/query"),
+                [("query", q)],
+            )
+            .unwrap(),
+        )
+        .send()
+        .await
+    else {
+        return vec![];
+    };
+    let v: Value = serde_json::from_str(&r.text().await.unwrap_or_default()).unwrap_or_default();
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// When each rule group was last evaluated (Unix seconds).
+async fn rule_evaluations(client: &reqwest::Client, prom: u16) -> Vec<f64> {
+    let Ok(r) = client
+        .get(format!("http://127.0.0.1:{prom}/api/v1/rules"))
+        .send()
+        .await
+    else {
+        return vec![];
+    };
+    let v: Value = serde_json::from_str(&r.text().await.unwrap_or_default()).unwrap_or_default();
+    v["data"]["groups"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|g| {
+            g["lastEvaluation"]
+                .as_str()?
+                .parse::<jiff::Timestamp>()
+                .ok()
+        })
+        .map(|t| t.as_millisecond() as f64 / 1000.0)
+        .collect()
 }

@@ -244,4 +244,40 @@ async fn every_runbook_command_runs_against_the_demo() {
         failed.join("\n")
     );
     eprintln!("{} runbook commands ran", steps.len());
+
+    // The API call the runbooks list effects with, made with the token the runbooks tell
+    // people to create for it: the role they name must be allowed to make the call.
+    let create = steps
+        .iter()
+        .map(|s| s.command.as_str())
+        .find(|c| c.starts_with("reckon token create"))
+        .expect("the runbooks say how to make the API token");
+    let listed = RUNBOOKS
+        .split('`')
+        .find(|span| {
+            span.starts_with("curl -H \"Authorization: Bearer $TOKEN\" \"$RECKON/api/v1/effects")
+        })
+        .expect("the runbooks list effects through the API");
+    let path = listed
+        .split("\"$RECKON")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .replace("$SOURCE", "shop")
+        .replace("$OPERATION", "charge");
+    let made = ok(create, demo.sh(create, &env));
+    let runbook_token = made.trim();
+    let r = reckon_providers::GetClient::shared()
+        .get(
+            &url::Url::parse(&format!("{base}{path}")).unwrap(),
+            &[("Authorization", format!("Bearer {runbook_token}").as_str())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status,
+        200,
+        "{listed} with the token of `{create}`: {}",
+        String::from_utf8_lossy(&r.body)
+    );
 }

@@ -1,7 +1,9 @@
 //! Scrape-time metrics queries on PostgreSQL (SQL shared with SQLite in `crate::metrics`).
 
 use super::PgLedger;
-use crate::metrics::{MetricsQuery, MetricsSnapshot, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL};
+use crate::metrics::{
+    MetricsQuery, MetricsSnapshot, PROVIDERS_SQL, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL,
+};
 use crate::model::TenantId;
 use crate::{LedgerError, Result, Tenants};
 use futures::{StreamExt, TryStreamExt};
@@ -13,18 +15,19 @@ use std::sync::LazyLock;
 /// one after another (the pool holds 10).
 const SCRAPE_CONCURRENCY: usize = 4;
 
-/// A tenant's three reads as one prepared statement returning one row: each read's rows as
+/// A tenant's four reads as one prepared statement returning one row: each read's rows as
 /// one JSON array of objects named by its columns (`u` unresolved, `s` sources, `q`
-/// quarantine). Built from the shared SQL, with the tenant as `$3` everywhere (`$1` now,
+/// quarantine, `p` providers). Built from the shared SQL, with the tenant as `$3` everywhere (`$1` now,
 /// `$2` and `$4` the replay cutoffs).
 static TENANT_SNAPSHOT_SQL: LazyLock<String> = LazyLock::new(|| {
     let tenant_is_3 = |sql: &str| sql.replace("$1", "$3");
     let read = |sql: &str| format!("(SELECT COALESCE(json_agg(x), '[]')::text FROM ({sql}) x)");
     format!(
-        "SELECT {} AS u, {} AS s, {} AS q",
+        "SELECT {} AS u, {} AS s, {} AS q, {} AS p",
         read(UNRESOLVED_SQL),
         read(&tenant_is_3(SOURCES_SQL)),
         read(&tenant_is_3(QUARANTINE_SQL)),
+        read(&tenant_is_3(PROVIDERS_SQL)),
     )
 });
 
@@ -114,6 +117,7 @@ fn from_json(row: &PgRow) -> Result<MetricsSnapshot> {
         unresolved: read(row, "u")?,
         sources: read(row, "s")?,
         quarantine: read(row, "q")?,
+        providers: read(row, "p")?,
     })
 }
 
@@ -126,6 +130,6 @@ mod tests {
         let sql = TENANT_SNAPSHOT_SQL.as_str();
         assert!(!sql.contains("$1 = 0"), "{sql}");
         // The unresolved read's own $1 (now) stays; the others' tenant became $3.
-        assert_eq!(sql.matches("$3 = 0 OR").count(), 3, "{sql}");
+        assert_eq!(sql.matches("$3 = 0 OR").count(), 4, "{sql}");
     }
 }

@@ -745,3 +745,106 @@ pub(crate) async fn story_dash_provider_health(ledger: Arc<dyn Ledger>) {
     assert_eq!(theirs.len(), 1);
     assert_eq!((theirs[0].lookups, theirs[0].last_error.clone()), (0, None));
 }
+
+/// Provider health in the scrape is the ledger's record of each provider's latest lookup,
+/// whoever made it: a process that never asked (one just restarted, another replica) reads
+/// a down provider as down. Never asked is neither up nor down, and a tenant sees only its
+/// own providers.
+pub(crate) async fn story_metrics_provider_health(ledger: Arc<dyn Ledger>) {
+    use reckon_ledger::{MetricsQuery, ProviderLastLookup};
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (other, os) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let now = time::now();
+    let keys: Vec<String> = (0..4).map(|i| format!("charge:v1:p{i}")).collect();
+    for (tenant, source) in [(t.id, s.id), (other.id, os.id)] {
+        let records = keys
+            .iter()
+            .map(|k| rec(k, State::Unknown, now - 1000.0))
+            .collect();
+        ledger.ingest(tenant, source, batch(records)).await.unwrap();
+    }
+    let add = |tenant: TenantId, name: &'static str| {
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .add_provider(
+                    tenant,
+                    reckon_ledger::NewProvider {
+                        name: name.into(),
+                        kind: "demo".into(),
+                        secret: None,
+                        settings: serde_json::json!({"base_url": "https://pay.example/"}),
+                    },
+                )
+                .await
+                .unwrap()
+        }
+    };
+    let down = add(t.id, "down").await;
+    let fine = add(t.id, "fine").await;
+    add(t.id, "never").await;
+    let theirs = add(other.id, "down").await;
+    // (tenant, provider, key, finished, outcome): each provider's lookups in the order they
+    // finished, by another "process" than the one that reads.
+    let plan = [
+        (t.id, down.id, 0, now - 500.0, "applied"),
+        (t.id, down.id, 1, now - 100.0, "indeterminate"),
+        (t.id, fine.id, 2, now - 500.0, "indeterminate"),
+        (t.id, fine.id, 3, now - 100.0, "not_applied"),
+        (other.id, theirs.id, 0, now - 50.0, "applied"),
+    ];
+    for (tenant, provider, i, at, outcome) in plan {
+        let e = ledger
+            .get_effect(tenant, "shop", &keys[i])
+            .await
+            .unwrap()
+            .unwrap()
+            .effect;
+        ledger
+            .claim_effect(tenant, e.id, "w", at, 30.0)
+            .await
+            .unwrap()
+            .expect("claimed");
+        let mut a = attempt(outcome, at, at + 900.0, false);
+        a.provider_id = Some(provider);
+        ledger.record_attempt(tenant, e.id, "w", a).await.unwrap();
+    }
+    let q = |tenant| MetricsQuery {
+        tenant,
+        now,
+        replay_closing_created_before: 0.0,
+        replay_closed_created_before: 0.0,
+    };
+    let health = |tenant| {
+        let ledger = ledger.clone();
+        async move {
+            let mut p = ledger.metrics_snapshot(q(tenant)).await.unwrap().providers;
+            p.sort_by(|a, b| (&a.tenant, &a.provider).cmp(&(&b.tenant, &b.provider)));
+            p
+        }
+    };
+    let row =
+        |tenant: &str, provider: &str, at: Option<f64>, outcome: Option<&str>| ProviderLastLookup {
+            tenant: tenant.into(),
+            provider: provider.into(),
+            kind: "demo".into(),
+            last_lookup_at: at,
+            last_outcome: outcome.map(str::to_owned),
+        };
+    let all = health(None).await;
+    assert_eq!(
+        all,
+        [
+            row("acme", "down", Some(now - 100.0), Some("indeterminate")),
+            row("acme", "fine", Some(now - 100.0), Some("not_applied")),
+            row("acme", "never", None, None),
+            row("globex", "down", Some(now - 50.0), Some("applied")),
+        ]
+    );
+    assert_eq!(
+        all.iter().map(ProviderLastLookup::up).collect::<Vec<_>>(),
+        [Some(false), Some(true), None, Some(true)]
+    );
+    assert_eq!(health(Some(t.id)).await, all[..3]);
+    assert_eq!(health(Some(other.id)).await, all[3..]);
+}
