@@ -80,6 +80,9 @@ pub const THROTTLE: ThrottlePolicy = ThrottlePolicy {
     address_limit: ADDRESS_LIMIT,
     address_window_secs: THROTTLE_WINDOW_SECS,
 };
+/// How long after a failed sign-in's answer its audit-log lines are written: long enough
+/// for the answer to have left, so that writing them does not slow it down.
+pub const FAILURE_RECORD_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
 /// Sign-in forms are small.
 const FORM_LIMIT_BYTES: usize = 16 * 1024;
 
@@ -338,33 +341,35 @@ async fn signin_inner(
         // Already counted when it was admitted.
         tracing::info!(outcome = "failed", "sign-in");
         // Into the audit log of every tenant the named person belongs to (an unknown email
-        // belongs to none: nobody's log is the place for it). Written after the answer:
-        // done before it, those writes made a known email's failure slower than an unknown
-        // one's, which told who has an account.
-        if let Some((user_id, email)) = named_user {
-            let state = state.clone();
-            let address = address.clone();
-            tokio::spawn(async move {
-                let tenants = match state.ledger.memberships(user_id).await {
-                    Ok(t) => t,
-                    Err(e) => {
-                        tracing::error!(error = %e, "recording a failed sign-in");
-                        return;
-                    }
-                };
-                for (t, _) in tenants {
-                    crate::actions::record(
-                        &state,
-                        t.id,
-                        format!("user:{email}"),
-                        "signin_failed",
-                        None,
-                        serde_json::json!({ "address": address }),
-                    )
-                    .await;
+        // belongs to none: nobody's log is the place for it). Written after the answer has
+        // left, by the same task for a known and an unknown email (the lookup of an
+        // unknown one finds no tenant): done before the answer, those writes made a known
+        // email's failure slower than an unknown one's, which told who has an account.
+        let (user_id, actor) = named_user.map_or((0, None), |(id, email)| (id, Some(email)));
+        let state = state.clone();
+        let address = address.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(FAILURE_RECORD_DELAY).await;
+            let tenants = match state.ledger.memberships(user_id).await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, "recording a failed sign-in");
+                    return;
                 }
-            });
-        }
+            };
+            let Some(email) = actor else { return };
+            for (t, _) in tenants {
+                crate::actions::record(
+                    &state,
+                    t.id,
+                    format!("user:{email}"),
+                    "signin_failed",
+                    None,
+                    serde_json::json!({ "address": address }),
+                )
+                .await;
+            }
+        });
         return Ok(again(
             StatusCode::UNAUTHORIZED,
             "The email, password or one-time code is not right.",
