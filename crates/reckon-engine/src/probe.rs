@@ -63,12 +63,81 @@ pub async fn test_source(
             ),
             started,
         ),
-        Ok(Err(e)) => report(false, e.to_string(), started),
+        Ok(Err(e)) => report(false, source_failure(&e).to_owned(), started),
         Err(_) => report(
             false,
             format!("No answer within {} s.", PROBE_TIMEOUT.as_secs()),
             started,
         ),
+    }
+}
+
+/// A failed source probe as one of a few fixed sentences. The driver's and the server's
+/// own words are not passed on: they quote what the admin chose (the table name, the user,
+/// the database), and a message that quoted a chosen text next to the stored password
+/// would have to be cut, and the cut would say whether a guess put in that text is the
+/// password. The class of failure is read from the error; nothing of it is repeated.
+pub fn source_failure(e: &ScanFailure) -> &'static str {
+    use reckon_sources::ScanError;
+    let e = match e {
+        ScanFailure::Ledger(_) => {
+            return "reckon could not open the source's stored settings in its ledger.";
+        }
+        ScanFailure::Source(e) => e,
+    };
+    let has = |m: &str, words: &[&str]| {
+        let m = m.to_ascii_lowercase();
+        words.iter().any(|w| m.contains(w))
+    };
+    match e {
+        ScanError::Invalid(m) if m == reckon_sources::OWN_DATABASE_REFUSED => {
+            "Refused: the DSN leads to reckon's own database, which no source may read."
+        }
+        ScanError::Invalid(m) if has(m, &["egress policy"]) => {
+            "Refused by the egress policy: the source's address is not one the operator \
+             allows sources to have."
+        }
+        ScanError::Invalid(_) => "The source's stored settings are not valid: edit its DSN.",
+        ScanError::Connect(m) if has(m, &["timed out"]) => {
+            "The source's server did not answer within 15 s."
+        }
+        ScanError::Connect(m) if has(m, &["tls", "ssl", "certificate"]) => {
+            "The TLS connection to the source failed: check the DSN's TLS mode and the \
+             server's certificate."
+        }
+        ScanError::Connect(m)
+            if has(
+                m,
+                &[
+                    "password",
+                    "authentication",
+                    "access denied",
+                    "no pg_hba",
+                    "role ",
+                ],
+            ) =>
+        {
+            "The source's server refused the DSN's user or password."
+        }
+        ScanError::Connect(m) if has(m, &["database"]) => {
+            "The source's server has no database of the DSN's name, or refuses the user \
+             access to it."
+        }
+        ScanError::Connect(m) if has(m, &["i/o error"]) => {
+            "The source's server could not be reached (connection refused or reset)."
+        }
+        ScanError::Connect(_) => "Could not connect to the source.",
+        ScanError::Query(m) if has(m, &["permission denied", "command denied", "denied"]) => {
+            "Connected, but the DSN's user may not read the table."
+        }
+        ScanError::Query(m) if has(m, &["does not exist", "doesn't exist", "no such"]) => {
+            "Connected, but the table, or a column the scanner needs, was not found."
+        }
+        ScanError::Query(m) if has(m, &["column", "type"]) => {
+            "Connected, but the table's columns are not what the scanner reads: see the \
+             source table's expected shape in the README."
+        }
+        ScanError::Query(_) => "Connected, but the scanner's query on the table failed.",
     }
 }
 

@@ -195,23 +195,33 @@ impl SourceEdit {
     }
 }
 
-/// Whether the network DSN `new` names another server, user or database (where a password
-/// is sent) than `stored`. A `new` that does not parse is refused later with its own reason,
-/// so it is not judged here; a `stored` that does not parse is not the same as anything.
+/// Whether the network DSN `new` would send the stored password somewhere it was not given
+/// for: another server, user or database, or over a weaker transport (TLS dropped, or its
+/// certificate or host name no longer checked; an absent `sslmode` is the drivers'
+/// opportunistic default). A `new` that does not parse is refused later with its own
+/// reason, so it is not judged here; a `stored` that does not parse is not the same as
+/// anything.
 fn moves_elsewhere(dialect: Dialect, stored: &str, new: &str) -> bool {
-    let target = |d: &str| match SourceDsn::parse(dialect, d) {
-        Ok(SourceDsn::Network {
-            host,
-            port,
-            user,
-            database,
-            ..
-        }) => Some((host.to_ascii_lowercase(), port, user, database)),
-        _ => None,
+    let target = |d: &str| {
+        let parsed = SourceDsn::parse(dialect, d).ok()?;
+        let transport = parsed.transport();
+        match parsed {
+            SourceDsn::Network {
+                host,
+                port,
+                user,
+                database,
+                ..
+            } => Some(((host.to_ascii_lowercase(), port, user, database), transport)),
+            SourceDsn::Sqlite { .. } => None,
+        }
     };
-    match target(new) {
-        None => false,
-        Some(n) => target(stored) != Some(n),
+    match (target(stored), target(new)) {
+        (_, None) => false,
+        (None, Some(_)) => true,
+        (Some((was, was_transport)), Some((now, now_transport))) => {
+            was != now || now_transport < was_transport
+        }
     }
 }
 
@@ -276,8 +286,9 @@ pub fn source_change(
                             && let Some(stored) = stored
                             && moves_elsewhere(dialect, stored.expose_secret(), url.as_str())
                         {
-                            return Err("the DSN's host, port, user or database changed: give \
-                                        the password again (in the DSN or as password)"
+                            return Err("the DSN's host, port, user or database changed, or its \
+                                        transport is weaker (sslmode / ssl-mode): give the \
+                                        password again (in the DSN or as password)"
                                 .into());
                         }
                         if let Some(kept) = kept {
@@ -436,5 +447,73 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("push"), "{e}");
+    }
+
+    /// The stored password is never sent over a weaker transport than the one it was given
+    /// for: dropping TLS, removing `sslmode`, or checking less of the certificate needs the
+    /// password again; keeping or strengthening the transport does not.
+    #[test]
+    fn a_weaker_transport_needs_the_password_again() {
+        let pg = SecretString::from(
+            "postgres://app:s3cr%40t@db.example.com:5432/shop?sslmode=verify-full".to_owned(),
+        );
+        for weaker in ["disable", "allow", "prefer", "require", "verify-ca"] {
+            let dsn = format!("postgres://app@db.example.com:5432/shop?sslmode={weaker}");
+            let edit = SourceEdit {
+                dsn: Some(dsn.clone()),
+                ..Default::default()
+            };
+            let e = source_change(SourceKind::Postgres, Some(&pg), edit).unwrap_err();
+            assert!(e.contains("password again"), "{dsn}: {e}");
+            let edit = SourceEdit {
+                dsn: Some(dsn.clone()),
+                password: Some("given again".into()),
+                ..Default::default()
+            };
+            assert!(
+                source_change(SourceKind::Postgres, Some(&pg), edit).is_ok(),
+                "{dsn}"
+            );
+        }
+        // No sslmode at all: the drivers' opportunistic default, weaker too.
+        let edit = SourceEdit {
+            dsn: Some("postgres://app@db.example.com:5432/shop".into()),
+            ..Default::default()
+        };
+        assert!(source_change(SourceKind::Postgres, Some(&pg), edit).is_err());
+        // The same transport (the display sent back) keeps the stored password.
+        let edit = SourceEdit {
+            dsn: Some("postgres://app@db.example.com:5432/shop?sslmode=verify-full".into()),
+            ..Default::default()
+        };
+        let c = source_change(SourceKind::Postgres, Some(&pg), edit).unwrap();
+        assert!(c.dsn.unwrap().expose_secret().contains("s3cr"));
+        // Stronger than before: fine without the password.
+        let edit = SourceEdit {
+            dsn: Some("postgres://app@db.example.com:5432/shop?sslmode=require".into()),
+            ..Default::default()
+        };
+        assert!(source_change(SourceKind::Postgres, Some(&stored()), edit).is_ok());
+
+        let my = SecretString::from(
+            "mysql://app:s3cr%40t@db.example.com:3306/shop?ssl-mode=VERIFY_IDENTITY".to_owned(),
+        );
+        for weaker in [
+            "mysql://app@db.example.com:3306/shop?ssl-mode=DISABLED",
+            "mysql://app@db.example.com:3306/shop?ssl-mode=required",
+            "mysql://app@db.example.com:3306/shop",
+        ] {
+            let edit = SourceEdit {
+                dsn: Some(weaker.into()),
+                ..Default::default()
+            };
+            let e = source_change(SourceKind::Mysql, Some(&my), edit).unwrap_err();
+            assert!(e.contains("password again"), "{weaker}: {e}");
+        }
+        let edit = SourceEdit {
+            dsn: Some("mysql://app@db.example.com:3306/shop?ssl-mode=verify_identity".into()),
+            ..Default::default()
+        };
+        assert!(source_change(SourceKind::Mysql, Some(&my), edit).is_ok());
     }
 }

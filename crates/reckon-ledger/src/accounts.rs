@@ -4,7 +4,7 @@
 
 use crate::LedgerError;
 use crate::Result;
-use crate::driver::{Driver, SqlLedger, sql};
+use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::{Role, Tenant, TenantId};
 use crate::rows;
 use macro_rules_attribute::apply;
@@ -44,8 +44,13 @@ impl Scope<'_> {
 /// The sign-in throttle's limits (see [`Accounts::throttle_admit`]).
 #[derive(Debug, Clone, Copy)]
 pub struct ThrottlePolicy {
-    /// Failed attempts an account may make before it is locked.
+    /// Failed attempts one sender (an address, or a known browser) may make for an account
+    /// before that sender is locked out of it.
     pub account_free: i64,
+    /// Failed attempts an account may have from all senders away from its home addresses
+    /// before those senders are locked out of it (many addresses guessing one password).
+    /// A known browser and an address the account signed in from are never held by it.
+    pub account_wide_free: i64,
     /// The first lock; each further failure doubles it...
     pub lock_secs: f64,
     /// ...up to this.
@@ -59,14 +64,34 @@ pub struct ThrottlePolicy {
 }
 
 impl ThrottlePolicy {
-    /// How long an account is locked after its `failures`-th consecutive failure (0: not).
+    /// How long a sender is locked out of an account after its `failures`-th consecutive
+    /// failure (0: not).
     pub fn lock_after(&self, failures: i64) -> f64 {
-        if failures < self.account_free {
+        self.lock_from(self.account_free, failures)
+    }
+
+    /// The same for the account-wide count.
+    pub fn wide_lock_after(&self, failures: i64) -> f64 {
+        self.lock_from(self.account_wide_free, failures)
+    }
+
+    fn lock_from(&self, free: i64, failures: i64) -> f64 {
+        if failures < free {
             return 0.0;
         }
-        let doublings = (failures - self.account_free).min(30) as i32;
+        let doublings = (failures - free).min(30) as i32;
         (self.lock_secs * 2f64.powi(doublings)).min(self.max_lock_secs)
     }
+}
+
+/// The throttle row of one sender's attempts at one account.
+fn pair_key(account: &str, sender: &str) -> String {
+    format!("{account}\n{sender}")
+}
+
+/// The throttle row of a known browser's attempts at one account.
+fn device_key(account: &str, device_hash: &str) -> String {
+    format!("{account}\ndevice:{device_hash}")
 }
 
 /// Whether a sign-in attempt may be checked.
@@ -74,7 +99,7 @@ impl ThrottlePolicy {
 pub enum Admission {
     /// Checked, and already counted as a failure until [`Accounts::throttle_succeeded`].
     Admitted,
-    /// The account is locked until this time (epoch seconds).
+    /// This sender is locked out of the account until this time (epoch seconds).
     AccountLocked(f64),
     /// The client address has used its attempts of the window.
     AddressLimited,
@@ -256,14 +281,55 @@ impl<B: Driver> Accounts for SqlLedger<B> {
             .collect()
     }
 
-    /// New password: every session and token of the user ends.
+    /// New password: every session and token of the user ends, and every sign-in lock of
+    /// the account is lifted (the failures were guesses at the old password).
     async fn set_password(&self, user_id: i64, password_hash: &str) -> Result<()> {
-        let stmt = sqlx::query(
+        let mut tx = B::begin(self, Scope::Global, true).await?;
+        let n = sqlx::query(
             "UPDATE app_user SET password_hash = $1, auth_generation = auth_generation + 1 \
              WHERE id = $2",
+        )
+        .bind(password_hash)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        found(n, || format!("user {user_id}"))?;
+        sqlx::query(
+            "DELETE FROM auth_throttle WHERE scope IN ('pair', 'device', 'account') \
+             AND account = (SELECT email FROM app_user WHERE id = $1)",
+        )
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Lift every sign-in lock of `account` (`reckon user unlock`); how many senders' locks
+    /// or counts were cleared.
+    async fn unlock_account(&self, account: &str) -> Result<u64> {
+        let account = account.trim().to_lowercase();
+        let stmt = sqlx::query(
+            "DELETE FROM auth_throttle WHERE scope IN ('pair', 'device', 'account') \
+             AND account = $1",
         );
-        let n = self.exec(Scope::Global, stmt.bind(password_hash).bind(user_id));
-        found(n.await?, || format!("user {user_id}"))
+        self.exec(Scope::Global, stmt.bind(account)).await
+    }
+
+    /// Remember that the browser holding the device id whose hash is `device_hash` signed
+    /// in to `account`: its attempts at that account are then counted on their own.
+    async fn remember_device(&self, account: &str, device_hash: &str, now: f64) -> Result<()> {
+        let stmt = sqlx::query(
+            "INSERT INTO known_device (id_hash, account, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (id_hash, account) DO NOTHING",
+        );
+        self.exec(
+            Scope::Global,
+            stmt.bind(device_hash).bind(account).bind(now),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Disabling (or enabling) ends every session and token of the user.
@@ -402,103 +468,150 @@ impl<B: Driver> Accounts for SqlLedger<B> {
         Ok(())
     }
 
-    /// Admit one sign-in attempt of `account` from `address`, or refuse it, and count it,
-    /// in one ledger transaction: an admitted attempt counts as a failure from the start
-    /// (the account's consecutive failures, and an attempt of the address's window), so
-    /// however many attempts race, on however many replicas, at most
-    /// `policy.account_free` of an unlocked account are admitted before it locks. The
-    /// account's lock is `policy.lock_after(failures)`. Nothing is counted for a refusal.
+    /// Admit one sign-in attempt of `account` from `address` (a throttle key: an IPv4
+    /// address, or an IPv6 prefix), or refuse it, and count it, in one ledger transaction.
+    ///
+    /// An admitted attempt counts as a failure from the start, so however many attempts
+    /// race, on however many replicas, at most `policy.account_free` of one sender are
+    /// admitted before that sender is locked out of the account. The counts:
+    /// - a browser holding `device` (the hash of its device id) that signed in to this
+    ///   account before is counted on its own: no one else's attempts touch its count, so
+    ///   the right person there is never locked out by anyone else;
+    /// - otherwise the address, over all accounts, in a window: every attempt counts,
+    ///   refused ones too, and an attempt past the limit starts the window again, so a
+    ///   sender that keeps trying stays refused;
+    /// - the (account, address) pair: consecutive failures, with a lock that grows
+    ///   (`policy.lock_after`). An attacker elsewhere locks only their own pair;
+    /// - the account, over every address it has never signed in from
+    ///   (`policy.account_wide_free`): many addresses guessing one password are held,
+    ///   while the account's home addresses and known browsers are not.
     async fn throttle_admit(
         &self,
         account: &str,
         address: &str,
+        device: Option<&str>,
         now: f64,
         policy: &ThrottlePolicy,
     ) -> Result<Admission> {
-        // One write transaction (SQLite: the write lock from BEGIN; PostgreSQL:
-        // the rows' locks, taken by the first UPDATE of each and held to commit,
-        // and a concurrent UPDATE re-reads the row it waited for). A refusal rolls
-        // back whatever this attempt had counted.
+        // One write transaction (SQLite: the write lock from BEGIN; PostgreSQL: the rows'
+        // locks, taken by the first UPDATE of each and held to commit, and a concurrent
+        // UPDATE re-reads the row it waited for). Each lock is checked and counted by one
+        // conditional UPDATE, so two attempts cannot both pass a lock the first one set.
         let mut tx = B::begin(self, Scope::Global, true).await?;
-        for (scope, key) in [("address", address), ("account", account)] {
-            sqlx::query(
-                "INSERT INTO auth_throttle (scope, key, failures, window_start, \
-                 locked_until) VALUES ($1, $2, 0, $3, 0) \
-                 ON CONFLICT (scope, key) DO NOTHING",
-            )
-            .bind(scope)
-            .bind(key)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        let known_device = match device {
+            Some(d) => {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM known_device WHERE id_hash = $1 AND account = $2",
+                )
+                .bind(d)
+                .bind(account)
+                .fetch_one(&mut *tx)
+                .await?;
+                (n > 0).then_some(d)
+            }
+            None => None,
+        };
+        let forget_from = now - policy.forget_after_secs;
+        if let Some(d) = known_device {
+            let key = device_key(account, d);
+            let counted =
+                Self::count_failure(&mut tx, "device", &key, account, now, forget_from).await?;
+            let Some(failures) = counted else {
+                let until = Self::locked_until(&mut tx, "device", &key).await?;
+                tx.rollback().await?;
+                return Ok(Admission::AccountLocked(until));
+            };
+            Self::lock(&mut tx, "device", &key, now, policy.lock_after(failures)).await?;
+            tx.commit().await?;
+            return Ok(Admission::Admitted);
         }
+        sqlx::query(
+            "INSERT INTO auth_throttle (scope, key, failures, window_start, locked_until) \
+             VALUES ('address', $1, 0, $2, 0) ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .bind(address)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
         let window_from = now - policy.address_window_secs;
-        let by_address: Option<i64> = sqlx::query_scalar(
+        let by_address: i64 = sqlx::query_scalar(
             "UPDATE auth_throttle SET \
              failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
-             window_start = CASE WHEN window_start > $3 THEN window_start ELSE $2 END \
-             WHERE scope = 'address' AND key = $1 \
-             AND (window_start <= $3 OR failures < $4) \
-             RETURNING failures",
+             window_start = CASE WHEN window_start > $3 AND failures < $4 THEN window_start \
+             ELSE $2 END \
+             WHERE scope = 'address' AND key = $1 RETURNING failures",
         )
         .bind(address)
         .bind(now)
         .bind(window_from)
         .bind(policy.address_limit)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        if by_address.is_none() {
-            tx.rollback().await?;
+        if by_address > policy.address_limit {
+            // Counted: the sender's refused attempts keep it refused.
+            tx.commit().await?;
             return Ok(Admission::AddressLimited);
         }
-        // `window_start` of an account row: its last admitted attempt.
-        let forget_from = now - policy.forget_after_secs;
-        let failures: Option<i64> = sqlx::query_scalar(
-            "UPDATE auth_throttle SET \
-             failures = CASE WHEN window_start > $3 THEN failures + 1 ELSE 1 END, \
-             window_start = $2 \
-             WHERE scope = 'account' AND key = $1 AND locked_until <= $2 \
-             RETURNING failures",
-        )
-        .bind(account)
-        .bind(now)
-        .bind(forget_from)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(failures) = failures else {
-            let until: f64 = sqlx::query_scalar(
-                "SELECT locked_until FROM auth_throttle \
-                 WHERE scope = 'account' AND key = $1",
-            )
-            .bind(account)
-            .fetch_one(&mut *tx)
-            .await?;
-            tx.rollback().await?;
+        let pair = pair_key(account, address);
+        let Some(failures) =
+            Self::count_failure(&mut tx, "pair", &pair, account, now, forget_from).await?
+        else {
+            let until = Self::locked_until(&mut tx, "pair", &pair).await?;
+            tx.commit().await?;
             return Ok(Admission::AccountLocked(until));
         };
-        let lock = policy.lock_after(failures);
-        if lock > 0.0 {
-            sqlx::query(
-                "UPDATE auth_throttle SET locked_until = $2 \
-                 WHERE scope = 'account' AND key = $1",
-            )
-            .bind(account)
-            .bind(now + lock)
-            .execute(&mut *tx)
-            .await?;
+        Self::lock(&mut tx, "pair", &pair, now, policy.lock_after(failures)).await?;
+        let home: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM auth_throttle WHERE scope = 'home' AND key = $1",
+        )
+        .bind(&pair)
+        .fetch_one(&mut *tx)
+        .await?;
+        if home == 0 {
+            let counted =
+                Self::count_failure(&mut tx, "account", account, account, now, forget_from).await?;
+            let Some(wide) = counted else {
+                let until = Self::locked_until(&mut tx, "account", account).await?;
+                // The pair's count stays: a refused attempt counts against its sender.
+                tx.commit().await?;
+                return Ok(Admission::AccountLocked(until));
+            };
+            let lock = policy.wide_lock_after(wide);
+            Self::lock(&mut tx, "account", account, now, lock).await?;
         }
         tx.commit().await?;
         Ok(Admission::Admitted)
     }
 
-    /// An admitted attempt signed in: the account's failures and lock are cleared, and the
-    /// address gets its attempt back.
-    async fn throttle_succeeded(&self, account: &str, address: &str) -> Result<()> {
+    /// An admitted attempt signed in: the sender's failures and lock are cleared, as is
+    /// the account's wide count; the address gets its attempt back and becomes one of the
+    /// account's home addresses; a known browser's count is cleared.
+    async fn throttle_succeeded(
+        &self,
+        account: &str,
+        address: &str,
+        device: Option<&str>,
+    ) -> Result<()> {
         let mut tx = B::begin(self, Scope::Global, true).await?;
-        sqlx::query("DELETE FROM auth_throttle WHERE scope = 'account' AND key = $1")
-            .bind(account)
-            .execute(&mut *tx)
-            .await?;
+        let pair = pair_key(account, address);
+        let device = device.map(|d| device_key(account, d)).unwrap_or_default();
+        sqlx::query(
+            "DELETE FROM auth_throttle WHERE (scope = 'account' AND key = $1) \
+             OR (scope = 'pair' AND key = $2) OR (scope = 'device' AND key = $3)",
+        )
+        .bind(account)
+        .bind(&pair)
+        .bind(&device)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO auth_throttle (scope, key, failures, window_start, locked_until, \
+             account) VALUES ('home', $1, 0, 0, 0, $2) ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .bind(&pair)
+        .bind(account)
+        .execute(&mut *tx)
+        .await?;
         sqlx::query(
             "UPDATE auth_throttle SET \
              failures = CASE WHEN failures > 0 THEN failures - 1 ELSE 0 END \
@@ -643,6 +756,76 @@ impl<B: Driver> Accounts for SqlLedger<B> {
 
 #[apply(sql!)]
 impl<B: Driver> SqlLedger<B> {
+    /// Count one failure on the lock row (`scope`, `key`) unless it is locked at `now`:
+    /// its consecutive failures (forgotten after a quiet `forget_from`), or `None` when
+    /// locked (and then nothing is counted on it).
+    async fn count_failure(
+        tx: &mut <B::DB as sqlx::Database>::Connection,
+        scope: &str,
+        key: &str,
+        account: &str,
+        now: f64,
+        forget_from: f64,
+    ) -> Result<Option<i64>> {
+        sqlx::query(
+            "INSERT INTO auth_throttle (scope, key, failures, window_start, locked_until, \
+             account) VALUES ($1, $2, 0, $3, 0, $4) ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(now)
+        .bind(account)
+        .execute(&mut *tx)
+        .await?;
+        // `window_start` of a lock row: its last admitted attempt.
+        Ok(sqlx::query_scalar(
+            "UPDATE auth_throttle SET \
+             failures = CASE WHEN window_start > $4 THEN failures + 1 ELSE 1 END, \
+             window_start = $3 \
+             WHERE scope = $1 AND key = $2 AND locked_until <= $3 \
+             RETURNING failures",
+        )
+        .bind(scope)
+        .bind(key)
+        .bind(now)
+        .bind(forget_from)
+        .fetch_optional(&mut *tx)
+        .await?)
+    }
+
+    async fn locked_until(
+        tx: &mut <B::DB as sqlx::Database>::Connection,
+        scope: &str,
+        key: &str,
+    ) -> Result<f64> {
+        Ok(sqlx::query_scalar(
+            "SELECT locked_until FROM auth_throttle WHERE scope = $1 AND key = $2",
+        )
+        .bind(scope)
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await?)
+    }
+
+    /// Lock the row for `secs` from `now` (nothing for 0).
+    async fn lock(
+        tx: &mut <B::DB as sqlx::Database>::Connection,
+        scope: &str,
+        key: &str,
+        now: f64,
+        secs: f64,
+    ) -> Result<()> {
+        if secs > 0.0 {
+            sqlx::query("UPDATE auth_throttle SET locked_until = $3 WHERE scope = $1 AND key = $2")
+                .bind(scope)
+                .bind(key)
+                .bind(now + secs)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// An enabled member's role in `tenant` and their generation; `None` for anyone else.
     async fn standing(
         tx: &mut <B::DB as sqlx::Database>::Connection,

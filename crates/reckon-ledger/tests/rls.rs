@@ -563,18 +563,19 @@ async fn sqlite_and_postgres_agree_on_accounts() {
         let now = time::now();
         let policy = reckon_ledger::ThrottlePolicy {
             account_free: 3,
+            account_wide_free: 50,
             lock_secs: 60.0,
             max_lock_secs: 3600.0,
             forget_after_secs: 900.0,
             address_limit: 100,
             address_window_secs: 60.0,
         };
-        let admit = || l.throttle_admit("alice@acme.test", "192.0.2.1", now, &policy);
+        let admit = || l.throttle_admit("alice@acme.test", "192.0.2.1", None, now, &policy);
         for _ in 0..3 {
             assert_eq!(admit().await.unwrap(), Admission::Admitted);
         }
         assert_eq!(admit().await.unwrap(), Admission::AccountLocked(now + 60.0));
-        l.throttle_succeeded("alice@acme.test", "192.0.2.1")
+        l.throttle_succeeded("alice@acme.test", "192.0.2.1", None)
             .await
             .unwrap();
         assert_eq!(admit().await.unwrap(), Admission::Admitted);

@@ -510,16 +510,9 @@ pub(crate) fn status_fault(r: &GetResponse) -> Option<Fault> {
         500..=599 => FaultKind::ServerError,
         _ => FaultKind::Unsupported,
     };
-    // The provider's own error message helps the person who must fix a key or a setting;
-    // it never contains our secret.
-    let message = serde_json::from_slice::<serde_json::Value>(&r.body)
-        .ok()
-        .and_then(|v| {
-            v.pointer("/error/message")
-                .and_then(|m| m.as_str())
-                .map(str::to_owned)
-        })
-        .unwrap_or_default();
+    // The provider's own error type, code and message help the person who must fix a key
+    // or a setting; nothing else of the body is kept, and the caller redacts what is.
+    let message = crate::redact::error_excerpt(&r.body);
     let mut f = Fault::new(
         kind,
         format!("HTTP {} {}", r.status, message).trim().to_owned(),

@@ -74,6 +74,43 @@ const MYSQL_SSL_MODES: [&str; 5] = [
     "verify_identity",
 ];
 
+/// How well a network source's connection is protected, weakest first: the order an edit
+/// may not go down without the password given again (reckon would otherwise send the
+/// stored password over a weaker connection than the one it was given for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Transport {
+    /// No TLS (`sslmode=disable`, `ssl-mode=DISABLED`).
+    Plain,
+    /// Plain first, TLS only if the server insists (`allow`).
+    PlainFirst,
+    /// TLS if the server offers it, else plain: what the drivers do when the DSN says
+    /// nothing (`prefer`, `PREFERRED`). Anyone in the path can strip it.
+    Opportunistic,
+    /// TLS required, the server's certificate not checked (`require`, `REQUIRED`).
+    Encrypted,
+    /// TLS with the certificate checked against the roots (`verify-ca`, `VERIFY_CA`).
+    VerifiedCa,
+    /// TLS with the certificate and the host name checked (`verify-full`,
+    /// `VERIFY_IDENTITY`).
+    VerifiedName,
+}
+
+impl Transport {
+    /// One line for the settings page.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Transport::Plain => "no TLS: the password and data travel in clear",
+            Transport::PlainFirst => "plain first, TLS only if the server demands it",
+            Transport::Opportunistic => {
+                "TLS if the server offers it, else plain (anyone on the path can strip it)"
+            }
+            Transport::Encrypted => "TLS, the server's certificate not checked",
+            Transport::VerifiedCa => "TLS, the certificate checked (not the host name)",
+            Transport::VerifiedName => "TLS, the certificate and the host name checked",
+        }
+    }
+}
+
 impl SourceDsn {
     pub fn parse(dialect: Dialect, dsn: &str) -> Result<SourceDsn, DsnError> {
         let err = |m: &str| DsnError(m.to_owned());
@@ -186,7 +223,26 @@ impl SourceDsn {
         }
     }
 
-    /// The DSN without its password, for people and logs.
+    /// The transport of a network source (`None` for a SQLite file): what its `sslmode` /
+    /// `ssl-mode` asks for, or the driver's default (opportunistic TLS) when it says none.
+    pub fn transport(&self) -> Option<Transport> {
+        let SourceDsn::Network { ssl_mode, .. } = self else {
+            return None;
+        };
+        let mode = ssl_mode.as_deref().map(str::to_ascii_lowercase);
+        Some(match mode.as_deref() {
+            Some("disable" | "disabled") => Transport::Plain,
+            Some("allow") => Transport::PlainFirst,
+            Some("require" | "required") => Transport::Encrypted,
+            Some("verify-ca" | "verify_ca") => Transport::VerifiedCa,
+            Some("verify-full" | "verify_identity") => Transport::VerifiedName,
+            // `prefer`, `preferred`, or nothing said: the drivers' default.
+            _ => Transport::Opportunistic,
+        })
+    }
+
+    /// The DSN without its password, for people and logs. Its TLS mode stays, so the
+    /// display shows the transport, and sending it back as an edit keeps it.
     pub fn redacted(&self) -> String {
         match self {
             SourceDsn::Sqlite { path } => format!("sqlite://{}", path.display()),
@@ -196,19 +252,25 @@ impl SourceDsn {
                 port,
                 user,
                 database,
+                ssl_mode,
                 ..
             } => {
-                let scheme = if *dialect == Dialect::Postgres {
-                    "postgres"
+                let (scheme, param) = if *dialect == Dialect::Postgres {
+                    ("postgres", "sslmode")
                 } else {
-                    "mysql"
+                    ("mysql", "ssl-mode")
                 };
                 let host = if host.contains(':') {
                     format!("[{host}]")
                 } else {
                     host.clone()
                 };
-                format!("{scheme}://{user}@{host}:{port}/{database}")
+                // Only values of the allow-list are ever stored here (parse refused others).
+                let query = ssl_mode
+                    .as_deref()
+                    .map(|m| format!("?{param}={m}"))
+                    .unwrap_or_default();
+                format!("{scheme}://{user}@{host}:{port}/{database}{query}")
             }
         }
     }
@@ -262,7 +324,11 @@ mod tests {
             "postgres://shop:s3cr%40t@db.example.com:6432/orders?sslmode=verify-full",
         )
         .unwrap();
-        assert_eq!(d.redacted(), "postgres://shop@db.example.com:6432/orders");
+        assert_eq!(
+            d.redacted(),
+            "postgres://shop@db.example.com:6432/orders?sslmode=verify-full"
+        );
+        assert_eq!(d.transport(), Some(Transport::VerifiedName));
         assert_eq!(d.password(), "s3cr@t");
         assert!(!format!("{d:?}").contains("s3cr"));
     }

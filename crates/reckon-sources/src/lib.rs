@@ -13,7 +13,8 @@ mod own;
 mod scan;
 pub mod write;
 
-pub use dsn::{Dialect, DsnError, SourceDsn, validate_table_name};
+pub use dsn::{Dialect, DsnError, SourceDsn, Transport, validate_table_name};
 pub use egress::{EgressError, EgressPolicy, OwnDatabase, Resolver};
+pub use own::REFUSED as OWN_DATABASE_REFUSED;
 pub use scan::{ScanError, SourceConn};
 pub use write::{Change, RowNow, SourceWriter, WriteError};

@@ -9,7 +9,7 @@
 
 use sqlx::{AssertSqlSafe, Connection, Executor, MySqlConnection, PgConnection, SqliteConnection};
 
-pub(crate) const REFUSED: &str = "the DSN leads to reckon's own database (the connection can see \
+pub const REFUSED: &str = "the DSN leads to reckon's own database (the connection can see \
      reckon's ledger identity), which no source may read";
 
 /// PostgreSQL. The identity is also the comment of the ledger's `reckon_instance` table,

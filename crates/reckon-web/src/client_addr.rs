@@ -12,6 +12,11 @@
 //! Without `trusted_proxies` behind a proxy every client shares the proxy's address: the
 //! per-address limit then counts everyone together, which is why the per-account lock, not
 //! the address limit, is what keeps an account safe (see `web.rs`).
+//!
+//! The throttle counts an IPv6 client by its prefix ([`ClientAddress::throttle_key`],
+//! `/64` unless the operator says otherwise): one subscriber is usually given a whole /64
+//! (or more), and counting each of its 2^64 addresses apart would give it as many
+//! allowances.
 
 use axum::http::HeaderMap;
 use ipnet::IpNet;
@@ -36,11 +41,25 @@ impl ForwardedHeader {
     }
 }
 
+/// The prefix length an IPv6 client is counted by, unless the operator sets another.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 /// The operator's proxies, and the header they set.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ClientAddress {
     trusted: Vec<IpNet>,
     header: ForwardedHeader,
+    ipv6_prefix: u8,
+}
+
+impl Default for ClientAddress {
+    fn default() -> Self {
+        ClientAddress {
+            trusted: Vec::new(),
+            header: ForwardedHeader::default(),
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
 }
 
 impl ClientAddress {
@@ -55,7 +74,34 @@ impl ClientAddress {
                     .map_err(|_| format!("trusted_proxies: {s:?} is not a network or address"))
             })
             .collect::<Result<_, _>>()?;
-        Ok(ClientAddress { trusted, header })
+        Ok(ClientAddress {
+            trusted,
+            header,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        })
+    }
+
+    /// Count IPv6 clients by their first `bits` bits (1 to 128; 128 counts each address).
+    pub fn with_ipv6_prefix(self, bits: u8) -> Result<ClientAddress, String> {
+        if !(1..=128).contains(&bits) {
+            return Err(format!(
+                "throttle_ipv6_prefix must be between 1 and 128, not {bits}"
+            ));
+        }
+        Ok(ClientAddress {
+            ipv6_prefix: bits,
+            ..self
+        })
+    }
+
+    /// What the sign-in throttle counts a client by: an IPv4 address as it is, an IPv6
+    /// address as its prefix (`2001:db8:1:2::/64`), anything else (`unknown`) as it is.
+    pub fn throttle_key(&self, address: &str) -> String {
+        match address.parse::<IpAddr>().map(canonical) {
+            Ok(IpAddr::V6(v6)) => ipnet::Ipv6Net::new(v6, self.ipv6_prefix)
+                .map_or_else(|_| address.to_owned(), |n| n.trunc().to_string()),
+            _ => address.to_owned(),
+        }
     }
 
     fn trusts(&self, ip: IpAddr) -> bool {
@@ -208,5 +254,29 @@ mod tests {
         );
         assert_eq!(c.of(Some(lb), &fwd(&["for=_hidden"])), "10.0.0.5");
         assert!(ClientAddress::new(&["nonsense".into()], ForwardedHeader::Forwarded).is_err());
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_by_their_prefix() {
+        let c = ClientAddress::default();
+        let keys: Vec<String> = [
+            "2001:db8:1:2::1",
+            "2001:db8:1:2:ffff::9",
+            "2001:db8:1:2:0:0:0:abcd",
+        ]
+        .iter()
+        .map(|a| c.throttle_key(a))
+        .collect();
+        assert!(keys.iter().all(|k| k == "2001:db8:1:2::/64"), "{keys:?}");
+        assert_eq!(c.throttle_key("2001:db8:1:3::1"), "2001:db8:1:3::/64");
+        assert_eq!(c.throttle_key("192.0.2.7"), "192.0.2.7");
+        assert_eq!(c.throttle_key("::ffff:192.0.2.7"), "192.0.2.7");
+        assert_eq!(c.throttle_key("unknown"), "unknown");
+        let wide = ClientAddress::default().with_ipv6_prefix(48).unwrap();
+        assert_eq!(wide.throttle_key("2001:db8:1:2::1"), "2001:db8:1::/48");
+        let each = ClientAddress::default().with_ipv6_prefix(128).unwrap();
+        assert_eq!(each.throttle_key("2001:db8::1"), "2001:db8::1/128");
+        assert!(ClientAddress::default().with_ipv6_prefix(0).is_err());
+        assert!(ClientAddress::default().with_ipv6_prefix(129).is_err());
     }
 }

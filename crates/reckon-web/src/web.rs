@@ -3,9 +3,16 @@
 //!
 //! - Passwords: argon2id off the executor (`password.rs`); an unknown email costs the same
 //!   time as a wrong password, and both get the same answer.
-//! - Throttling: failures counted in the ledger per account and per client address (so the
-//!   limits hold across replicas); past a limit, sign-in answers 429 without checking the
-//!   password until the window ends.
+//! - Throttling: failures counted in the ledger (so the limits hold across replicas) per
+//!   sender and account, per client address (IPv6: per prefix, `client_addr.rs`), and per
+//!   account over the addresses it never signed in from; past a limit, sign-in answers 429
+//!   without checking the password. A browser that signed in before carries a device
+//!   cookie (`__Host-reckon_device`) and is counted on its own, so nobody else's failures
+//!   lock the right person out there; a new password or `reckon user unlock` lifts every
+//!   lock of an account. What the failures lock is in `Accounts::throttle_admit`.
+//! - A wrong password for a known email and any password for an unknown one take the same
+//!   steps before the answer (one throttle step, one lookup, one argon2 verification);
+//!   writing a known person's failure into their tenants' audit logs happens after it.
 //! - Sessions: a fresh random id at every sign-in (any session the browser came with is
 //!   ended: no fixation), stored only as SHA-256 in the ledger, sent as
 //!   `__Host-reckon_session` (Secure, HttpOnly, SameSite=Lax, Path=/). Idle timeout and an
@@ -40,15 +47,25 @@ use std::net::SocketAddr;
 use tower_http::csrf::CsrfLayer;
 
 pub const COOKIE_NAME: &str = "__Host-reckon_session";
+/// The browser's device id: set at a sign-in, kept a year, only ever a key to its own
+/// attempt count (it grants nothing: the password is still checked).
+pub const DEVICE_COOKIE: &str = "__Host-reckon_device";
+const DEVICE_MAX_AGE_SECS: u64 = 365 * 24 * 3600;
 /// A session ends after this long without a request...
 pub const IDLE_SECS: f64 = 30.0 * 60.0;
 /// ...and after this long in any case.
 pub const ABSOLUTE_SECS: f64 = 12.0 * 3600.0;
 /// Attempts of one client address counted per window.
 pub const THROTTLE_WINDOW_SECS: f64 = 15.0 * 60.0;
-/// Failed sign-ins of one account (in a row) before it is locked: for a minute, then each
-/// further failure doubles the lock, up to an hour; a success ends it.
+/// Failed sign-ins (in a row) of one sender at one account before that sender is locked
+/// out of it: for a minute, then each further failure doubles the lock, up to an hour; a
+/// success ends it.
 pub const ACCOUNT_LIMIT: i64 = 5;
+/// Failed sign-ins of one account from all the addresses it never signed in from before
+/// those are held too. Above what one address can reach in a day under its own lock
+/// (5, then one an hour at most), so it takes many addresses, and it never holds the
+/// account's home addresses or known browsers.
+pub const ACCOUNT_WIDE_LIMIT: i64 = 50;
 /// Attempts from one client address in a window (many accounts, one attacker). The
 /// address is the peer's, or a trusted proxy's header's (`client_addr.rs`).
 pub const ADDRESS_LIMIT: i64 = 50;
@@ -56,12 +73,16 @@ pub const ADDRESS_LIMIT: i64 = 50;
 /// (`Accounts::throttle_admit`), so concurrent attempts on any replica cannot all pass.
 pub const THROTTLE: ThrottlePolicy = ThrottlePolicy {
     account_free: ACCOUNT_LIMIT,
+    account_wide_free: ACCOUNT_WIDE_LIMIT,
     lock_secs: 60.0,
     max_lock_secs: 3600.0,
     forget_after_secs: 24.0 * 3600.0,
     address_limit: ADDRESS_LIMIT,
     address_window_secs: THROTTLE_WINDOW_SECS,
 };
+/// How long after a failed sign-in's answer its audit-log lines are written: long enough
+/// for the answer to have left, so that writing them does not slow it down.
+pub const FAILURE_RECORD_DELAY: std::time::Duration = std::time::Duration::from_millis(200);
 /// Sign-in forms are small.
 const FORM_LIMIT_BYTES: usize = 16 * 1024;
 
@@ -95,14 +116,31 @@ fn random_token() -> String {
 }
 
 fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    cookie_named(headers, COOKIE_NAME)
+}
+
+fn cookie_named(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE_NAME)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.to_owned())
+}
+
+/// Random ids are 43 characters of base64url; anything else cannot exist.
+fn well_formed_id(id: &str) -> bool {
+    id.len() == 43
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The device id the browser sent, if it is one reckon could have made.
+fn device_id(headers: &HeaderMap) -> Option<String> {
+    cookie_named(headers, DEVICE_COOKIE).filter(|id| well_formed_id(id))
 }
 
 /// The live session of this request, if its cookie names one.
@@ -113,12 +151,7 @@ pub async fn current_session(
     let Some(id) = cookie_value(headers) else {
         return Ok(None);
     };
-    // Session ids are 43 characters of base64url; anything else cannot exist.
-    if id.len() != 43
-        || !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
+    if !well_formed_id(&id) {
         return Ok(None);
     }
     let id_hash = sha256_hex(&id);
@@ -242,7 +275,11 @@ async fn signin_inner(
     let ledger = &state.ledger;
     let now = time::now();
     let address = state.client_address.of(conn.map(|c| c.0.ip()), headers);
+    // What the throttle counts: the address, or its IPv6 prefix.
+    let sender = state.client_address.throttle_key(&address);
     let account = form.email.trim().to_lowercase();
+    let device = device_id(headers);
+    let device_hash = device.as_deref().map(sha256_hex);
     let again = |status, message: &str| {
         page(
             status,
@@ -257,7 +294,7 @@ async fn signin_inner(
     // Admitted and counted as a failure in one step, before the password is looked at; a
     // success gives it back below.
     match ledger
-        .throttle_admit(&account, &address, now, &THROTTLE)
+        .throttle_admit(&account, &sender, device_hash.as_deref(), now, &THROTTLE)
         .await?
     {
         Admission::Admitted => {}
@@ -267,8 +304,8 @@ async fn signin_inner(
             return Ok(again(
                 StatusCode::TOO_MANY_REQUESTS,
                 &format!(
-                    "Too many failed sign-ins for this account. Try again in {minutes} \
-                     minute{}.",
+                    "Too many failed sign-ins for this account from here. Try again in \
+                     {minutes} minute{}, or from a browser you signed in with before.",
                     if minutes == 1.0 { "" } else { "s" }
                 ),
             ));
@@ -304,11 +341,26 @@ async fn signin_inner(
         // Already counted when it was admitted.
         tracing::info!(outcome = "failed", "sign-in");
         // Into the audit log of every tenant the named person belongs to (an unknown email
-        // belongs to none: nobody's log is the place for it).
-        if let Some((user_id, email)) = named_user {
-            for (t, _) in ledger.memberships(user_id).await? {
+        // belongs to none: nobody's log is the place for it). Written after the answer has
+        // left, by the same task for a known and an unknown email (the lookup of an
+        // unknown one finds no tenant): done before the answer, those writes made a known
+        // email's failure slower than an unknown one's, which told who has an account.
+        let (user_id, actor) = named_user.map_or((0, None), |(id, email)| (id, Some(email)));
+        let state = state.clone();
+        let address = address.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(FAILURE_RECORD_DELAY).await;
+            let tenants = match state.ledger.memberships(user_id).await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, "recording a failed sign-in");
+                    return;
+                }
+            };
+            let Some(email) = actor else { return };
+            for (t, _) in tenants {
                 crate::actions::record(
-                    state,
+                    &state,
                     t.id,
                     format!("user:{email}"),
                     "signin_failed",
@@ -317,13 +369,15 @@ async fn signin_inner(
                 )
                 .await;
             }
-        }
+        });
         return Ok(again(
             StatusCode::UNAUTHORIZED,
             "The email, password or one-time code is not right.",
         ));
     };
-    ledger.throttle_succeeded(&account, &address).await?;
+    ledger
+        .throttle_succeeded(&account, &sender, device_hash.as_deref())
+        .await?;
     let memberships = ledger.memberships(creds.user.id).await?;
     let wanted = form
         .tenant
@@ -376,12 +430,26 @@ async fn signin_inner(
         [(only, _)] => format!("/t/{}", crate::dash::fmt::seg(&only.slug)),
         _ => "/app".to_owned(),
     };
+    // This browser is now a known one for the account: its own attempts are counted on
+    // their own from here on. An id it already has is kept (one browser, many accounts).
+    let device = device.unwrap_or_else(random_token);
+    ledger
+        .remember_device(&account, &sha256_hex(&device), now)
+        .await?;
     let mut res = Redirect::to(&home).into_response();
     res.headers_mut().insert(
         SET_COOKIE,
         HeaderValue::from_str(&format!(
             "{COOKIE_NAME}={id}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age={}",
             ABSOLUTE_SECS as u64
+        ))
+        .expect("base64url is a valid header value"),
+    );
+    res.headers_mut().append(
+        SET_COOKIE,
+        HeaderValue::from_str(&format!(
+            "{DEVICE_COOKIE}={device}; Path=/; Secure; HttpOnly; SameSite=Strict; \
+             Max-Age={DEVICE_MAX_AGE_SECS}"
         ))
         .expect("base64url is a valid header value"),
     );

@@ -95,6 +95,14 @@ async fn story(backend: Backend) {
     // A failed and a good sign-in by alice (acme's admin).
     let r = sign_in(&w.app, "alice@acme.test", "wrong password", &[]).await;
     assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    // A failure's line is written after its answer: wait for it (bounded).
+    for _ in 0..300 {
+        let actions = w.ledger.list_actions(w.a.id, None, 50).await.unwrap();
+        if actions.iter().any(|a| a.action == "signin_failed") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let r = sign_in(&w.app, "alice@acme.test", common::PASSWORD, &[]).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
 

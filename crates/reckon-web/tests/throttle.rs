@@ -82,34 +82,40 @@ async fn lock_grows(backend: Backend) {
     let (acct, addr) = ("carol@acme.test", "203.0.113.5");
     let t0 = 2_000_000_000.0;
     for i in 0..ACCOUNT_LIMIT {
-        let a = l.throttle_admit(acct, addr, t0 + i as f64, &THROTTLE).await;
+        let a = l
+            .throttle_admit(acct, addr, None, t0 + i as f64, &THROTTLE)
+            .await;
         assert_eq!(a.unwrap(), Admission::Admitted, "attempt {i}");
     }
     let last = t0 + (ACCOUNT_LIMIT - 1) as f64;
-    let a = l.throttle_admit(acct, addr, last + 1.0, &THROTTLE).await;
+    let a = l
+        .throttle_admit(acct, addr, None, last + 1.0, &THROTTLE)
+        .await;
     assert_eq!(a.unwrap(), Admission::AccountLocked(last + 60.0));
     // Another account from the same address is not locked.
     let a = l
-        .throttle_admit("dave@acme.test", addr, last + 1.0, &THROTTLE)
+        .throttle_admit("dave@acme.test", addr, None, last + 1.0, &THROTTLE)
         .await;
     assert_eq!(a.unwrap(), Admission::Admitted);
     // After the minute: one more attempt, then two minutes, then four.
     let mut at = last + 60.0;
     for lock in [120.0, 240.0, 480.0] {
-        let a = l.throttle_admit(acct, addr, at, &THROTTLE).await;
+        let a = l.throttle_admit(acct, addr, None, at, &THROTTLE).await;
         assert_eq!(a.unwrap(), Admission::Admitted);
-        let a = l.throttle_admit(acct, addr, at + 1.0, &THROTTLE).await;
+        let a = l
+            .throttle_admit(acct, addr, None, at + 1.0, &THROTTLE)
+            .await;
         assert_eq!(a.unwrap(), Admission::AccountLocked(at + lock));
         at += lock;
     }
     assert_eq!(THROTTLE.lock_after(40), 3600.0);
     // A success (after an admitted attempt) ends the lock and the count.
-    let a = l.throttle_admit(acct, addr, at, &THROTTLE).await;
+    let a = l.throttle_admit(acct, addr, None, at, &THROTTLE).await;
     assert_eq!(a.unwrap(), Admission::Admitted);
-    l.throttle_succeeded(acct, addr).await.unwrap();
+    l.throttle_succeeded(acct, addr, None).await.unwrap();
     for i in 0..ACCOUNT_LIMIT {
         let a = l
-            .throttle_admit(acct, addr, at + 1.0 + i as f64, &THROTTLE)
+            .throttle_admit(acct, addr, None, at + 1.0 + i as f64, &THROTTLE)
             .await;
         assert_eq!(
             a.unwrap(),

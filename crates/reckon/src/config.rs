@@ -34,6 +34,10 @@ pub struct Settings {
     /// The header those proxies set: `x-forwarded-for` (default) or `forwarded`.
     #[serde(default = "default_client_header")]
     pub client_address_header: String,
+    /// The sign-in throttle counts an IPv6 client by this many leading bits of its address
+    /// (default 64: a subscriber's usual allocation; 128 counts every address apart).
+    #[serde(default = "default_ipv6_prefix")]
+    pub throttle_ipv6_prefix: u8,
     /// The directory whose per-tenant subdirectories hold SQLite sources: a tenant's
     /// SQLite source must be a file in `{sqlite_source_dir}/{tenant-slug}/` (after
     /// following links), so no tenant can name another's file. Unset: SQLite sources are
@@ -127,6 +131,7 @@ impl std::fmt::Debug for Settings {
             .field("egress_allow", &self.egress_allow)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("client_address_header", &self.client_address_header)
+            .field("throttle_ipv6_prefix", &self.throttle_ipv6_prefix)
             .field("sqlite_source_dir", &self.sqlite_source_dir)
             .field("reconcile", &self.reconcile)
             .field("reconcile_concurrency", &self.reconcile_concurrency)
@@ -155,6 +160,7 @@ impl Default for Settings {
             egress_allow: Vec::new(),
             trusted_proxies: Vec::new(),
             client_address_header: default_client_header(),
+            throttle_ipv6_prefix: default_ipv6_prefix(),
             sqlite_source_dir: None,
             reconcile: true,
             reconcile_concurrency: default_concurrency(),
@@ -238,6 +244,10 @@ fn default_client_header() -> String {
     "x-forwarded-for".into()
 }
 
+fn default_ipv6_prefix() -> u8 {
+    reckon_web::client_addr::DEFAULT_IPV6_PREFIX
+}
+
 impl Settings {
     /// Where the sign-in throttle reads a client's address (`reckon_web::client_addr`).
     pub fn client_address(&self) -> anyhow::Result<reckon_web::client_addr::ClientAddress> {
@@ -245,7 +255,9 @@ impl Settings {
         let header = ForwardedHeader::parse(&self.client_address_header).ok_or_else(|| {
             anyhow::anyhow!("client_address_header must be x-forwarded-for or forwarded")
         })?;
-        ClientAddress::new(&self.trusted_proxies, header).map_err(anyhow::Error::msg)
+        ClientAddress::new(&self.trusted_proxies, header)
+            .and_then(|c| c.with_ipv6_prefix(self.throttle_ipv6_prefix))
+            .map_err(anyhow::Error::msg)
     }
 
     /// The egress policy for tenants' sources: the operator's allow-list and SQLite

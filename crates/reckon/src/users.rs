@@ -43,6 +43,13 @@ pub enum UserCmd {
         #[arg(long)]
         email: String,
     },
+    /// Lift every sign-in lock of an account, whoever's failures set it (a new password
+    /// lifts them too).
+    Unlock {
+        /// The account's email address (as typed at sign-in; it need not exist).
+        #[arg(long)]
+        email: String,
+    },
     /// Let a disabled person sign in again.
     Enable {
         /// The person's email address.
@@ -153,6 +160,10 @@ pub async fn run(
         UserCmd::Disable { email } => {
             account(ledger, &email, AccountChange::Disabled(true)).await?;
             eprintln!("{email} disabled; their sessions and tokens ended");
+        }
+        UserCmd::Unlock { email } => {
+            let n = ledger.unlock_account(&email).await?;
+            eprintln!("sign-in locks of {email} lifted ({n} sender(s) cleared)");
         }
         UserCmd::Enable { email } => {
             account(ledger, &email, AccountChange::Disabled(false)).await?;

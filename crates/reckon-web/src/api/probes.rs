@@ -16,21 +16,16 @@ use reckon_providers::GetClient;
 use secrecy::ExposeSecret;
 use serde_json::json;
 
-/// Probe a scanned source. The message comes from drivers and servers the tenant runs;
-/// whatever of the DSN's secret it might quote is cut out before anyone sees it.
+/// Probe a scanned source. A failure is one of the probe's fixed sentences
+/// (`reckon_engine::probe::source_failure`), which quote nothing, so nothing is cut out of
+/// them: a cut would tell where the stored password matched.
 pub(crate) async fn probe_source(st: &AppState, tenant: &Tenant, source: &Source) -> ProbeReport {
-    let mut report = test_source(st.ledger.as_ref(), tenant, source, &st.egress).await;
-    if !report.ok {
-        let secrets = match st.ledger.source_dsn(tenant.id, source).await {
-            Ok(dsn) => super::sources::dsn_secrets(Some(dsn.expose_secret())),
-            Err(_) => Vec::new(),
-        };
-        report.message = super::sources::scrub(report.message, &secrets);
-    }
-    report
+    test_source(st.ledger.as_ref(), tenant, source, &st.egress).await
 }
 
-/// Probe a provider with its stored key; the key is cut out of any message that quotes it.
+/// Probe a provider with its stored key; the key, in any of its encodings, is cut out of
+/// any message that quotes it (a provider's key is long and random: no guess put in a
+/// setting can match it).
 pub(crate) async fn probe_provider(
     st: &AppState,
     tenant: &Tenant,
@@ -49,7 +44,7 @@ pub(crate) async fn probe_provider(
     if !report.ok
         && let Ok(Some(key)) = st.ledger.provider_secret(tenant.id, provider).await
     {
-        report.message = super::sources::scrub(report.message, &[key.expose_secret().to_owned()]);
+        report.message = reckon_domain::Redactor::new([key.expose_secret()]).text(&report.message);
     }
     report
 }

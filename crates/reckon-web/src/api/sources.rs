@@ -52,7 +52,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Source>), ApiError> {
     // The refusals never quote a DSN beyond its host (fixed sentences, see
     // `reckon_sources::dsn`), so they are answered as they are: cutting a secret out of
-    // them would tell the caller where it matched (see `scrub`).
+    // them would tell the caller where it matched.
     let source = commands::add_source(&crate::actions::api_ctx(&state, &auth), input).await?;
     Ok((StatusCode::CREATED, Json(source)))
 }
@@ -84,47 +84,4 @@ pub async fn edit(
     let source =
         commands::edit_source(&crate::actions::api_ctx(&state, &auth), &name, edit).await?;
     Ok(Json(source))
-}
-
-/// What of a DSN must never appear in a probe's answer, which comes from drivers and the
-/// tenant's server: the whole DSN and its password, raw and decoded.
-pub(crate) fn dsn_secrets(dsn: Option<&str>) -> Vec<String> {
-    let Some(dsn) = dsn else { return Vec::new() };
-    let mut secrets = vec![dsn.to_owned()];
-    if let Some(password) = url::Url::parse(dsn)
-        .ok()
-        .and_then(|u| u.password().map(str::to_owned))
-    {
-        let decoded = percent_encoding::percent_decode_str(&password)
-            .decode_utf8_lossy()
-            .into_owned();
-        secrets.push(password);
-        secrets.push(decoded);
-    }
-    secrets.retain(|s| !s.is_empty());
-    secrets
-}
-
-/// Cut `secrets` out of a message from a driver or a server. Only for text reckon did not
-/// write: a refusal of reckon's own is written never to quote a secret, and is not passed
-/// through here, since where "<redacted>" lands says what the secret is (a one-letter
-/// password turns "policy" into "<redacted>olicy") and whether a guess the caller put in
-/// the message equals it.
-pub(crate) fn scrub(mut message: String, secrets: &[String]) -> String {
-    for secret in secrets {
-        message = message.replace(secret.as_str(), "<redacted>");
-    }
-    message
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_error_sentence_never_carries_the_dsn_password() {
-        let secrets = dsn_secrets(Some("postgres://u:p%40ss@h/db"));
-        let said = scrub("bad p@ss and p%40ss".into(), &secrets);
-        assert_eq!(said, "bad <redacted> and <redacted>");
-    }
 }

@@ -55,6 +55,9 @@ pub struct SettingsSource {
     pub name: String,
     pub kind: &'static str,
     pub dsn: String,
+    /// How the connection is protected (from the sealed DSN itself, so a display stored by
+    /// an older version without its TLS mode does not mislead); empty for files and push.
+    pub transport: String,
     pub table: String,
     pub interval: String,
     pub last_success: Option<When>,
@@ -106,6 +109,25 @@ async fn settings_response(
 ) -> Result<Response, PageError> {
     let t = s.tenant.id;
     let sources = st.ledger.list_sources(t).await?;
+    let mut transports: HashMap<i64, String> = HashMap::new();
+    for x in &sources {
+        let Some(dialect) = x.kind.dialect() else {
+            continue;
+        };
+        let said = match st.ledger.source_dsn(t, x).await {
+            Ok(dsn) => {
+                use secrecy::ExposeSecret;
+                reckon_sources::SourceDsn::parse(dialect, dsn.expose_secret())
+                    .ok()
+                    .and_then(|d| d.transport())
+                    .map_or("unknown (the stored DSN does not parse)", |tr| {
+                        tr.describe()
+                    })
+            }
+            Err(_) => "unknown (the stored DSN does not open)",
+        };
+        transports.insert(x.id, said.to_owned());
+    }
     let providers = st.ledger.list_providers(t).await?;
     let routes = st.ledger.list_routes(t).await?;
     let tokens = st.ledger.list_tokens(t).await?;
@@ -129,6 +151,7 @@ async fn settings_response(
                 kind: x.kind.as_str(),
                 // The stored display form has no password; the DSN itself stays sealed.
                 dsn: x.dsn_display.clone().unwrap_or_default(),
+                transport: transports.remove(&x.id).unwrap_or_default(),
                 table: x.table_name.clone(),
                 interval: age(x.scan_interval_secs as f64),
                 last_success: when_opt_in(x.last_success_at, tz),
