@@ -126,6 +126,61 @@ fn disguises(secret: &str) -> Vec<String> {
     out
 }
 
+/// `text` with JSON `\uXXXX` escapes and HTML `&#NN;` / `&#xNN;` entities of printable
+/// ASCII written as the characters they stand for. A disguised key cut short (an error
+/// excerpt keeps 200 characters, a sixth of that of a key written in escapes) matches no
+/// whole disguise; unescaped, its 20-character pieces do.
+#[expect(
+    clippy::string_slice,
+    reason = "each cut is after an ASCII escape that parsed, or a whole character"
+)]
+fn printable_unescaped(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("\\u") && !text.contains("&#") {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let printable = |n: u32| {
+        (0x20..0x7f)
+            .contains(&n)
+            .then(|| char::from_u32(n))
+            .flatten()
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        let decoded = if let Some(hex) = rest.strip_prefix("\\u").and_then(|r| r.get(..4)) {
+            u32::from_str_radix(hex, 16)
+                .ok()
+                .and_then(printable)
+                .map(|ch| (ch, 6))
+        } else if let Some(entity) = rest.strip_prefix("&#") {
+            let (digits, radix, skip) = match entity.strip_prefix(['x', 'X']) {
+                Some(h) => (h, 16, 3),
+                None => (entity, 10, 2),
+            };
+            let len = digits.find(';').filter(|&n| (1..=6).contains(&n));
+            len.and_then(|n| {
+                u32::from_str_radix(&digits[..n], radix)
+                    .ok()
+                    .and_then(printable)
+                    .map(|ch| (ch, skip + n + 1))
+            })
+        } else {
+            None
+        };
+        match decoded {
+            Some((ch, consumed)) => {
+                out.push(ch);
+                rest = &rest[consumed..];
+            }
+            None => {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 fn token_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | '~' | '+' | '/' | '=')
 }
@@ -176,7 +231,7 @@ impl Redactor {
         if self.whole.iter().any(|w| w == text) {
             return MARK.to_owned();
         }
-        let mut s = self.replace_known(text);
+        let mut s = self.replace_known(&printable_unescaped(text));
         for prefix in SHAPES {
             s = replace_tokens(&s, prefix, false);
         }
@@ -396,6 +451,37 @@ mod tests {
         );
     }
 
+    /// A key written in JSON escapes (or HTML entities) inside an error message, cut short
+    /// by the excerpt's cap: no whole disguise is left to match, and the escaped fragment
+    /// is still caught by its pieces; escapes of other text are left readable.
+    #[test]
+    fn an_escaped_key_cut_short_by_the_excerpt_is_still_caught() {
+        let key = "rk_live_51HxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+        let r = Redactor::new([key]);
+        let escaped: String = key
+            .chars()
+            .map(|c| format!("\\u{:04x}", u32::from(c)))
+            .collect();
+        let body = serde_json::to_vec(&json!({"error": {
+            "type": "invalid_request_error",
+            "message": format!("Invalid API Key provided: {escaped}")
+        }}))
+        .unwrap();
+        let excerpt = error_excerpt(&body);
+        assert!(excerpt.len() < escaped.len(), "the cap cut it: {excerpt}");
+        let out = r.text(&excerpt);
+        assert!(out.contains(MARK), "{out}");
+        let tail: String = key.chars().take(25).skip(5).collect();
+        assert!(!out.contains(&tail), "{out}");
+        let entities: String = key
+            .chars()
+            .take(30)
+            .map(|c| format!("&#{};", u32::from(c)))
+            .collect();
+        assert!(r.text(&format!("echo {entities}")).contains(MARK));
+        assert_eq!(r.text("caf\\u0065 &#x41;"), "cafe A");
+    }
+
     /// The key a provider echoed in the disguises seen in the wild: none survives, and the
     /// text around it does.
     #[test]
@@ -407,7 +493,7 @@ mod tests {
         let pct_all: String = b.iter().map(|x| format!("%{x:02X}")).collect();
         let json_u: String = key
             .chars()
-            .map(|c| format!("\\u{:04x}", c as u32))
+            .map(|c| format!("\\u{:04x}", u32::from(c)))
             .collect();
         let html: String = b.iter().map(|x| format!("&#{x};")).collect();
         let component: String = url::form_urlencoded::byte_serialize(b).collect();
