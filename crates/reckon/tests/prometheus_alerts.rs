@@ -605,6 +605,16 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
             "a replay-window alert for an unrouted effect: {a}"
         );
     }
+    // Nor a page: an effect no provider is asked about warns (and ReckonUnroutedEffects
+    // says why), it never wakes anyone.
+    assert!(
+        !firing.iter().any(
+            |a| a["labels"]["alertname"] == "ReckonOldestUnresolvedTooOldPage"
+                && a["labels"]["operation"] == "send_receipt"
+        ),
+        "a page for an unrouted receipt: {}",
+        summary(&firing)
+    );
     assert!(
         !firing
             .iter()
