@@ -137,6 +137,10 @@ pub fn source_failure(e: &ScanFailure) -> &'static str {
             "Connected, but the table's columns are not what the scanner reads: see the \
              source table's expected shape in the README."
         }
+        ScanError::Query(m) if has(m, &["lock timeout", "lock wait timeout"]) => {
+            "Connected, but the table is locked: the scanner's query gave up waiting for \
+             another session's lock (the source's lock timeout is 5 s)."
+        }
         ScanError::Query(_) => "Connected, but the scanner's query on the table failed.",
     }
 }
