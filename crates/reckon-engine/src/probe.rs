@@ -93,6 +93,18 @@ pub fn source_failure(e: &ScanFailure) -> &'static str {
         ScanError::Invalid(m) if m == reckon_sources::OWN_DATABASE_REFUSED => {
             "Refused: the DSN leads to reckon's own database, which no source may read."
         }
+        ScanError::Invalid(m) | ScanError::Connect(m)
+            if has(
+                m,
+                &[
+                    "sqlite source file does not exist",
+                    "sqlite source directory",
+                ],
+            ) =>
+        {
+            "The SQLite file the DSN names does not exist (yet) in the tenant's SQLite source \
+             directory (RECKON_SQLITE_SOURCE_DIR)."
+        }
         ScanError::Invalid(m) if has(m, &["egress policy"]) => {
             "Refused by the egress policy: the source's address is not one the operator \
              allows sources to have."

@@ -100,7 +100,9 @@ impl ClientAddress {
         match address.parse::<IpAddr>().map(canonical) {
             Ok(IpAddr::V6(v6)) => ipnet::Ipv6Net::new(v6, self.ipv6_prefix)
                 .map_or_else(|_| address.to_owned(), |n| n.trunc().to_string()),
-            _ => address.to_owned(),
+            // An IPv4 client (an IPv4-mapped IPv6 address is one) counts as itself.
+            Ok(IpAddr::V4(v4)) => v4.to_string(),
+            Err(_) => address.to_owned(),
         }
     }
 

@@ -1897,7 +1897,14 @@ async fn an_admin_tests_a_source_asks_for_a_scan_and_turns_write_back_on_and_off
     );
     assert_eq!(std::fs::read(&store).unwrap(), before, "a probe wrote");
     // A file without the table and a file that is not there: said, and not a failed scan.
-    for (name, expect) in [("empty", "justonce_keys"), ("gone", "does not exist")] {
+    // Fixed sentences: the probe never echoes the table's name or the path it was given.
+    for (name, expect) in [
+        (
+            "empty",
+            "the table, or a column the scanner needs, was not found",
+        ),
+        ("gone", "does not exist"),
+    ] {
         let r = post_to(
             &app,
             &cookie,
