@@ -122,6 +122,8 @@ struct Tally {
     effects: u64,
     converged: u64,
     requests: u64,
+    /// Requests once the faults stopped (the lookups that reach the final verdicts).
+    requests_healthy: u64,
     non_get: u64,
     verdicts: u64,
     /// Effects of routes with neither events nor a calibration (with search beside it)
@@ -243,6 +245,7 @@ async fn world(seed: u64, n: usize, page_size: Option<usize>, t: &mut Tally) -> 
     }
     sim.faults_off();
     sim.settle();
+    let healthy_from = sim.requests_so_far();
     if calibrated {
         t.calibrated += 1;
     }
@@ -283,6 +286,7 @@ async fn world(seed: u64, n: usize, page_size: Option<usize>, t: &mut Tally) -> 
         }
     }
     t.requests += sim.log().len() as u64;
+    t.requests_healthy += (sim.log().len() - healthy_from) as u64;
     for l in sim.log() {
         *t.by_kind.entry(kind_of(&l.target)).or_default() += 1;
     }
@@ -463,7 +467,7 @@ async fn main() -> anyhow::Result<()> {
          final verdicts: {} (goal 0); converged: {} of {} witnessed ({:.1} %, goal 100 %); \
          left provisional on routes with no witness: {} ({:.1} % of all effects), on routes \
          measured uncalibrated: {} ({:.1} %); calibrated worlds: {}, {} of their {} effects \
-         converged; {:.2} requests per final verdict; {:.1} s",
+         converged; {:.2} requests per final verdict ({:.2} once the faults stopped); {:.1} s",
         t.worlds,
         t.effects,
         t.mismatched,
@@ -483,6 +487,7 @@ async fn main() -> anyhow::Result<()> {
         t.calibrated_converged,
         t.calibrated_effects,
         t.requests as f64 / (t.final_under_faults + t.verdicts).max(1) as f64,
+        t.requests_healthy as f64 / t.verdicts.max(1) as f64,
         started.elapsed().as_secs_f64()
     );
     println!(
