@@ -42,10 +42,7 @@ async fn fails_in_seconds(l: &TestLedger, name: &str, says: &str) {
     assert!(!report.ok, "{report:?}");
     // The connection test answers in a fixed sentence (never the server's own text, which
     // may carry what the admin configured); it names the lock.
-    assert!(
-        report.message.contains("the table is locked"),
-        "{report:?}"
-    );
+    assert!(report.message.contains("the table is locked"), "{report:?}");
     assert!(report.millis < 15_000, "{report:?}");
 }
 
