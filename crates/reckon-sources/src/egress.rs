@@ -622,8 +622,9 @@ fn outside(dir: &Path) -> EgressError {
     EgressError(format!(
         "this tenant's SQLite sources must be files inside {}/ (after following links); \
          other directories, including other tenants', are not allowed: the operator puts or \
-         mounts the file there (the directory above it is RECKON_SQLITE_SOURCE_DIR, \
-         sqlite_source_dir in reckon.toml)",
+         mounts the file there, making the directory if needed (mkdir -p {}); the directory \
+         above it is RECKON_SQLITE_SOURCE_DIR (sqlite_source_dir in reckon.toml)",
+        dir.display(),
         dir.display()
     ))
 }

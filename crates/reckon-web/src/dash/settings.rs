@@ -766,7 +766,9 @@ async fn checked(
     let checks =
         reckon_engine::connect::check_source(&*st.ledger, &s.tenant, &source, &st.egress, now)
             .await?;
-    let status = if checks.iter().all(|c| c.ok) {
+    // A source just added was added, whatever its checks say; a "Check" that finds
+    // something to fix answers 422 like the connection test.
+    let status = if message.is_some() || checks.iter().all(|c| c.ok) {
         StatusCode::OK
     } else {
         StatusCode::UNPROCESSABLE_ENTITY
