@@ -8,7 +8,10 @@
 //!   provider on loopback: its duplicate and its orphan) and its CSV fetched with the
 //!   browser's session, another tenant's page is 404, a viewer sees no record; and the
 //!   browser's console holds no CSP violation at the end;
-//! - with JavaScript off: the same pages, filters and the resolution work as plain forms.
+//! - with JavaScript off: the same pages, filters and the resolution work as plain forms;
+//! - the connect flow: a store the real justonce library wrote, added from the settings
+//!   page, checked, scanned, routed, and its unknowns with verdicts (the time it took is
+//!   printed).
 //!
 //! Needs `chromium` and `chromedriver` on PATH (`.ci/run` installs them): a machine without
 //! them fails here with that message rather than skipping. `RECKON_SCREENSHOTS=dir` saves a
@@ -949,6 +952,25 @@ async fn click(c: &Client, css: &str) {
         .unwrap();
 }
 
+/// Click a form's submit button and wait for the page it answers with: the old page's
+/// root goes stale once the new one is loaded, so nothing is read from the old one.
+async fn submit(c: &Client, css: &str) {
+    let old = c.find(Locator::Css("html")).await.unwrap();
+    click(c, css).await;
+    for _ in 0..200 {
+        if old.tag_name().await.is_err() {
+            c.wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css("main"))
+                .await
+                .expect("the answer page");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{css}: no new page within 10 s");
+}
+
 /// The connect flow in a real browser, as `reckon serve` runs it (its scan scheduler and
 /// reconciler run in this process): an admin adds a SQLite store the real justonce library
 /// wrote, is told it was added and what is still missing with the click that fixes each
@@ -1041,7 +1063,7 @@ async fn the_connect_flow_takes_a_justonce_store_to_verdicts_in_a_real_browser()
         .await
         .unwrap();
     fill(&c, "#source-form input[name=dsn]", store.to_str().unwrap()).await;
-    click(&c, "#source-form button[type=submit]").await;
+    submit(&c, "#source-form button[type=submit]").await;
     let added = text_of(&c, "#settings-message").await;
     assert!(added.contains("Source shop added"), "{added}");
     let checks = text_of(&c, "#source-checks").await;
@@ -1054,10 +1076,10 @@ async fn the_connect_flow_takes_a_justonce_store_to_verdicts_in_a_real_browser()
     shot(&c, "connect-added").await;
 
     // Scan now, then Check until the scan is in: the unknowns, and the unrouted operation.
-    click(&c, "button[aria-label='Scan shop now']").await;
+    submit(&c, "button[aria-label='Scan shop now']").await;
     let mut checks = String::new();
     for _ in 0..60 {
-        click(&c, "button[aria-label='Check shop']").await;
+        submit(&c, "button[aria-label='Check shop']").await;
         checks = text_of(&c, "#source-checks").await;
         if checks.contains("ok scanned") {
             break;
@@ -1102,7 +1124,7 @@ async fn the_connect_flow_takes_a_justonce_store_to_verdicts_in_a_real_browser()
         &format!(r#"{{"base_url": "{provider_url}"}}"#),
     )
     .await;
-    click(&c, "#provider-form button[type=submit]").await;
+    submit(&c, "#provider-form button[type=submit]").await;
     c.wait()
         .at_most(Duration::from_secs(10))
         .for_element(Locator::Css("#route-form"))
@@ -1115,8 +1137,8 @@ async fn the_connect_flow_takes_a_justonce_store_to_verdicts_in_a_real_browser()
         .select_by_value("pay")
         .await
         .unwrap();
-    click(&c, "#route-form button[type=submit]").await;
-    click(&c, "button[aria-label='Check shop']").await;
+    submit(&c, "#route-form button[type=submit]").await;
+    submit(&c, "button[aria-label='Check shop']").await;
     let checks = text_of(&c, "#source-checks").await;
     assert!(
         checks.contains("ok routes") && checks.contains("charge → pay"),
