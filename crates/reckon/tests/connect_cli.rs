@@ -116,8 +116,8 @@ fn source_add_refusals_name_the_setting_that_would_allow_them() {
     assert!(!said(&out).contains("canarypw"), "{}", said(&out));
 }
 
-#[test]
-fn unrouted_unknowns_are_said_with_their_fix_and_reconcile_counts_them_open() {
+#[tokio::test(flavor = "multi_thread")]
+async fn unrouted_unknowns_are_said_with_their_fix_and_reconcile_counts_them_open() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let store = d.join("sources").join("acme").join("shop.db");
@@ -189,4 +189,52 @@ fn unrouted_unknowns_are_said_with_their_fix_and_reconcile_counts_them_open() {
     );
     assert!(!reconciled.contains("0 still unresolved"), "{reconciled}");
     assert!(reconciled.contains(fix), "{reconciled}");
+
+    // The fix as printed: a provider and the route. The charges the reconciler just put
+    // off for want of a route are looked up at the next `reconcile`, not ten minutes on.
+    let provider = reckon_providers::demo::DemoState::new();
+    let (url, _server) = reckon_providers::demo::serve_loopback(provider)
+        .await
+        .unwrap();
+    let loopback = |args: &[&str]| {
+        reckon(d)
+            .env("RECKON_SQLITE_SOURCE_DIR", d.join("sources"))
+            .env("RECKON_EGRESS_ALLOW", r#"["127.0.0.1/32"]"#)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(loopback(&[
+        "provider",
+        "add",
+        "--tenant",
+        "acme",
+        "--name",
+        "pay",
+        "--kind",
+        "demo",
+        "--settings",
+        &format!(r#"{{"base_url": "{url}"}}"#),
+    ]));
+    ok(loopback(&[
+        "route",
+        "set",
+        "--tenant",
+        "acme",
+        "--source",
+        "shop",
+        "--operation",
+        "charge",
+        "--provider",
+        "pay",
+    ]));
+    let reconciled = ok(loopback(&["reconcile", "--tenant", "acme"]));
+    assert!(
+        reconciled.contains("2 due now: 2 asked a provider"),
+        "{reconciled}"
+    );
+    assert!(
+        !reconciled.contains("not looked up (no provider routed)"),
+        "{reconciled}"
+    );
 }
