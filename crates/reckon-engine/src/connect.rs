@@ -249,14 +249,19 @@ pub async fn check_source(
                 source.name
             );
             let click = "change what the message names, then press Check on the source".to_owned();
-            match open_source(ledger, tenant, source, egress).await {
-                Ok(_) | Err(ScanFailure::Source(ScanError::Query(_))) => {
+            let again = tokio::time::timeout(
+                probe::PROBE_TIMEOUT,
+                open_source(ledger, tenant, source, egress),
+            )
+            .await;
+            match again {
+                Ok(Ok(_) | Err(ScanFailure::Source(ScanError::Query(_)))) => {
                     checks.push(Check::ok("connection", "connected read-only".into()));
                     checks.push(Check::fail("table", report.message, edit, click));
                 }
                 // The egress policy's refusal names the operator's setting that would allow
                 // it: said as it is.
-                Err(ScanFailure::Source(ScanError::Invalid(m)))
+                Ok(Err(ScanFailure::Source(ScanError::Invalid(m))))
                     if m.starts_with("refused by the egress policy") =>
                 {
                     let fix = "the operator changes the setting the message names and restarts \
@@ -264,7 +269,9 @@ pub async fn check_source(
                         .to_owned();
                     checks.push(Check::fail("connection", m, fix.clone(), fix));
                 }
-                Err(_) => checks.push(Check::fail("connection", report.message, edit, click)),
+                Ok(Err(_)) | Err(_) => {
+                    checks.push(Check::fail("connection", report.message, edit, click));
+                }
             }
             return Ok(checks);
         }
@@ -395,5 +402,88 @@ async fn count_rows(
                 probe::PROBE_TIMEOUT.as_secs()
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(source: &str, operation: &str, provider: Option<i64>) -> Route {
+        Route {
+            id: 0,
+            source: source.into(),
+            operation: operation.into(),
+            provider: provider.map(|p| format!("p{p}")),
+            provider_id: provider,
+            source_id: 0,
+        }
+    }
+
+    fn backlog(source: &str, operation: Option<&str>, open: i64) -> OperationBacklog {
+        OperationBacklog {
+            source: source.into(),
+            operation: operation.map(str::to_owned),
+            open,
+            unknown: open,
+            needs_attention: 0,
+            provisional: 0,
+            looked_up: 0,
+        }
+    }
+
+    /// Every open effect is counted once, under why it is open; nothing open is the only
+    /// all-clear.
+    #[test]
+    fn what_is_still_open_is_counted_by_why() {
+        let routes = [
+            route("shop", "refund", None),
+            route("shop", "charge", Some(1)),
+            route("app", "*", Some(1)),
+        ];
+        let mut charge = backlog("shop", Some("charge"), 6);
+        charge.needs_attention = 2;
+        charge.provisional = 1;
+        let b = [
+            charge,
+            backlog("shop", Some("refund"), 3),
+            backlog("shop", Some("email"), 4),
+            backlog("shop", None, 1),
+            backlog("app", None, 5),
+        ];
+        let o = Open::of(&b, &routes);
+        assert_eq!(
+            o,
+            Open {
+                unrouted: 5,
+                routed_to_none: 3,
+                needs_a_person: 2,
+                provisional: 1,
+                waiting: 8,
+            }
+        );
+        assert_eq!(
+            o.sentence(),
+            "19 still open: 5 not looked up (no provider routed), 3 need a person (routed to \
+             no provider), 2 need a person (parked by the reconciler), 1 provisional \
+             (re-checked within minutes), 8 waiting for a re-check"
+        );
+        assert_eq!(Open::of(&[], &routes).sentence(), "nothing is still open");
+        let gaps = unrouted(&b, &routes);
+        assert_eq!(gaps.len(), 2);
+        assert_eq!(
+            gaps[1].sentence("acme", None),
+            "no provider routed for keys with no operation part in source shop: its 1 open \
+             effect(s) are not looked up; run `reckon route set --tenant acme --source shop \
+             --operation '*' --provider PROVIDER`"
+        );
+    }
+
+    #[test]
+    fn command_arguments_are_quoted_as_a_shell_reads_them() {
+        assert_eq!(shell_word("charge"), "charge");
+        assert_eq!(shell_word("*"), "'*'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
     }
 }
