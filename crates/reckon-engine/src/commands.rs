@@ -275,6 +275,18 @@ pub async fn set_route(
         .ledger
         .set_route(c.tenant.id, source, operation, provider)
         .await?;
+    if route.provider_id.is_some() {
+        // Effects put off for want of a route are looked up at the reconciler's next
+        // pass, not after the "no provider" re-check.
+        c.ledger
+            .due_unrouted(
+                c.tenant.id,
+                &route.source,
+                &route.operation,
+                reckon_domain::time::now(),
+            )
+            .await?;
+    }
     c.log(
         "route.set",
         &format!("{}/{}", route.source, route.operation),

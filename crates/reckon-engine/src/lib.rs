@@ -4,6 +4,7 @@
 pub mod answer;
 pub mod audit;
 pub mod commands;
+pub mod connect;
 pub mod limit;
 pub mod probe;
 pub mod provider_client;

@@ -64,6 +64,26 @@ pub struct KindSummary {
     pub replay_closing: i64,
 }
 
+/// The open effects of one operation of one source, and where their lookups stand: what
+/// the connect checks, the queue and `reckon reconcile` count to say what is still open
+/// and why (an operation no provider is routed for is never looked up).
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct OperationBacklog {
+    pub source: String,
+    /// The key's operation part; `None` for a key justonce's format does not split.
+    pub operation: Option<String>,
+    /// Unresolved now: unknown, or an abandoned claim.
+    pub open: i64,
+    /// Of those, `unknown` (the rest are abandoned claims).
+    pub unknown: i64,
+    /// Parked by the reconciler until a person looks.
+    pub needs_attention: i64,
+    /// Whose last answer is not final yet (a provisional `applied`, a payment still moving).
+    pub provisional: i64,
+    /// Asked a provider at least once.
+    pub looked_up: i64,
+}
+
 /// One hour of the chart: how many effects were unresolved and since when the oldest.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct Snapshot {
@@ -180,6 +200,24 @@ pub(crate) fn summary_sql() -> String {
     )
 }
 
+/// `$1` tenant, `$2` now. The queue's rows (same predicates and joins), grouped by source and
+/// operation: O(unresolved effects), like the queue.
+pub(crate) fn backlog_sql() -> String {
+    let n = |c: &str| format!("CAST(SUM(CASE WHEN {c} THEN 1 ELSE 0 END) AS BIGINT)");
+    format!(
+        "SELECT s.name AS source, e.operation AS operation, CAST(COUNT(*) AS BIGINT) AS open, \
+           {unknown} AS unknown, {attention} AS needs_attention, {provisional} AS provisional, \
+           {looked} AS looked_up \
+         FROM effect e JOIN source s ON s.id = e.source_id \
+         LEFT JOIN reconcile_state rs ON rs.effect_id = e.id \
+         WHERE {BACKLOG} AND {OPEN} GROUP BY s.name, e.operation ORDER BY s.name, e.operation",
+        unknown = n("e.state = 'unknown'"),
+        attention = n("COALESCE(rs.needs_attention, FALSE)"),
+        provisional = n("COALESCE(rs.non_final, FALSE)"),
+        looked = n("COALESCE(rs.attempts, 0) > 0"),
+    )
+}
+
 /// `$1` tenant, `$2` first hour. At most 24 * 31 rows.
 pub(crate) const SNAPSHOTS_SQL: &str = "\
 SELECT hour, unresolved, oldest_since, needs_attention FROM unresolved_snapshot \
@@ -271,6 +309,18 @@ impl<B: Driver> Dashboard for SqlLedger<B> {
             .bind(now)
             .bind(replay.open_after)
             .bind(replay.closing_before);
+        crate::rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
+    }
+
+    /// The open effects by source and operation, with where their lookups stand.
+    async fn unresolved_by_operation(
+        &self,
+        tenant: TenantId,
+        now: f64,
+    ) -> Result<Vec<OperationBacklog>> {
+        let stmt = sqlx::query(AssertSqlSafe(backlog_sql()))
+            .bind(tenant.0)
+            .bind(now);
         crate::rows::all(&self.read_all(Scope::Tenant(tenant), stmt).await?)
     }
 

@@ -33,8 +33,8 @@ pub use audit::{
     verify_chain, verify_content, verify_links,
 };
 pub use dashboard::{
-    Dashboard, KindSummary, ProviderHealth, QueueQuery, QueueRow, ReplayClosing, Snapshot, hour_of,
-    snapshot_of,
+    Dashboard, KindSummary, OperationBacklog, ProviderHealth, QueueQuery, QueueRow, ReplayClosing,
+    Snapshot, hour_of, snapshot_of,
 };
 pub use effects::Effects;
 pub use lease::Leases;

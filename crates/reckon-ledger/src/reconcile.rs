@@ -428,6 +428,27 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         Ok(out)
     }
 
+    /// Make the effects of `source` (of `operation`, or every operation for `*`) that were
+    /// put off for want of a provider due now: a route was just set, and they would
+    /// otherwise wait out the "no provider" re-check. Returns how many.
+    async fn due_unrouted(
+        &self,
+        tenant: TenantId,
+        source: &str,
+        operation: &str,
+        now: f64,
+    ) -> Result<u64> {
+        let stmt = sqlx::query(
+            "UPDATE reconcile_state SET next_attempt_at = $1 \
+             WHERE tenant_id = $2 AND provider_id IS NULL AND next_attempt_at > $1 \
+             AND effect_id IN (SELECT e.id FROM effect e JOIN source s ON s.id = e.source_id \
+                               WHERE e.tenant_id = $2 AND s.name = $3 \
+                               AND ($4 = '*' OR e.operation = $4))",
+        );
+        let stmt = stmt.bind(now).bind(tenant.0).bind(source);
+        self.exec(Scope::Tenant(tenant), stmt.bind(operation)).await
+    }
+
     /// Make the indeterminate effects of one provider created in `[from, to]` due now
     /// (clearing "needs attention"); returns how many.
     async fn requeue_indeterminate(

@@ -295,7 +295,11 @@ impl EgressPolicy {
     pub fn sqlite_dir(&self) -> Result<PathBuf, EgressError> {
         let Some(root) = &self.sqlite_root else {
             return Err(EgressError(
-                "SQLite sources are not enabled: the operator sets sqlite_source_dir".into(),
+                "SQLite sources are not enabled: the operator allows them by setting \
+                 RECKON_SQLITE_SOURCE_DIR=/some/dir (or sqlite_source_dir = \"/some/dir\" in \
+                 reckon.toml), restarting reckon, and putting each tenant's files in \
+                 /some/dir/TENANT-SLUG/"
+                    .into(),
             ));
         };
         let Some(slug) = &self.tenant else {
@@ -520,8 +524,16 @@ impl EgressPolicy {
             } else {
                 format!("host {host:?} resolves to {ip}, a {why} address")
             };
+            // The host's own address: allow-listed as such, it passes whatever it carries.
+            let net = match ip {
+                IpAddr::V4(_) => format!("{ip}/32"),
+                IpAddr::V6(_) => format!("{ip}/128"),
+            };
             return Err(EgressError(format!(
-                "{what}, not allowed by the operator's egress policy (egress_allow)"
+                "{what}, not allowed by the operator's egress policy (egress_allow): the \
+                 operator allows it by adding its network to RECKON_EGRESS_ALLOW, e.g. \
+                 RECKON_EGRESS_ALLOW='[\"{net}\"]' (or egress_allow = [\"{net}\"] in \
+                 reckon.toml), and restarting reckon"
             )));
         }
         Ok(())
@@ -575,7 +587,10 @@ impl EgressPolicy {
         }
         let real_dir = dir.canonicalize().map_err(|_| {
             EgressError(format!(
-                "this tenant's SQLite source directory {} does not exist",
+                "this tenant's SQLite source directory {} does not exist: the operator creates \
+                 it (mkdir -p {}) and puts the file there (the directory above it is \
+                 RECKON_SQLITE_SOURCE_DIR)",
+                dir.display(),
                 dir.display()
             ))
         })?;
@@ -606,7 +621,10 @@ impl EgressPolicy {
 fn outside(dir: &Path) -> EgressError {
     EgressError(format!(
         "this tenant's SQLite sources must be files inside {}/ (after following links); \
-         other directories, including other tenants', are not allowed",
+         other directories, including other tenants', are not allowed: the operator puts or \
+         mounts the file there, making the directory if needed (mkdir -p {}); the directory \
+         above it is RECKON_SQLITE_SOURCE_DIR (sqlite_source_dir in reckon.toml)",
+        dir.display(),
         dir.display()
     ))
 }

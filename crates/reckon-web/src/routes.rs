@@ -196,6 +196,11 @@ pub const ROUTES: &[RouteSpec] = &[
     ),
     r(
         "POST",
+        "/t/{tenant}/settings/sources/{name}/check",
+        Session(P::ManageSources),
+    ),
+    r(
+        "POST",
         "/t/{tenant}/settings/providers/{name}/test",
         Session(P::ManageProviders),
     ),

@@ -1035,3 +1035,43 @@ async fn dsns_are_judged_by_the_egress_policy_when_they_are_saved() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(source_names(&w, &w.a).await, ["orders", "shop"]);
 }
+
+/// A source the operator's settings refuse is refused through the API with the setting
+/// that would allow it and how to set it: the egress allow-list for a database at a private
+/// address, the SQLite source directory for a file outside the tenant's own.
+#[tokio::test]
+async fn a_refused_source_names_the_setting_that_would_allow_it() {
+    let w = world().await;
+    let r = post_json(
+        &w.app,
+        "/api/v1/sources",
+        &w.a,
+        &json!({"name": "billing", "kind": "postgres",
+                "dsn": "postgres://ro:canarypw@10.1.2.3:5432/billing"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(
+        r.text
+            .contains(r#"RECKON_EGRESS_ALLOW='[\"10.1.2.3/32\"]'"#)
+            && r.text.contains("egress_allow"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("canarypw"), "{}", r.text);
+    let r = post_json(
+        &w.app,
+        "/api/v1/sources",
+        &w.a,
+        &json!({"name": "shop", "kind": "sqlite", "dsn": "/var/lib/elsewhere/shop.db"}),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.text);
+    assert!(
+        r.text.contains("RECKON_SQLITE_SOURCE_DIR")
+            && r.text
+                .contains(&format!("{}/", w.sqlite_dir.join("acme").display())),
+        "{}",
+        r.text
+    );
+}

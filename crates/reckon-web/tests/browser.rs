@@ -8,7 +8,10 @@
 //!   provider on loopback: its duplicate and its orphan) and its CSV fetched with the
 //!   browser's session, another tenant's page is 404, a viewer sees no record; and the
 //!   browser's console holds no CSP violation at the end;
-//! - with JavaScript off: the same pages, filters and the resolution work as plain forms.
+//! - with JavaScript off: the same pages, filters and the resolution work as plain forms;
+//! - the connect flow: a store the real justonce library wrote, added from the settings
+//!   page, checked, scanned, routed, and its unknowns with verdicts (the time it took is
+//!   printed).
 //!
 //! Needs `chromium` and `chromedriver` on PATH (`.ci/run` installs them): a machine without
 //! them fails here with that message rather than skipping. `RECKON_SCREENSHOTS=dir` saves a
@@ -900,4 +903,280 @@ async fn the_lookup_answers_every_case_in_a_real_browser() {
     assert!(csp.is_empty(), "{csp:?}");
     c.close().await.unwrap();
     w.finish().await;
+}
+
+/// A justonce SQLite store written by the real library, with `keys` left `unknown` by it.
+fn justonce_store(path: &std::path::Path, keys: &[&str]) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(root.join("scripts/test-env.sh"))
+        .output()
+        .expect("scripts/test-env.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let python = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let mut cmd = Command::new(python);
+    cmd.arg(root.join("testdata/justonce_writer.py"))
+        .args(["--backend", "sqlite", "--dsn"])
+        .arg(path)
+        .arg("unknown");
+    for k in keys {
+        cmd.args(["--key", k]);
+    }
+    let out = cmd.output().expect("justonce_writer.py");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Fill a form field by its CSS selector.
+async fn fill(c: &Client, css: &str, text: &str) {
+    let e = c
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    e.clear().await.unwrap();
+    e.send_keys(text).await.unwrap();
+}
+
+async fn click(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+/// Click a form's submit button and wait for the page it answers with: the old page's
+/// root goes stale once the new one is loaded, so nothing is read from the old one.
+async fn submit(c: &Client, css: &str) {
+    let old = c.find(Locator::Css("html")).await.unwrap();
+    click(c, css).await;
+    for _ in 0..200 {
+        if old.tag_name().await.is_err() {
+            c.wait()
+                .at_most(Duration::from_secs(10))
+                .for_element(Locator::Css("main"))
+                .await
+                .expect("the answer page");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{css}: no new page within 10 s");
+}
+
+/// The connect flow in a real browser, as `reckon serve` runs it (its scan scheduler and
+/// reconciler run in this process): an admin adds a SQLite store the real justonce library
+/// wrote, is told it was added and what is still missing with the click that fixes each
+/// (scan, route), sees the queue say "not routed" rather than a countdown, adds a provider
+/// and a route, and the unknowns get verdicts. Prints how long it took from the first
+/// click.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connect_flow_takes_a_justonce_store_to_verdicts_in_a_real_browser() {
+    let _one = ONE_BROWSER.lock().await;
+    let w = World::new(Backend::Sqlite).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("acme").join("shop.db");
+    std::fs::create_dir_all(store.parent().unwrap()).unwrap();
+    let (charged, never) = ("charge:v1:ORD-1", "charge:v1:ORD-2");
+    justonce_store(&store, &[charged, never]);
+    // The provider charged one of the two unknown orders and never saw the other.
+    let provider = DemoState::new();
+    provider.charge(charged, 1999, "eur", reckon_domain::time::now() - 60.0);
+    let (provider_url, _provider) = serve_loopback(provider).await.unwrap();
+
+    // The operator's settings: SQLite stores under `dir/{tenant}/`, loopback reachable.
+    let egress = std::sync::Arc::new(
+        reckon_sources::EgressPolicy::new(&["127.0.0.0/8".to_owned()], Some(dir.path().into()))
+            .unwrap(),
+    );
+    let app = app(AppState {
+        egress: egress.clone(),
+        ..AppState::new(w.ledger.clone())
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap();
+    });
+    // What `reckon serve` runs beside the server: the scan scheduler (a "Scan now" is
+    // picked up at its next look) and the reconciler.
+    let scans = reckon_engine::schedule::ScanScheduler::new(
+        w.ledger.clone(),
+        "browser-test".into(),
+        reckon_web::metrics::Metrics::new(),
+        egress.clone(),
+    );
+    let ctx = reckon_engine::reconcile::ReconcileCtx::new(w.ledger.clone()).with_egress(egress);
+    let (ledger, tenant) = (w.ledger.clone(), w.a.clone());
+    let background = tokio::spawn(async move {
+        loop {
+            let now = reckon_domain::time::now();
+            for (t, s) in ledger.all_scanned_sources().await.unwrap() {
+                if s.scan_due(now) {
+                    scans.scan_claimed(t, s, now).await;
+                }
+            }
+            reckon_engine::reconcile::reconcile_all(&ctx, &tenant)
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+
+    let driver = start_driver().await;
+    let c = browser(&driver, true).await;
+    sign_in(&c, &base, "alice@acme.test").await;
+    let started = std::time::Instant::now();
+
+    // Add the source: the path is typed in plain sight, not masked as a secret.
+    c.goto(&format!("{base}/t/acme/settings")).await.unwrap();
+    click(&c, "details summary").await;
+    let dsn_type = c
+        .find(Locator::Css("#source-form input[name=dsn]"))
+        .await
+        .unwrap()
+        .attr("type")
+        .await
+        .unwrap();
+    assert_eq!(
+        dsn_type.as_deref(),
+        Some("text"),
+        "a SQLite path is not a secret"
+    );
+    fill(&c, "#source-form input[name=name]", "shop").await;
+    c.find(Locator::Css("#source-form select[name=kind]"))
+        .await
+        .unwrap()
+        .select_by_value("sqlite")
+        .await
+        .unwrap();
+    fill(&c, "#source-form input[name=dsn]", store.to_str().unwrap()).await;
+    submit(&c, "#source-form button[type=submit]").await;
+    let added = text_of(&c, "#settings-message").await;
+    assert!(added.contains("Source shop added"), "{added}");
+    let checks = text_of(&c, "#source-checks").await;
+    assert!(checks.contains("ok connection"), "{checks}");
+    assert!(checks.contains("ok table"), "{checks}");
+    assert!(
+        checks.contains("failed scanned") && checks.contains("Scan now"),
+        "{checks}"
+    );
+    shot(&c, "connect-added").await;
+
+    // Scan now, then Check until the scan is in: the unknowns, and the unrouted operation.
+    submit(&c, "button[aria-label='Scan shop now']").await;
+    let mut checks = String::new();
+    for _ in 0..60 {
+        submit(&c, "button[aria-label='Check shop']").await;
+        checks = text_of(&c, "#source-checks").await;
+        if checks.contains("ok scanned") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(checks.contains("2 unknown"), "{checks}");
+    assert!(
+        checks.contains("failed routes")
+            && checks.contains("no provider routed for operation charge of source shop")
+            && checks.contains("Routing"),
+        "{checks}"
+    );
+    shot(&c, "connect-checks").await;
+
+    // The queue says so, and shows "not routed" where a countdown was.
+    c.goto(&format!("{base}/t/acme/queue")).await.unwrap();
+    let banner = text_of(&c, "#unrouted").await;
+    assert!(
+        banner.contains("No provider routed for operation charge of source shop")
+            && banner.contains("reckon route set --tenant acme --source shop --operation charge"),
+        "{banner}"
+    );
+    let row = text_of(&c, &format!("tr[data-key='{never}']")).await;
+    assert!(row.contains("not routed"), "{row}");
+    shot(&c, "connect-queue-unrouted").await;
+
+    // A provider and the route, from the settings page.
+    c.goto(&format!("{base}/t/acme/settings")).await.unwrap();
+    let summaries = c.find_all(Locator::Css("details summary")).await.unwrap();
+    summaries[1].click().await.unwrap();
+    fill(&c, "#provider-form input[name=name]", "pay").await;
+    c.find(Locator::Css("#provider-form select[name=kind]"))
+        .await
+        .unwrap()
+        .select_by_value("demo")
+        .await
+        .unwrap();
+    fill(
+        &c,
+        "#provider-form textarea[name=settings]",
+        &format!(r#"{{"base_url": "{provider_url}"}}"#),
+    )
+    .await;
+    submit(&c, "#provider-form button[type=submit]").await;
+    c.wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(Locator::Css("#route-form"))
+        .await
+        .unwrap();
+    fill(&c, "#route-form input[name=operation]", "charge").await;
+    c.find(Locator::Css("#route-form select[name=provider]"))
+        .await
+        .unwrap()
+        .select_by_value("pay")
+        .await
+        .unwrap();
+    submit(&c, "#route-form button[type=submit]").await;
+    submit(&c, "button[aria-label='Check shop']").await;
+    let checks = text_of(&c, "#source-checks").await;
+    assert!(
+        checks.contains("ok routes") && checks.contains("charge → pay"),
+        "{checks}"
+    );
+
+    // Verdicts: the queue empties (a just-written store's lookups are final once their
+    // window has passed), and the charged order reads as applied.
+    let mut empty = String::new();
+    for _ in 0..120 {
+        c.goto(&format!("{base}/t/acme/queue")).await.unwrap();
+        empty = text_of(&c, "#queue-rows").await;
+        if empty.contains("No unresolved effects") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let took = started.elapsed();
+    assert!(empty.contains("No unresolved effects"), "{empty}");
+    shot(&c, "connect-verdicts").await;
+    c.goto(&format!("{base}/t/acme/effects/shop/{charged}"))
+        .await
+        .unwrap();
+    let page = text_of(&c, "main").await;
+    assert!(page.contains("applied"), "{page}");
+    c.goto(&format!("{base}/t/acme/effects/shop/{never}"))
+        .await
+        .unwrap();
+    let page = text_of(&c, "main").await;
+    assert!(
+        page.contains("not_applied") || page.contains("not applied"),
+        "{page}"
+    );
+    println!(
+        "connect flow in the browser: from the first click to every unknown with a verdict \
+         in {:.1} s",
+        took.as_secs_f64()
+    );
+    background.abort();
+    c.close().await.unwrap();
 }

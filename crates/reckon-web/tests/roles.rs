@@ -104,6 +104,11 @@ const POLICY: &[(&str, &str, Option<Role>)] = {
         ),
         (
             "POST",
+            "/t/{tenant}/settings/sources/{name}/check",
+            Some(Admin),
+        ),
+        (
+            "POST",
             "/t/{tenant}/settings/providers/{name}/test",
             Some(Admin),
         ),

@@ -56,6 +56,30 @@ pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
     })
 }
 
+/// The connect checks of a source, one line each on stdout: `ok` or `FAIL`, what was seen,
+/// and under a failed one the command that fixes it. Whether every check passed.
+pub fn checks(source: &str, checks: &[reckon_engine::connect::Check]) -> bool {
+    println!("checks of source {source}:");
+    for c in checks {
+        println!(
+            "  {:<4} {:<10} {}",
+            if c.ok { "ok" } else { "FAIL" },
+            c.what,
+            c.said
+        );
+        if let Some(fix) = &c.fix {
+            println!("       fix: {fix}");
+        }
+    }
+    let ok = checks.iter().all(|c| c.ok);
+    if ok {
+        println!(
+            "  every check passed: its unknowns are looked up by `reckon serve` or `reckon reconcile`"
+        );
+    }
+    ok
+}
+
 /// Any list as JSON (the items' own serialisation), CSV (neutralised cells) or a table.
 pub fn rows<T: serde::Serialize>(
     list: &[T],

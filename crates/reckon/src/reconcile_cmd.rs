@@ -6,6 +6,7 @@ use crate::output;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use reckon_engine::commands;
+use reckon_engine::connect::{self, Open};
 use reckon_engine::provider_input::ProviderInput;
 use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, reconcile_all, reconcile_one};
 use reckon_ledger::Ledger;
@@ -191,6 +192,7 @@ pub async fn route(
                     r.provider.clone().unwrap_or_else(|| "none".into()),
                 ]
             })?;
+            say_unrouted(ledger, &t).await?;
         }
     }
     Ok(())
@@ -264,11 +266,52 @@ pub async fn reconcile(
         },
     )?;
     let resolved = outcomes.iter().filter(|(_, o)| o.resolved).count();
+    // What is still open is counted from the ledger, not from this run's lookups: effects
+    // never looked up (no route) and effects parked for a person are open too.
+    let now = reckon_domain::time::now();
+    let mut open = Open::default();
+    let mut gaps = Vec::new();
+    for t in &tenants {
+        let backlog = ledger.unresolved_by_operation(t.id, now).await?;
+        let routes = ledger.list_routes(t.id).await?;
+        let o = Open::of(&backlog, &routes);
+        open.unrouted += o.unrouted;
+        open.routed_to_none += o.routed_to_none;
+        open.needs_a_person += o.needs_a_person;
+        open.provisional += o.provisional;
+        open.waiting += o.waiting;
+        let providers = ledger.list_providers(t.id).await?;
+        let first = providers.first().map(|p| p.name.clone());
+        for g in connect::unrouted(&backlog, &routes) {
+            gaps.push(g.sentence(&t.slug, first.as_deref()));
+        }
+    }
+    let asked = outcomes
+        .iter()
+        .filter(|(_, o)| o.provider.is_some())
+        .count();
     eprintln!(
-        "{} looked up, {} resolved, {} still unresolved",
+        "{} due now: {asked} asked a provider, {resolved} resolved; {}",
         outcomes.len(),
-        resolved,
-        outcomes.len() - resolved
+        open.sentence()
     );
+    for g in gaps {
+        eprintln!("{g}");
+    }
+    Ok(())
+}
+
+/// After a listing of sources: each operation with open effects that no provider is routed
+/// for, with the command that routes it (nothing when every one is routed).
+pub async fn say_unrouted(ledger: &dyn Ledger, t: &reckon_ledger::Tenant) -> anyhow::Result<()> {
+    let backlog = ledger
+        .unresolved_by_operation(t.id, reckon_domain::time::now())
+        .await?;
+    let routes = ledger.list_routes(t.id).await?;
+    let providers = ledger.list_providers(t.id).await?;
+    let first = providers.first().map(|p| p.name.as_str());
+    for g in connect::unrouted(&backlog, &routes) {
+        eprintln!("{}", g.sentence(&t.slug, first));
+    }
     Ok(())
 }

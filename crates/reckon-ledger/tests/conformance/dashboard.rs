@@ -848,3 +848,92 @@ pub(crate) async fn story_metrics_provider_health(ledger: Arc<dyn Ledger>) {
     assert_eq!(health(Some(t.id)).await, all[..3]);
     assert_eq!(health(Some(other.id)).await, all[3..]);
 }
+
+/// The open effects by source and operation (what the connect checks and `reckon
+/// reconcile` count), and a route set for effects the reconciler put off for want of one
+/// makes exactly those due again.
+pub(crate) async fn story_backlog_by_operation(ledger: Arc<dyn Ledger>) {
+    use reckon_ledger::{NewProvider, OperationBacklog};
+    let now = time::now();
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let recs = ["charge:v1:A", "charge:v1:B", "refund:v1:R", "legacy-17"]
+        .iter()
+        .map(|k| rec(k, State::Unknown, now - 100.0))
+        .collect();
+    ledger.ingest(t.id, s.id, batch(recs)).await.unwrap();
+    // The reconciler found no route for any of them: put off for ten minutes.
+    for c in ledger.claim_due(t.id, "w", now, 60.0, 10).await.unwrap() {
+        ledger
+            .defer(t.id, c.effect.id, "w", now + 600.0, "no provider: no route")
+            .await
+            .unwrap();
+    }
+    let row = |operation: Option<&str>, open: i64| OperationBacklog {
+        source: "shop".into(),
+        operation: operation.map(str::to_owned),
+        open,
+        unknown: open,
+        needs_attention: 0,
+        provisional: 0,
+        looked_up: 0,
+    };
+    let mut got = ledger.unresolved_by_operation(t.id, now).await.unwrap();
+    got.sort_by(|a, b| a.operation.cmp(&b.operation));
+    assert_eq!(
+        got,
+        vec![row(None, 1), row(Some("charge"), 2), row(Some("refund"), 1)]
+    );
+    let other = ledger.create_tenant("globex").await.unwrap();
+    assert!(
+        ledger
+            .unresolved_by_operation(other.id, now)
+            .await
+            .unwrap()
+            .is_empty(),
+        "another tenant's"
+    );
+    assert!(
+        ledger
+            .claim_due(t.id, "w", now + 1.0, 60.0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "put off"
+    );
+    ledger
+        .add_provider(
+            t.id,
+            NewProvider {
+                name: "pay".into(),
+                kind: "demo".into(),
+                secret: None,
+                settings: serde_json::json!({ "base_url": "http://127.0.0.1:9/" }),
+            },
+        )
+        .await
+        .unwrap();
+    ledger
+        .set_route(t.id, "shop", "charge", Some("pay"))
+        .await
+        .unwrap();
+    let n = ledger
+        .due_unrouted(t.id, "shop", "charge", now + 1.0)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    let mut due: Vec<String> = ledger
+        .claim_due(t.id, "w", now + 2.0, 60.0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.effect.key)
+        .collect();
+    due.sort();
+    assert_eq!(due, ["charge:v1:A", "charge:v1:B"], "the charges only");
+    // `*` reaches every operation of the source, the key with none included.
+    let n = ledger
+        .due_unrouted(t.id, "shop", "*", now + 3.0)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+}

@@ -104,6 +104,7 @@ conformance! {
     the_metrics_snapshot_groups_every_tenants_unresolved_and_a_tenant_sees_its_own => story_metrics_snapshot;
     the_metrics_snapshot_routes_as_the_reconciler_and_counts_replay_windows_of_routed_effects_only => story_metrics_routes;
     the_metrics_snapshot_reads_each_providers_health_from_its_latest_stored_lookup => story_metrics_provider_health;
+    open_effects_are_counted_by_operation_and_a_new_route_makes_the_put_off_ones_due => story_backlog_by_operation;
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_upgrade_retracts_applied_verdicts_of_the_old_rule_and_makes_them_due => story_rc_upgrade_verdicts with raw;
     an_upgrade_retracts_unwitnessed_absence_and_makes_it_due => story_rc_upgrade_absence with raw;

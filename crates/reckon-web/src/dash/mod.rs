@@ -253,6 +253,10 @@ pub fn router() -> Router<AppState> {
             post(settings::test_source),
         )
         .route(
+            "/t/{tenant}/settings/sources/{name}/check",
+            post(settings::check_source),
+        )
+        .route(
             "/t/{tenant}/settings/providers/{name}/test",
             post(settings::test_provider),
         )

@@ -81,11 +81,17 @@ pub struct QueuePage {
     pub requeued: Option<i64>,
     /// For the empty state: when the queue last held something.
     pub cleared: String,
+    /// Each operation with open effects that no provider is routed for: never looked up.
+    pub unrouted: Vec<String>,
+    /// Where routes are set (admins), else empty.
+    pub routing_href: String,
 }
 
 pub struct QueueRowView {
-    /// No provider is routed for it: a person must check.
+    /// No route reaches its operation: it is never looked up until one does.
     pub unrouted: bool,
+    /// Routed to no provider on purpose: a person decides.
+    pub routed_to_none: bool,
     pub href: String,
     pub source: String,
     pub key: String,
@@ -187,6 +193,10 @@ pub async fn queue(
         }
         _ => None,
     };
+    let routes = st.ledger.list_routes(s.tenant.id).await?;
+    let route = |r: &reckon_ledger::QueueRow| {
+        reckon_engine::connect::route_of(&routes, &r.effect.source, r.effect.operation.as_deref())
+    };
     let rows: Vec<QueueRowView> = found
         .iter()
         .map(|r| QueueRowView {
@@ -215,7 +225,8 @@ pub async fn queue(
             } else {
                 when_opt_in(r.next_attempt_at, tz)
             },
-            unrouted: r.provider.is_none() && r.lookups == 0 && r.last_error.is_some(),
+            unrouted: route(r).is_none(),
+            routed_to_none: route(r).is_some_and(|x| x.provider_id.is_none()),
             replay_left: replay_left(&st, r.effect.created_at, now),
             needs_attention: r.needs_attention,
             provider: r.provider.clone(),
@@ -266,7 +277,21 @@ pub async fn queue(
     } else {
         String::new()
     };
+    let providers_now = st.ledger.list_providers(s.tenant.id).await?;
+    let first = providers_now.first().map(|p| p.name.as_str());
+    let backlog = st.ledger.unresolved_by_operation(s.tenant.id, now).await?;
+    let unrouted = reckon_engine::connect::unrouted(&backlog, &routes)
+        .iter()
+        .map(|g| super::fmt::sentence(&g.sentence(&s.tenant.slug, first)))
+        .collect();
+    let can_route = allows(s.role, Permission::ManageSources);
     let page = QueuePage {
+        unrouted,
+        routing_href: if can_route {
+            format!("/t/{}/settings#routing", seg(&s.tenant.slug))
+        } else {
+            String::new()
+        },
         c,
         f,
         sources,

@@ -49,6 +49,8 @@ pub struct SettingsFlash {
     pub provider_name: String,
     pub provider_kind: String,
     pub provider_settings: String,
+    /// The connect checks of a source just added or checked: (source, checks).
+    pub checks: Option<(String, Vec<reckon_engine::connect::Check>)>,
 }
 
 pub struct SettingsSource {
@@ -757,6 +759,52 @@ pub async fn quarantine(
     Ok(super::html(StatusCode::OK, &page, false))
 }
 
+/// "Check": the connect checks of a source, each with the click that fixes a failed one,
+/// shown on the settings page (200 when every check passed, 422 otherwise).
+pub async fn check_source(
+    State(st): State<AppState>,
+    Extension(s): Extension<WebSession>,
+    Path(p): Path<SourcePath>,
+    form: Result<Form<CsrfOnly>, FormRejection>,
+) -> Result<Response, PageError> {
+    if let Err(refusal) = accept(&s, form) {
+        return Ok(refusal);
+    }
+    let source = match st.ledger.source_by_name(s.tenant.id, &p.name).await {
+        Ok(x) => x,
+        Err(LedgerError::NotFound(_)) => return Ok(super::not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    checked(&st, &s, source, None).await
+}
+
+/// The settings page with a source's connect checks (and `message` above them).
+async fn checked(
+    st: &AppState,
+    s: &WebSession,
+    source: reckon_ledger::Source,
+    message: Option<String>,
+) -> Result<Response, PageError> {
+    let now = reckon_domain::time::now();
+    let checks =
+        reckon_engine::connect::check_source(&*st.ledger, &s.tenant, &source, &st.egress, now)
+            .await?;
+    // A source just added was added, whatever its checks say; a "Check" that finds
+    // something to fix answers 422 like the connection test.
+    let status = if message.is_some() || checks.iter().all(|c| c.ok) {
+        StatusCode::OK
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    };
+    st.dash.forget(s.tenant.id);
+    let flash = SettingsFlash {
+        message,
+        checks: Some((source.name, checks)),
+        ..SettingsFlash::default()
+    };
+    settings_response(st, s, status, flash).await
+}
+
 #[derive(Deserialize)]
 pub struct SourceForm {
     #[serde(default)]
@@ -767,6 +815,10 @@ pub struct SourceForm {
     kind: String,
     #[serde(default)]
     dsn: String,
+    /// A PostgreSQL / MySQL password, kept apart from the DSN so the DSN field (a file path
+    /// for SQLite) is not masked; write-only.
+    #[serde(default)]
+    password: String,
     #[serde(default)]
     table: String,
     #[serde(default)]
@@ -787,7 +839,29 @@ pub async fn add_source(
         Err(refusal) => return Ok(refusal),
     };
     let opt = |v: &str| Some(v.trim().to_owned()).filter(|x| !x.is_empty());
-    let dsn = Some(f.dsn.clone()).filter(|x| !x.trim().is_empty());
+    let mut dsn = Some(f.dsn.trim().to_owned()).filter(|x| !x.is_empty());
+    if !f.password.is_empty() {
+        // The password goes into the URL's user part (percent-encoded by `url`); a DSN that
+        // is not a URL with a user has nowhere to put it.
+        let with = dsn
+            .as_deref()
+            .and_then(|d| url::Url::parse(d).ok())
+            .filter(|u| !u.username().is_empty() && !u.cannot_be_a_base())
+            .and_then(|mut u| u.set_password(Some(&f.password)).ok().map(|()| u));
+        match with {
+            Some(u) => dsn = Some(u.to_string()),
+            None => {
+                let flash = SettingsFlash {
+                    error: Some(
+                        "A password goes with a postgres:// or mysql:// DSN that names a user."
+                            .into(),
+                    ),
+                    ..SettingsFlash::default()
+                };
+                return refuse(&st, &s, flash).await;
+            }
+        }
+    }
     let input = reckon_engine::SourceInput {
         name: f.name.trim().to_owned(),
         kind: f.kind.trim().to_owned(),
@@ -805,10 +879,13 @@ pub async fn add_source(
     let ctx = crate::actions::dash_ctx(&st, &s);
     // A refusal of the egress policy at save, as the API's add, says the reason, never the
     // DSN.
-    if let Err(e) = reckon_engine::commands::add_source(&ctx, input).await {
-        return refused(&st, &s, e, error).await;
-    }
-    Ok(back(&st, &s))
+    let source = match reckon_engine::commands::add_source(&ctx, input).await {
+        Ok(x) => x,
+        Err(e) => return refused(&st, &s, e, error).await,
+    };
+    // Added: said so, with the connect checks and the click that fixes each failed one.
+    let message = format!("Source {} added ({}).", source.name, source.kind.as_str());
+    checked(&st, &s, source, Some(message)).await
 }
 
 #[derive(Deserialize)]

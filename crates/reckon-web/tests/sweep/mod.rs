@@ -218,7 +218,9 @@ pub fn request_for(
         ),
         (
             "POST",
-            "/t/{tenant}/settings/sources/{name}/scan" | "/t/{tenant}/settings/sources/{name}/test",
+            "/t/{tenant}/settings/sources/{name}/scan"
+            | "/t/{tenant}/settings/sources/{name}/test"
+            | "/t/{tenant}/settings/sources/{name}/check",
         ) => (
             spec.path
                 .replace("{tenant}", "acme")
