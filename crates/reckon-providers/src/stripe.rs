@@ -353,6 +353,16 @@ impl StripeProvider {
                 }
             }
             step.complete = v["has_more"].as_bool() == Some(false);
+            // A key has a few payments, and one page holds a hundred hits: more pages (or
+            // none said) means this view of the key is partial, and its miss vouches for
+            // nothing. A fault, so that no other witness stands in for it.
+            if !step.complete {
+                step.fault = Some(Fault::new(
+                    FaultKind::Truncated,
+                    "search answered with more hits than one page (or no has_more): the \
+                     key's view is partial",
+                ));
+            }
         } else {
             step.fault = Some(Fault::new(
                 FaultKind::Malformed,

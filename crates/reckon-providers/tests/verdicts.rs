@@ -873,3 +873,39 @@ async fn a_listed_payment_that_can_still_change_is_read_itself() {
         sim.log()
     );
 }
+
+/// One search of two answers `has_more: true` with no hits (a partial view of the key):
+/// the other search's whole miss does not stand in for it, and the verdict is not final.
+/// The PaymentIntent still awaiting its customer's action lives only in the search that
+/// came back partial.
+#[tokio::test]
+async fn a_partial_search_is_no_witness_even_beside_a_whole_one() {
+    let mut e = effect(
+        "charge:v1:ORD-PARTIAL",
+        &[Life::Declined, Life::RequiresAction { succeeds: true }],
+    );
+    for p in &mut e.payments {
+        p.indexed = true;
+    }
+    let cfg = WorldConfig {
+        keys_on_charges: true,
+        index_lag_secs: Some(3600.0),
+        ..WorldConfig::default()
+    };
+    let sim = Sim::start(std::slice::from_ref(&e), cfg).await.unwrap();
+    let p = stripe(
+        &sim,
+        json!({"list_objects": ["charges"], "use_events": false, "use_search": true}),
+    );
+    // The charges list (request 0), the search of charges (1), then of PaymentIntents (2).
+    sim.fault_at(2, Fault::HasMoreWithoutCursor);
+    let c = look(&p, &sim, &e).await;
+    assert!(!c.is_final(), "{c:?}");
+    let targets: Vec<String> = sim.log().iter().map(|l| l.target.clone()).collect();
+    assert!(
+        targets
+            .get(2)
+            .is_some_and(|t| t.starts_with("/v1/payment_intents/search")),
+        "{targets:?}"
+    );
+}
