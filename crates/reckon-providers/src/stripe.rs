@@ -836,11 +836,14 @@ impl StripeProvider {
             if gap.0 > gap.1 {
                 continue;
             }
-            // The last gap of the lists reads ahead, up to the next span already read.
+            // The last gap of the lists reads ahead, up to the next span already read, and
+            // never into the newest visibility lag: a payment created there may not be
+            // listed yet, and a later lookup would trust the span as read.
             if settles && gap.1 == want.1 {
                 let ahead = m.read_ahead_secs(sources.len());
                 let until = m.next_covered_after(gap.1).map_or(i64::MAX, |a| a - 1);
-                gap.1 = (gap.1 + ahead).min(until).min(began).max(gap.1);
+                let visible = began - self.s.visibility_lag_secs.ceil() as i64;
+                gap.1 = (gap.1 + ahead).min(until).min(visible).max(gap.1);
             }
             let found = std::sync::Mutex::new(Vec::new());
             let listed = std::sync::atomic::AtomicU64::new(0);
