@@ -1,4 +1,4 @@
-//! `verdict-soak`: the verdict property of `reckon-providers/tests/world_property.rs` over
+//! `verdict-soak`: the verdict property of `reckon-providers/tests/it/world_property.rs` over
 //! many more random worlds, and the provider budget as the provider counts it.
 //!
 //! Part 1, verdicts: `--worlds` random Stripe-shaped worlds (crates/reckon-sim, seeded, each

@@ -7,6 +7,7 @@
     dead_code,
     reason = "a module shared by several test binaries; not each uses all of it"
 )]
+#[path = "it/common/mod.rs"]
 mod common;
 
 use common::{TestLedger, test_egress};

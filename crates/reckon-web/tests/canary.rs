@@ -8,6 +8,7 @@
 //! columns are ciphertext and a raw dump of every table (SQLite: the database file and its
 //! WAL, byte for byte) contains none. On both ledgers.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use axum::http::{Method, StatusCode};
