@@ -1,4 +1,4 @@
-//! What every crate's tests and benches share: where the test database servers are
+//! What every crate's tests share: where the test database servers are
 //! (`RECKON_TEST_PG_URL`, `RECKON_TEST_MYSQL_URL`, else this machine's defaults) and a fresh,
 //! empty database on one of them. An unreachable server fails the test that needs it, naming
 //! the address and the variable: a test that needs PostgreSQL is never skipped.
