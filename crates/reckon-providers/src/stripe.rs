@@ -830,19 +830,21 @@ impl StripeProvider {
         );
         step.key_indexed = false;
         for gap in m.gaps(want) {
-            // A span is complete up to when its read began: later objects are created now.
+            // A span is complete up to when its read began, less the visibility lag: later
+            // objects are created now, and one created within the lag may not be listed
+            // yet. The mirror remembers the span as read, so a later lookup whose window
+            // ends there (and is past its own lag) would trust a read that could not have
+            // shown its payment.
             let began = crate::now().floor() as i64 - 1;
-            let mut gap = (gap.0, gap.1.min(began));
+            let visible = began - self.s.visibility_lag_secs.ceil() as i64;
+            let mut gap = (gap.0, gap.1.min(visible));
             if gap.0 > gap.1 {
                 continue;
             }
-            // The last gap of the lists reads ahead, up to the next span already read, and
-            // never into the newest visibility lag: a payment created there may not be
-            // listed yet, and a later lookup would trust the span as read.
+            // The last gap of the lists reads ahead, up to the next span already read.
             if settles && gap.1 == want.1 {
                 let ahead = m.read_ahead_secs(sources.len());
                 let until = m.next_covered_after(gap.1).map_or(i64::MAX, |a| a - 1);
-                let visible = began - self.s.visibility_lag_secs.ceil() as i64;
                 gap.1 = (gap.1 + ahead).min(until).min(visible).max(gap.1);
             }
             let found = std::sync::Mutex::new(Vec::new());
@@ -907,9 +909,9 @@ impl StripeProvider {
                 ids,
             );
         }
-        // Complete only when every second of the window was read after it had passed: a
-        // window that reaches into the future is read again once it is past (the
-        // classifier waits for its end and the visibility lag).
+        // Complete only when every second of the window was read once it and the
+        // visibility lag had passed: a window that reaches into the future is read again
+        // once it is past.
         step.complete = m.gaps(want).is_empty();
         // The pages this answer rests on, whichever lookup read them.
         for id in m.request_ids(want) {

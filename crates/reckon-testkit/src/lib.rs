@@ -162,7 +162,10 @@ mod tests {
             with_database("postgres://u@h:5432/postgres?sslmode=disable", "t1"),
             "postgres://u@h:5432/t1?sslmode=disable"
         );
-        assert_eq!(with_database("mysql://root@h:3306", "t2"), "mysql://root@h:3306/t2");
+        assert_eq!(
+            with_database("mysql://root@h:3306", "t2"),
+            "mysql://root@h:3306/t2"
+        );
         assert_eq!(
             with_database("postgres://postgres@127.0.0.1:5432/postgres", "x"),
             "postgres://postgres@127.0.0.1:5432/x"

@@ -2,9 +2,9 @@
 //! (`cargo test -p reckon-engine --test it -- MODULE::`): a binary per file made the suite
 //! spend most of its time linking.
 
-mod common;
 mod audit_day;
 mod audit_localstripe;
+mod common;
 mod echoed_secrets;
 mod own_database;
 mod reconcile_demo;

@@ -909,3 +909,50 @@ async fn a_partial_search_is_no_witness_even_beside_a_whole_one() {
         "{targets:?}"
     );
 }
+
+/// A payment created in the seconds before a run's first read, which the lists do not show
+/// yet (they lag), is not skipped by a later lookup of the same run: the first read is
+/// remembered as covering time only up to its start less the visibility lag.
+#[tokio::test]
+async fn a_read_is_never_trusted_for_the_seconds_the_lists_could_not_show_yet() {
+    let t = now();
+    // A: a call that ends in the future, so its lookup reads the lists up to now.
+    let a = EffectSpec {
+        key: "charge:v1:ORD-LAG-A".into(),
+        created_at: t - 10.0,
+        updated_at: t - 8.0,
+        recorded: Recorded::Nothing,
+        payments: vec![],
+    };
+    // B: paid 1.5 s before A's lookup; its window (max call 14 s, skew 1 s) ends 1 s ago.
+    let b = EffectSpec {
+        key: "charge:v1:ORD-LAG-B".into(),
+        created_at: t - 17.0,
+        updated_at: t - 16.0,
+        recorded: Recorded::Nothing,
+        payments: vec![PaymentSpec {
+            life: Life::Succeeded,
+            amount: 2000,
+            offset: 15.5,
+            indexed: true,
+        }],
+    };
+    let cfg = WorldConfig {
+        list_lag_secs: 3.0,
+        ..WorldConfig::default()
+    };
+    let sim = Sim::start(&[a.clone(), b.clone()], cfg).await.unwrap();
+    sim.settle();
+    // The lists alone: the events channel bounds its reads by the lag on its own.
+    let p = stripe(
+        &sim,
+        json!({"max_call_secs": 14, "skew_secs": 1, "visibility_lag_secs": 3,
+               "use_events": false, "use_search": false}),
+    );
+    never_a_false_final(&p, &sim, std::slice::from_ref(&a)).await;
+    // B's window and the lag are past: the lists show its payment now.
+    let wait = t + 6.0 - now();
+    tokio::time::sleep(Duration::from_secs_f64(wait.max(0.0))).await;
+    let c = never_a_false_final(&p, &sim, std::slice::from_ref(&b)).await;
+    assert_eq!(c[0].outcome, Outcome::Applied, "{:?}", c[0]);
+}

@@ -17,8 +17,8 @@
 //! them fails here with that message rather than skipping. `RECKON_SCREENSHOTS=dir` saves a
 //! screenshot of each page there (the README's are made this way).
 
-use reckon_testkit::answer_cases;
 use crate::common;
+use reckon_testkit::answer_cases;
 
 use axum::Router;
 use axum::http::{Method, StatusCode};

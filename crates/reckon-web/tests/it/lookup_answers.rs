@@ -6,8 +6,8 @@
 //! later contradicts (never "safe to try again" beside the charge), a charge taken for an
 //! effect recorded failed or released, nothing found (with "did you mean"), and provider object ids.
 
-use reckon_testkit::answer_cases;
 use crate::common;
+use reckon_testkit::answer_cases;
 
 use answer_cases::*;
 use axum::http::{Method, StatusCode};

@@ -2,13 +2,12 @@
 //! (`cargo test -p reckon-web --test it -- MODULE::`): a binary per file made the suite
 //! spend most of its time linking.
 
-mod common;
-mod counting;
-mod sweep;
 mod api;
 mod audit_log;
 mod audits;
 mod browser;
+mod common;
+mod counting;
 mod dashboard;
 mod dsn_errors;
 mod edit;
@@ -24,6 +23,7 @@ mod signin;
 mod signin_locks;
 mod signin_same_steps;
 mod source_secrets;
+mod sweep;
 mod throttle;
 mod timeout;
 mod viewer;

@@ -2,7 +2,6 @@
 //! (`cargo test -p reckon --test it -- MODULE::`): a binary per file made the suite
 //! spend most of its time linking.
 
-mod support;
 mod audit_cli;
 mod cli;
 mod connect_cli;
@@ -25,3 +24,4 @@ mod replicas;
 mod replicas_reconcile;
 mod runbooks;
 mod shared_server;
+mod support;

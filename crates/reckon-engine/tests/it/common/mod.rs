@@ -6,8 +6,8 @@
 use reckon_engine::scan::ScanFailure;
 use reckon_engine::{ScanOptions, ScanReport, SourceInput};
 use reckon_ledger::{Keyring, Ledger, Source, Tenant};
-use serde_json::Value;
 use reckon_testkit::{FreshDb, Server};
+use serde_json::Value;
 use sqlx::{AssertSqlSafe, Connection};
 use std::path::PathBuf;
 use std::process::Command;
