@@ -71,6 +71,10 @@ pub struct StripeProvider {
     events: tokio::sync::Mutex<Mirror>,
     /// The route's calibration against the application's known outcomes, when measured.
     calibration: std::sync::Mutex<Option<crate::Calibration>>,
+    /// The application's keys this provider has met: those it was asked about and those of
+    /// the effects recorded as done the calibration was given. An event carrying one shows
+    /// the account's events carry the application's keys.
+    known_keys: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// What one lookup carries from request to request.
@@ -90,6 +94,7 @@ impl StripeProvider {
             client,
             mirror: Default::default(),
             events: Default::default(),
+            known_keys: Default::default(),
             calibration: Default::default(),
         }
     }
@@ -937,6 +942,31 @@ impl StripeProvider {
         !self.mirror.lock().await.keyed.is_empty()
     }
 
+    /// Whether this account's events are seen to carry the application's keys as their
+    /// creating requests' idempotency keys: an event read carried a key that its own
+    /// object or a listed one carries under the metadata field, that reckon was asked
+    /// about, or that an effect recorded as done has. Or no event at all was read: then no
+    /// payment was made in the span, whatever key it would have carried.
+    async fn events_carry_keys(&self) -> bool {
+        let events = self.events.lock().await;
+        if events.listed == 0 {
+            return true;
+        }
+        let lists = self.mirror.lock().await;
+        let known = self
+            .known_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let field = self.s.metadata_field.as_str();
+        events.by_key.iter().any(|(k, objects)| {
+            lists.by_key.contains_key(k)
+                || known.contains(k)
+                || objects
+                    .iter()
+                    .any(|(_, o, _)| o["metadata"][field].as_str() == Some(k.as_str()))
+        })
+    }
+
     /// Whether the keys of this account were seen on PaymentIntents only (so a search of
     /// charges would find nothing a search of PaymentIntents does not).
     async fn keys_on_payment_intents_only(&self) -> bool {
@@ -1018,6 +1048,10 @@ impl crate::Provider for StripeProvider {
     /// are confirmed (a duplicate needs no more), or when the provider refuses for good.
     async fn lookup(&self, q: &LookupQuery) -> LookupReport {
         let s = &self.s;
+        self.known_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(q.key.clone());
         let calibration = self.current_calibration();
         let widen = calibration.as_ref().map_or(0.0, |c| c.widen_secs);
         let (effect_window, window) = self.windows(q, widen);
@@ -1081,8 +1115,12 @@ impl crate::Provider for StripeProvider {
             let need = q.observed_at.map_or(window.1, |o| o.max(window.1));
             let mut st = self.mirrored_events(&q.key, span, need, &mut run).await;
             // Only a span that covers the whole list window (skew included) can stand for it.
-            st.proves_absence =
-                !s.event_types.is_empty() && st.window.is_some_and(|(_, b)| b >= window.1);
+            // And only on an account whose events are seen to carry the application's
+            // keys: one that sends Stripe other idempotency keys (or none) has events that
+            // never carry this one, paid or not.
+            st.proves_absence = !s.event_types.is_empty()
+                && st.window.is_some_and(|(_, b)| b >= window.1)
+                && self.events_carry_keys().await;
             st.key_indexed = st.proves_absence;
             let clean = clean_complete(&st);
             whole |= clean && s.list_objects.is_empty();
@@ -1196,6 +1234,10 @@ impl StripeProvider {
     /// still misses more than the threshold allows is uncalibrated.
     async fn measure(&self, samples: &[LookupQuery]) -> crate::Calibration {
         let s = &self.s;
+        self.known_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(samples.iter().map(|q| q.key.clone()));
         let mut run = Run {
             verified: true,
             stopped: false,

@@ -224,21 +224,24 @@ fn loopback() -> Arc<reckon_sources::EgressPolicy> {
 async fn the_stripe_list_path_against_localstripe_finds_applied_duplicate_and_certifies_no_absence_without_a_witness()
  {
     let ls = start_localstripe().await;
-    let now = time::now();
     let once = charge(&ls.base, 2000, "charge:v1:ORD-1").await;
     charge(&ls.base, 500, "charge:v1:ORD-3").await;
     charge(&ls.base, 500, "charge:v1:ORD-3").await;
     // Someone else's charge in the same window: it must not be matched to anything.
     charge(&ls.base, 700, "charge:v1:ORD-OTHER").await;
+    // The calls ended now: every charge is inside their windows, however long localstripe
+    // took to make them.
+    let now = time::now();
     // Effects made a few seconds ago (their window, 2 s of skew included, and the 1 s
-    // visibility lag set below are past by the lookup).
+    // visibility lag set below are past by the lookup, in the whole seconds lists are
+    // read in).
     let (_dir, ledger, t) = ledger_with(vec![
-        unknown("charge:v1:ORD-1", now - 5.0),
-        unknown("charge:v1:ORD-2", now - 5.0),
-        unknown("charge:v1:ORD-3", now - 5.0),
+        unknown("charge:v1:ORD-1", now - 3.0),
+        unknown("charge:v1:ORD-2", now - 3.0),
+        unknown("charge:v1:ORD-3", now - 3.0),
     ])
     .await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_millis(4500)).await;
     add_stripe(
         &*ledger,
         &t,

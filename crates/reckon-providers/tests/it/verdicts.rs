@@ -546,6 +546,38 @@ async fn a_key_under_another_metadata_field_is_never_certified_absent() {
     );
 }
 
+/// An application that sends Stripe idempotency keys of its own (or none) has events that
+/// never carry its justonce key: reading them whole without the key proves nothing, and
+/// with its key under another metadata field too, nothing vouches for a miss.
+#[tokio::test]
+async fn events_that_never_carry_the_applications_keys_are_no_witness() {
+    let paid = effect("charge:v1:ORD-36", &[Life::Succeeded]);
+    let unpaid = neighbour("charge:v1:ORD-37", &paid);
+    let world = [paid.clone(), unpaid.clone()];
+    let cfg = WorldConfig {
+        metadata_field: "order_ref".into(),
+        request_keys: false,
+        noise: 3,
+        ..WorldConfig::default()
+    };
+    let sim = Sim::start(&world, cfg).await.unwrap();
+    let p = stripe(&sim, json!({}));
+    let v = never_a_false_final(&p, &sim, &world).await;
+    assert!(!v[0].is_final(), "{:?}", v[0]);
+    assert!(!v[1].is_final(), "{:?}", v[1]);
+    // Where the lists see the keys under the configured field and the events carry them
+    // too, the events are a witness again: the unpaid one is certified.
+    let cfg = WorldConfig {
+        noise: 3,
+        ..WorldConfig::default()
+    };
+    let sim = Sim::start(&world, cfg).await.unwrap();
+    let p = stripe(&sim, json!({"use_search": false}));
+    let v = never_a_false_final(&p, &sim, &world).await;
+    assert_eq!(v[0].outcome, Outcome::Applied, "{:?}", v[0]);
+    assert!(v[1].is_final(), "{:?}", v[1]);
+}
+
 #[tokio::test]
 async fn an_application_clock_an_hour_off_is_never_certified_absent() {
     for hour in [3600.0, -3600.0] {

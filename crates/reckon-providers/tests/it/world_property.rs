@@ -5,8 +5,9 @@
 //! - a final verdict always equals the world's truth (what the payments come to once they
 //!   settle);
 //! - once the faults stop and the payments settle, every effect of a route with a witness
-//!   (the creating request's events) reaches its final, true verdict within a bounded
-//!   number of re-checks; on a route without one, what stays non-final is counted;
+//!   (the creating request's events, on an account seen to carry the application's keys
+//!   in them) reaches its final, true verdict within a bounded number of re-checks; on a
+//!   route without one, what stays non-final is counted;
 //! - nothing but GET is ever sent.
 //!
 //! The worlds need not match the configuration: the application's clock may be off the
@@ -286,9 +287,14 @@ async fn run(c: Case, figures: &Figures) -> Result<(), TestCaseError> {
         }
         if let Some(v) = last {
             // The creating request's events see the key's payments wherever and whenever
-            // they were made: with them, every effect must reach its verdict. Without them
-            // a whole, empty view may have nobody to vouch for it, and stays provisional.
-            if c.use_events {
+            // they were made: with them, every effect must reach its verdict, once the
+            // account shows its events carry the application's keys (an event whose own
+            // object carries its key under the configured field, or a payment of a key
+            // reckon asked about) or holds no payment at all. Without them a whole, empty
+            // view may have nobody to vouch for it, and stays provisional.
+            let any_payment = c.effects.iter().any(|(p, _)| !p.is_empty());
+            let keys_shown = !c.other_field || any_payment || c.noise == 0;
+            if c.use_events && keys_shown {
                 return Err(TestCaseError::fail(format!(
                     "{} did not converge to {} within {CONVERGE_WITHIN} re-checks: {v:?}",
                     e.key,
