@@ -6,7 +6,7 @@
 
 #[allow(
     dead_code,
-    reason = "a module shared by several test binaries; not each uses all of it"
+    reason = "a module shared by several test modules; not each uses all of it"
 )]
 use crate::common;
 

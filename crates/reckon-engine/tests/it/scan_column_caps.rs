@@ -3,10 +3,6 @@
 //! quarantined with its reason, and the scan goes on with the other rows. For all three
 //! source kinds.
 
-#[expect(
-    dead_code,
-    reason = "a module shared by several test binaries; not each uses all of it"
-)]
 use crate::common;
 
 use common::{Kind, SOURCE, SourceDb, TestLedger};

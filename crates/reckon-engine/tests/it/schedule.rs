@@ -5,7 +5,7 @@
 // The shared fixtures serve every test binary; this one needs only the SQLite source.
 #[allow(
     dead_code,
-    reason = "a module shared by several test binaries; not each uses all of it"
+    reason = "a module shared by several test modules; not each uses all of it"
 )]
 use crate::common;
 

@@ -15,8 +15,6 @@
 //!
 //! Run: `cargo test -p reckon-ledger --test conformance -- partitions::` (PostgreSQL at 127.0.0.1:5432).
 
-// Shared with the suites that also run on SQLite, which this one never opens.
-#[allow(dead_code, reason = "the SQLite half of the shared support")]
 use crate::support;
 
 use reckon_domain::{SourceRecord, State, time};

@@ -2,7 +2,7 @@
 //! passwords, tokens, and a way to drive the whole app in-process like a browser would.
 #![allow(
     dead_code,
-    reason = "a module shared by several test binaries; not each uses all of it"
+    reason = "a module shared by several test modules; not each uses all of it"
 )]
 #![allow(
     clippy::string_slice,
@@ -41,8 +41,6 @@ pub struct World {
     pub alice: i64,
     pub bob: i64,
 }
-
-pub use reckon_testkit::{pg_admin_url, with_database};
 
 pub async fn token(ledger: &dyn Ledger, tenant: &Tenant, role: Role) -> String {
     let (token, hash) = mint_token();

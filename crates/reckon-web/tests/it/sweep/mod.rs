@@ -3,7 +3,7 @@
 //! A new route needs a request here or both sweeps fail: that is the point.
 #![allow(
     dead_code,
-    reason = "a module shared by several test binaries; not each uses all of it"
+    reason = "a module shared by several test modules; not each uses all of it"
 )]
 
 use crate::common::{self, form};

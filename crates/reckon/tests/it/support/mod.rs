@@ -3,7 +3,7 @@
 // Every test binary compiles this module and uses a part of it.
 #![allow(
     dead_code,
-    reason = "a module shared by several test binaries; not each uses all of it"
+    reason = "a module shared by several test modules; not each uses all of it"
 )]
 
 use std::io::{BufRead, BufReader};
