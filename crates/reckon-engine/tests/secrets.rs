@@ -5,8 +5,9 @@
 
 #[allow(
     dead_code,
-    reason = "a module shared by several test binaries; not each uses all of it"
+    reason = "a module shared by several test modules; not each uses all of it"
 )]
+#[path = "it/common/mod.rs"]
 mod common;
 
 use common::{TestLedger, test_egress};

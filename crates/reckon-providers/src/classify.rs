@@ -257,8 +257,10 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
     for s in &r.steps {
         // A step vouches for every second of the window it lists, skew included: the whole
         // span must be past, plus the visibility lag, when the lookup began, or a payment
-        // created in its future part would not have been seen.
-        let ready = span_end(r, s) + r.visibility_lag_secs;
+        // created in its future part would not have been seen. Lists are read in whole
+        // seconds up to the one before the read began, less the lag: ready from the
+        // second after that.
+        let ready = span_end(r, s).ceil() + r.visibility_lag_secs.ceil() + 1.0;
         let blocker = if s.fault.is_some() {
             Some(format!("{}: failed", s.method))
         } else if !s.proves_absence || s.consistency != Consistency::Strong {
@@ -269,11 +271,11 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
         } else if read_at < ready {
             out.not_before = Some(out.not_before.map_or(ready, |nb| nb.max(ready)));
             Some(format!(
-                "{}: its window (skew included) ends {:.0} s after the lookup began; it is \
-                 read as a whole once that and the visibility lag ({} s) are past",
+                "{}: its window (skew included) and the visibility lag ({} s) after it are \
+                 past {:.0} s after the lookup began; it is read as a whole then",
                 s.method,
-                span_end(r, s) - read_at,
-                r.visibility_lag_secs
+                r.visibility_lag_secs,
+                ready - read_at
             ))
         } else if !s.complete {
             Some(format!("{}: the window was not read to its end", s.method))

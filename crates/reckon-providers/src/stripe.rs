@@ -71,6 +71,10 @@ pub struct StripeProvider {
     events: tokio::sync::Mutex<Mirror>,
     /// The route's calibration against the application's known outcomes, when measured.
     calibration: std::sync::Mutex<Option<crate::Calibration>>,
+    /// The application's keys this provider has met: those it was asked about and those of
+    /// the effects recorded as done the calibration was given. An event carrying one shows
+    /// the account's events carry the application's keys.
+    known_keys: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// What one lookup carries from request to request.
@@ -90,6 +94,7 @@ impl StripeProvider {
             client,
             mirror: Default::default(),
             events: Default::default(),
+            known_keys: Default::default(),
             calibration: Default::default(),
         }
     }
@@ -830,19 +835,21 @@ impl StripeProvider {
         );
         step.key_indexed = false;
         for gap in m.gaps(want) {
-            // A span is complete up to when its read began: later objects are created now.
+            // A span is complete up to when its read began, less the visibility lag: later
+            // objects are created now, and one created within the lag may not be listed
+            // yet. The mirror remembers the span as read, so a later lookup whose window
+            // ends there (and is past its own lag) would trust a read that could not have
+            // shown its payment.
             let began = crate::now().floor() as i64 - 1;
-            let mut gap = (gap.0, gap.1.min(began));
+            let visible = began - self.s.visibility_lag_secs.ceil() as i64;
+            let mut gap = (gap.0, gap.1.min(visible));
             if gap.0 > gap.1 {
                 continue;
             }
-            // The last gap of the lists reads ahead, up to the next span already read, and
-            // never into the newest visibility lag: a payment created there may not be
-            // listed yet, and a later lookup would trust the span as read.
+            // The last gap of the lists reads ahead, up to the next span already read.
             if settles && gap.1 == want.1 {
                 let ahead = m.read_ahead_secs(sources.len());
                 let until = m.next_covered_after(gap.1).map_or(i64::MAX, |a| a - 1);
-                let visible = began - self.s.visibility_lag_secs.ceil() as i64;
                 gap.1 = (gap.1 + ahead).min(until).min(visible).max(gap.1);
             }
             let found = std::sync::Mutex::new(Vec::new());
@@ -907,9 +914,9 @@ impl StripeProvider {
                 ids,
             );
         }
-        // Complete only when every second of the window was read after it had passed: a
-        // window that reaches into the future is read again once it is past (the
-        // classifier waits for its end and the visibility lag).
+        // Complete only when every second of the window was read once it and the
+        // visibility lag had passed: a window that reaches into the future is read again
+        // once it is past.
         step.complete = m.gaps(want).is_empty();
         // The pages this answer rests on, whichever lookup read them.
         for id in m.request_ids(want) {
@@ -933,6 +940,31 @@ impl StripeProvider {
     /// configured metadata field.
     async fn field_in_use(&self) -> bool {
         !self.mirror.lock().await.keyed.is_empty()
+    }
+
+    /// Whether this account's events are seen to carry the application's keys as their
+    /// creating requests' idempotency keys: an event read carried a key that its own
+    /// object or a listed one carries under the metadata field, that reckon was asked
+    /// about, or that an effect recorded as done has. Or no event at all was read: then no
+    /// payment was made in the span, whatever key it would have carried.
+    async fn events_carry_keys(&self) -> bool {
+        let events = self.events.lock().await;
+        if events.listed == 0 {
+            return true;
+        }
+        let lists = self.mirror.lock().await;
+        let known = self
+            .known_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let field = self.s.metadata_field.as_str();
+        events.by_key.iter().any(|(k, objects)| {
+            lists.by_key.contains_key(k)
+                || known.contains(k)
+                || objects
+                    .iter()
+                    .any(|(_, o, _)| o["metadata"][field].as_str() == Some(k.as_str()))
+        })
     }
 
     /// Whether the keys of this account were seen on PaymentIntents only (so a search of
@@ -1016,6 +1048,10 @@ impl crate::Provider for StripeProvider {
     /// are confirmed (a duplicate needs no more), or when the provider refuses for good.
     async fn lookup(&self, q: &LookupQuery) -> LookupReport {
         let s = &self.s;
+        self.known_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(q.key.clone());
         let calibration = self.current_calibration();
         let widen = calibration.as_ref().map_or(0.0, |c| c.widen_secs);
         let (effect_window, window) = self.windows(q, widen);
@@ -1079,8 +1115,12 @@ impl crate::Provider for StripeProvider {
             let need = q.observed_at.map_or(window.1, |o| o.max(window.1));
             let mut st = self.mirrored_events(&q.key, span, need, &mut run).await;
             // Only a span that covers the whole list window (skew included) can stand for it.
-            st.proves_absence =
-                !s.event_types.is_empty() && st.window.is_some_and(|(_, b)| b >= window.1);
+            // And only on an account whose events are seen to carry the application's
+            // keys: one that sends Stripe other idempotency keys (or none) has events that
+            // never carry this one, paid or not.
+            st.proves_absence = !s.event_types.is_empty()
+                && st.window.is_some_and(|(_, b)| b >= window.1)
+                && self.events_carry_keys().await;
             st.key_indexed = st.proves_absence;
             let clean = clean_complete(&st);
             whole |= clean && s.list_objects.is_empty();
@@ -1194,6 +1234,10 @@ impl StripeProvider {
     /// still misses more than the threshold allows is uncalibrated.
     async fn measure(&self, samples: &[LookupQuery]) -> crate::Calibration {
         let s = &self.s;
+        self.known_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(samples.iter().map(|q| q.key.clone()));
         let mut run = Run {
             verified: true,
             stopped: false,

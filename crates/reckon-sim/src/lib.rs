@@ -181,6 +181,10 @@ pub struct WorldConfig {
     /// A payment that is not `indexed` reaches search's index this long after it was
     /// created; `None`: never (an index lagging past any bound).
     pub index_lag_secs: Option<f64>,
+    /// An object reaches the lists (payments, charges, events) this long after it was
+    /// created; retrieving it by id finds it at once. Stripe's lists are eventually
+    /// consistent: what a read cannot show yet, it may show a moment later.
+    pub list_lag_secs: f64,
 }
 
 impl Default for WorldConfig {
@@ -193,6 +197,7 @@ impl Default for WorldConfig {
             keys_on_charges: false,
             request_keys: true,
             index_lag_secs: None,
+            list_lag_secs: 0.0,
         }
     }
 }
@@ -827,6 +832,8 @@ fn answer(st: &State, target: &str) -> (u16, Value, Vec<(&'static str, &'static 
                     }
                 }
             }
+            let listed_by = wall - st.cfg.list_lag_secs;
+            items.retain(|(c, _, _)| *c <= listed_by);
             list(st, &q, items)
         }
         _ => not_found("path"),

@@ -1,7 +1,7 @@
 //! The API document: made from the router's own registrations ([`crate::documented_router`]),
 //! completed with what every operation shares, and the http provider protocol as
 //! `webhooks`. Served at `/api/v1/openapi.json`; `docs/openapi.json` is this document
-//! committed (`tests/openapi.rs` fails when they differ and says how to regenerate it).
+//! committed (`tests/it/openapi.rs` fails when they differ and says how to regenerate it).
 
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::{

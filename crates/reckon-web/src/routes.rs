@@ -4,7 +4,7 @@
 //! session), checks the role against the permission matrix ([`crate::authz`]) and hands the
 //! result to the handler. A route missing from this table answers 500 to every request, so
 //! a route added without an entry fails its first test; the isolation sweep
-//! (`tests/isolation.rs`) calls every entry with another tenant's token and session.
+//! (`tests/it/isolation.rs`) calls every entry with another tenant's token and session.
 
 use crate::AppState;
 use crate::auth::Auth;

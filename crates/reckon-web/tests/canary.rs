@@ -8,6 +8,7 @@
 //! columns are ciphertext and a raw dump of every table (SQLite: the database file and its
 //! WAL, byte for byte) contains none. On both ledgers.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use axum::http::{Method, StatusCode};
@@ -239,7 +240,7 @@ async fn ledger_dump(w: &World) -> Vec<u8> {
             out
         }
         Some((admin, db)) => {
-            let url = common::with_database(admin, db);
+            let url = reckon_testkit::with_database(admin, db);
             let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
             let tables: Vec<String> = sqlx::query_scalar(
                 "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public'",
@@ -277,7 +278,7 @@ async fn sealed_columns(w: &World) -> Vec<Vec<u8>> {
             sqlx::query_scalar(q).fetch_all(&mut c).await.unwrap()
         }
         Some((admin, db)) => {
-            let mut c = sqlx::PgConnection::connect(&common::with_database(admin, db))
+            let mut c = sqlx::PgConnection::connect(&reckon_testkit::with_database(admin, db))
                 .await
                 .unwrap();
             sqlx::query_scalar(q).fetch_all(&mut c).await.unwrap()

@@ -12,11 +12,12 @@ mod dashboard;
 mod effects;
 mod isolation;
 mod leases;
+mod partitions;
 mod providers;
 mod reconcile;
+mod rls;
 mod sources;
 mod store;
-#[path = "../support/mod.rs"]
 mod support;
 mod tenants;
 mod writeback;

@@ -5,7 +5,7 @@
 //! list the router serves. The one exception is the effect routes' wildcard
 //! (`/effects/{source}/{*key}`): a key may hold `/`, which no OpenAPI path template can
 //! express, so it is registered by hand and described as the three paths clients call
-//! ([`wildcard_doc`]); `tests/openapi.rs` walks every documented path on the real router.
+//! ([`wildcard_doc`]); `tests/it/openapi.rs` walks every documented path on the real router.
 
 mod audits;
 mod effects;
