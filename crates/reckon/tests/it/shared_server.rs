@@ -262,7 +262,9 @@ fn healthz_answers_with_more_idle_connections_open_than_descriptors() {
     ok(reckon(&data).args(["tenant", "create", "acme"]));
     // Idle connections are kept for two minutes here: the cap, not the idle deadline, is
     // what is shown.
-    let server = Server::start(&data, 512, &[("RECKON_HEADER_READ_TIMEOUT_SECS", "120")]);
+    // 256 descriptors: what the server accepts under its cap plus what the listen backlog
+    // holds comes well past it (with 512, the two came to about 500 on a loaded machine).
+    let server = Server::start(&data, 256, &[("RECKON_HEADER_READ_TIMEOUT_SECS", "120")]);
     let mut held = Vec::new();
     for _ in 0..600 {
         // Past the backlog a connect may not complete; what is held is enough.
@@ -270,7 +272,7 @@ fn healthz_answers_with_more_idle_connections_open_than_descriptors() {
             held.push(s);
         }
     }
-    assert!(held.len() > 512, "only {} connections opened", held.len());
+    assert!(held.len() > 256, "only {} connections opened", held.len());
     // Give the server time to take what it takes.
     std::thread::sleep(Duration::from_secs(1));
     for path in ["/healthz", "/readyz"] {
