@@ -279,8 +279,7 @@ async fn start_scheduler(
                 match reckon_engine::audit::run_due(&ctx, time::now()).await {
                     Ok(runs) => {
                         for r in runs {
-                            tracing::info!(tenant = %r.tenant, day = %r.run.run.day,
-                                status = %r.run.run.status, "nightly audit stored");
+                            log_nightly(&r);
                         }
                     }
                     Err(e) => tracing::error!(error = %e, "nightly audit"),
@@ -290,7 +289,16 @@ async fn start_scheduler(
     }
 
     // The dashboard chart's hourly series, every SNAPSHOT_EVERY; a later run in the same
-    // hour replaces that hour's row.
+    // hour replaces that hour's row. One at once too: a chart that waited for the first
+    // period (and a fresh ledger's, for its second hour) would be empty meanwhile.
+    {
+        let ledger = ledger.clone();
+        tokio::spawn(async move {
+            if let Err(e) = reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await {
+                tracing::warn!(error = %e, "dashboard snapshots failed");
+            }
+        });
+    }
     {
         let ledger = ledger.clone();
         loops.push(every(SNAPSHOT_EVERY, stop.clone(), None, move || {
@@ -314,6 +322,21 @@ async fn start_scheduler(
         }
     }));
     Ok(loops)
+}
+
+/// A stored nightly run in the log: a complete one at INFO; one that is partial or failed
+/// at WARN with why (the providers whose part failed, and their reasons), since finance's
+/// morning report of that day is then missing those providers' findings.
+fn log_nightly(r: &reckon_engine::audit::DueRun) {
+    let run = &r.run.run;
+    if run.status == "complete" {
+        tracing::info!(tenant = %r.tenant, day = %run.day, status = %run.status,
+            "nightly audit stored");
+    } else {
+        let why = run.reason.as_deref().unwrap_or("no reason recorded");
+        tracing::warn!(tenant = %r.tenant, day = %run.day, status = %run.status, reason = %why,
+            "nightly audit stored {}: {why}", run.status);
+    }
 }
 
 /// The reconciler: every tick, and as soon as a scan stored a change, each tenant without a
