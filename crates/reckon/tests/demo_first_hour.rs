@@ -135,6 +135,9 @@ impl Demo {
 }
 
 fn client() -> reqwest::Client {
+    // rustls is built without a bundled crypto provider: reckon's own client installs ring,
+    // the process's one, before this test builds its plain-HTTP client.
+    let _ = reckon_providers::GetClient::shared();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
