@@ -2307,8 +2307,11 @@ async fn a_refused_resolution_keeps_the_chosen_outcome_and_the_note() {
                 .split("<input type=\"radio\"")
                 .skip(1)
                 .find(|i| i.contains(&format!("value=\"{value}\"")))
-                .map(|i| i.split('>').next().unwrap_or_default().contains("checked"))
                 .unwrap_or_else(|| panic!("no {value} radio: {}", r.text))
+                .split('>')
+                .next()
+                .unwrap_or_default()
+                .contains("checked")
         };
         assert!(checked(outcome), "{outcome} is not checked: {}", r.text);
         let other = if outcome == "applied" {
