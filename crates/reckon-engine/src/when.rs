@@ -52,7 +52,7 @@ mod tests {
         assert_eq!(text(t, &zone("Europe/Paris")), "30 Nov 2025 15:02 CET");
         assert_eq!(utc(t), "30 Nov 2025 14:02 UTC");
         assert_eq!(text(t, &zone("Not/AZone")), "30 Nov 2025 14:02 UTC");
-        assert_eq!(text(1e300, &TimeZone::UTC), "1e300");
+        assert_eq!(text(1e12, &TimeZone::UTC), "1000000000000");
         assert_eq!(day_text("2025-11-30"), "30 Nov 2025");
         assert_eq!(day_text("yesterday"), "yesterday");
     }
