@@ -17,6 +17,7 @@ pub mod schema;
 // Hourly unresolved snapshots for the dashboard's chart.
 pub mod snapshot;
 pub mod source_input;
+pub mod when;
 pub mod writeback;
 
 pub use provider_client::provider_client;

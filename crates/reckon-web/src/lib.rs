@@ -110,6 +110,8 @@ pub fn app(state: AppState) -> Router {
         .merge(documented)
         .merge(web::router())
         .merge(dash::router())
+        // Not a route's: the API's JSON 404, or a 404 page inside the dashboard's frame.
+        .fallback(dash::fallback)
         // Every matched route passes the registry's access check (routes.rs) first.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -144,6 +144,7 @@ pub async fn run(
             format,
         }) => {
             let t = ledger.tenant_by_slug(&tenant).await?;
+            let tz = crate::output::tenant_zone(ledger.as_ref(), t.id).await?;
             let runs = ledger.list_audit_runs(t.id, date.as_deref(), 100).await?;
             crate::output::rows(
                 &runs,
@@ -162,7 +163,7 @@ pub async fn run(
                         r.run.triggered_by.clone(),
                         r.run.status.clone(),
                         total.to_string(),
-                        crate::output::when(r.run.finished_at),
+                        crate::output::when(r.run.finished_at, &tz),
                         r.run.reason.clone().unwrap_or_default(),
                     ]
                 },

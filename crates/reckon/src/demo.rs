@@ -335,34 +335,67 @@ fn shell_word(s: &str) -> String {
 
 /// Run the demo. Its ledger, key file, store and `reckon.toml` go to `data_dir` when the
 /// operator chose one (it must not hold a ledger yet: the demo plants its own day), else to
-/// a new temporary directory.
+/// a new temporary directory, which is removed when the demo stops (Ctrl-C, SIGTERM, or a
+/// failure) unless `keep`: a demo run each day would otherwise leave a ledger, a key file
+/// and a store behind each time. A directory the operator chose is theirs, and kept.
 pub async fn run(
-    mut settings: Settings,
+    settings: Settings,
     seed: u64,
     data_dir: Option<PathBuf>,
+    keep: bool,
 ) -> anyhow::Result<()> {
+    let temporary = data_dir.is_none();
     let dir = match data_dir {
-        Some(d) => {
-            for name in ["reckon.db", crate::keys::KEY_FILE, CONFIG_FILE] {
-                let f = d.join(name);
-                if f.exists() {
-                    bail!(
-                        "{} exists: the demo builds a new ledger, so give it a new or empty \
-                         data directory (or none, for a temporary one)",
-                        f.display()
-                    );
-                }
-            }
-            d
-        }
-        None => {
-            let d = std::env::temp_dir().join(format!("reckon-demo-{}", std::process::id()));
-            if d.exists() {
-                std::fs::remove_dir_all(&d)?;
-            }
-            d
-        }
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("reckon-demo-{}", std::process::id())),
     };
+    let remove = temporary && !keep;
+    let kept = if !temporary {
+        "it is yours (--data-dir), so it stays when the demo stops"
+    } else if keep {
+        "kept when the demo stops (--keep)"
+    } else {
+        "removed when the demo stops; `reckon demo --keep` keeps it (or give `--data-dir DIR`)"
+    };
+    let ran = demo(settings, seed, dir.clone(), temporary, kept).await;
+    if remove {
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => eprintln!("removed the demo's data directory {}", dir.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => eprintln!(
+                "could not remove the demo's data directory {}: {e}",
+                dir.display()
+            ),
+        }
+    } else if dir.exists() {
+        eprintln!("the demo's data is kept in {}", dir.display());
+    }
+    ran
+}
+
+async fn demo(
+    mut settings: Settings,
+    seed: u64,
+    dir: PathBuf,
+    temporary: bool,
+    kept: &str,
+) -> anyhow::Result<()> {
+    if temporary {
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+    } else {
+        for name in ["reckon.db", crate::keys::KEY_FILE, CONFIG_FILE] {
+            let f = dir.join(name);
+            if f.exists() {
+                bail!(
+                    "{} exists: the demo builds a new ledger, so give it a new or empty \
+                     data directory (or none, for a temporary one)",
+                    f.display()
+                );
+            }
+        }
+    }
     // The ledger is the demo's own SQLite file whatever the environment names, so the CLI
     // prefix in the banner (and reckon.toml) describe it completely.
     settings.database_url = None;
@@ -466,6 +499,9 @@ pub async fn run(
         .with_egress(egress)
         .with_metrics(instance_metrics.clone());
     let outcomes = reconcile_all(&ctx, &tenant).await?;
+    // The overview's chart from the first page view: this hour's unresolved count, after
+    // the first reconcile (the server takes the next ones on its schedule).
+    reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await?;
     // The morning audit of yesterday against the demo provider's charges.
     let mut audit_ctx = reckon_engine::audit::AuditCtx::new(ledger.clone());
     audit_ctx.egress = std::sync::Arc::new(settings.egress_policy(&*ledger).await?);
@@ -552,6 +588,7 @@ pub async fn run(
          - health: http://{{addr}}/healthz\n\
          - CLI prefix for this ledger: {cli}\n\
          - try:  {cli} audit list --tenant demo\n\
+         - data directory: {kept}\n\
          Ctrl-C stops it. Data: {dir}",
         store = store.display(),
         verdicts = verdicts.join(", "),

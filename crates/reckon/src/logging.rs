@@ -43,6 +43,13 @@ pub fn filter_directives(reckon_log: Option<&str>, rust_log: Option<&str>) -> St
         .to_owned()
 }
 
+/// Colour codes only for a person at a terminal: never into a file, a pipe or a log
+/// collector (where they are noise in every line), and never when `NO_COLOR` is set to
+/// anything but the empty string (no-color.org).
+pub fn colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(std::ffi::OsStr::is_empty)
+}
+
 /// Install the subscriber from the environment. An invalid `RECKON_LOG_FORMAT` is an error;
 /// an invalid filter falls back to the default and says so (the log still works).
 pub fn init() -> anyhow::Result<()> {
@@ -58,6 +65,10 @@ pub fn init() -> anyhow::Result<()> {
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR").as_deref(),
+        ))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -87,6 +98,15 @@ mod tests {
         );
         assert_eq!(filter_directives(Some("  "), Some("warn")), "warn");
         assert_eq!(filter_directives(None, None), DEFAULT_FILTER);
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_and_not_when_no_color_is_set() {
+        use std::ffi::OsStr;
+        assert!(colour(true, None));
+        assert!(colour(true, Some(OsStr::new(""))));
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None));
     }
 
     #[test]

@@ -68,7 +68,7 @@ struct Cli {
 /// How a command prints what it lists.
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Format {
-    /// Aligned columns for people, times as "2026-12-01 18:40:05 UTC".
+    /// Aligned columns for people, times as "01 Dec 2026 19:40 CET" (the tenant's zone).
     Table,
     /// The records as JSON, times as epoch seconds.
     Json,
@@ -98,6 +98,10 @@ enum Cmd {
         /// port 0 picks a free one).
         #[arg(long)]
         listen: Option<String>,
+        /// Keep the demo's temporary data directory when it stops (it is removed
+        /// otherwise). A directory given with --data-dir is always kept.
+        #[arg(long)]
+        keep: bool,
     },
     /// Create the ledger if it does not exist, and apply its migrations.
     Migrate,
@@ -423,9 +427,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{}", Keyring::generate_base64());
             return Ok(());
         }
-        Cmd::Demo { seed, .. } => {
+        Cmd::Demo { seed, keep, .. } => {
             let dir = data_dir_given.then(|| settings.data_dir.clone());
-            return demo::run(settings, seed, dir).await;
+            return demo::run(settings, seed, dir, keep).await;
         }
         Cmd::Serve { .. } => {
             let opening = open_ledger(&settings, Access::Create);
@@ -463,7 +467,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     &ledger.list_tenants().await?,
                     format,
                     &["slug", "created_at"],
-                    |t| vec![t.slug.clone(), output::when(t.created_at)],
+                    // No one tenant's zone: UTC.
+                    |t| {
+                        vec![
+                            t.slug.clone(),
+                            output::when(t.created_at, &jiff::tz::TimeZone::UTC),
+                        ]
+                    },
                 )?;
             }
         },
@@ -600,7 +610,8 @@ async fn source_cmd(
         }
         SourceCmd::List { tenant, format } => {
             let t = ledger.tenant_by_slug(&tenant).await?;
-            output::sources(&ledger.list_sources(t.id).await?, format)?;
+            let tz = output::tenant_zone(&**ledger, t.id).await?;
+            output::sources(&ledger.list_sources(t.id).await?, format, &tz)?;
             reconcile_cmd::say_unrouted(&**ledger, &t).await?;
         }
         SourceCmd::Scan { tenant, name, full } => {

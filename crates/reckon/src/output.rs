@@ -2,6 +2,7 @@
 
 use crate::Format;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use jiff::tz::TimeZone;
 use reckon_ledger::Source;
 use std::io::IsTerminal;
 
@@ -20,22 +21,30 @@ pub fn progress(label: &str) -> ProgressBar {
     bar
 }
 
-/// A ledger time (epoch seconds) as people read it in a table or a spreadsheet:
-/// "2026-12-01 18:40:05 UTC". JSON keeps the epoch seconds.
-pub fn when(t: f64) -> String {
-    match jiff::Timestamp::from_millisecond((t * 1000.0).round() as i64) {
-        Ok(ts) => ts.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        // Outside jiff's range (years -9999..9999): no real ledger time, shown as it is.
-        Err(_) => t.to_string(),
-    }
+/// A ledger time (epoch seconds) as people read it in a table or a spreadsheet, as the
+/// dashboard writes it: "01 Dec 2026 19:40 CET", in the tenant's zone
+/// ([`reckon_engine::when`]). JSON keeps the epoch seconds.
+pub fn when(t: f64, tz: &TimeZone) -> String {
+    reckon_engine::when::text(t, tz)
 }
 
 /// [`when`] of a time that may not have happened yet (empty when it has not).
-pub fn when_opt(t: Option<f64>) -> String {
-    t.map(when).unwrap_or_default()
+pub fn when_opt(t: Option<f64>, tz: &TimeZone) -> String {
+    t.map(|t| when(t, tz)).unwrap_or_default()
 }
 
-pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
+/// The tenant's time zone (its audit settings, UTC unless set): tables write its times in
+/// it, as its dashboard pages do.
+pub async fn tenant_zone(
+    ledger: &dyn reckon_ledger::Ledger,
+    tenant: reckon_ledger::TenantId,
+) -> anyhow::Result<TimeZone> {
+    Ok(reckon_engine::when::zone(
+        &ledger.audit_settings(tenant).await?.time_zone,
+    ))
+}
+
+pub fn sources(list: &[Source], format: Format, tz: &TimeZone) -> anyhow::Result<()> {
     let header = [
         "name",
         "kind",
@@ -49,7 +58,7 @@ pub fn sources(list: &[Source], format: Format) -> anyhow::Result<()> {
             s.name.clone(),
             s.kind.as_str().to_owned(),
             s.dsn_display.clone().unwrap_or_default(),
-            when_opt(s.last_success_at),
+            when_opt(s.last_success_at, tz),
             s.last_error.clone().unwrap_or_default(),
             s.consecutive_failures.to_string(),
         ]
@@ -128,10 +137,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ledger_times_read_as_utc_dates_to_the_second() {
+    fn ledger_times_read_as_the_dashboard_writes_them_in_the_tenants_zone() {
         // 2026-12-01 18:40:05.4 UTC
-        assert_eq!(when(1_796_150_405.4), "2026-12-01 18:40:05 UTC");
-        assert_eq!(when_opt(None), "");
-        assert_eq!(when_opt(Some(0.0)), "1970-01-01 00:00:00 UTC");
+        let paris = reckon_engine::when::zone("Europe/Paris");
+        assert_eq!(when(1_796_150_405.4, &paris), "01 Dec 2026 19:40 CET");
+        assert_eq!(
+            when(1_796_150_405.4, &TimeZone::UTC),
+            "01 Dec 2026 18:40 UTC"
+        );
+        assert_eq!(when_opt(None, &paris), "");
+        assert_eq!(when_opt(Some(0.0), &TimeZone::UTC), "01 Jan 1970 00:00 UTC");
     }
 }

@@ -49,6 +49,9 @@ pub async fn run_with(
         })?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "listening");
+    // Before the banner: a Ctrl-C the moment it is printed must stop gracefully (the demo
+    // removes its data directory then), not take the signal's default and end the process.
+    let stop_signal = shutdown_signal()?;
     let limits = server_limits(&settings);
     if let Some(b) = banner {
         println!("{}", b.replace("{addr}", &addr.to_string()));
@@ -131,7 +134,7 @@ pub async fn run_with(
     let drain = Duration::from_secs_f64(settings.shutdown_drain_secs.clamp(0.0, 60.0));
     let (work2, tasks2) = (work.clone(), tasks.clone());
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop_signal.await;
         // Readiness first: load balancers stop sending while we still answer.
         tracing::info!("shutting down: readiness is false, no new work is taken");
         draining.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -189,19 +192,25 @@ fn server_limits(settings: &Settings) -> reckon_web::server::ServerLimits {
     limits
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
+/// Ctrl-C or SIGTERM, its handlers installed when this is called (not when it is awaited).
+#[cfg(unix)]
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    Ok(async move {
         tokio::select! {
-            _ = ctrl_c => {},
+            _ = interrupt.recv() => {},
             _ = term.recv() => {},
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+    })
+}
+
+#[cfg(not(unix))]
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 /// Run `step` every `period` (the first time one period from now), and at once when `wake`
@@ -279,8 +288,7 @@ async fn start_scheduler(
                 match reckon_engine::audit::run_due(&ctx, time::now()).await {
                     Ok(runs) => {
                         for r in runs {
-                            tracing::info!(tenant = %r.tenant, day = %r.run.run.day,
-                                status = %r.run.run.status, "nightly audit stored");
+                            log_nightly(&r);
                         }
                     }
                     Err(e) => tracing::error!(error = %e, "nightly audit"),
@@ -290,7 +298,16 @@ async fn start_scheduler(
     }
 
     // The dashboard chart's hourly series, every SNAPSHOT_EVERY; a later run in the same
-    // hour replaces that hour's row.
+    // hour replaces that hour's row. One at once too: a chart that waited for the first
+    // period (and a fresh ledger's, for its second hour) would be empty meanwhile.
+    {
+        let ledger = ledger.clone();
+        tokio::spawn(async move {
+            if let Err(e) = reckon_engine::snapshot::snapshot_all(&*ledger, time::now()).await {
+                tracing::warn!(error = %e, "dashboard snapshots failed");
+            }
+        });
+    }
     {
         let ledger = ledger.clone();
         loops.push(every(SNAPSHOT_EVERY, stop.clone(), None, move || {
@@ -314,6 +331,21 @@ async fn start_scheduler(
         }
     }));
     Ok(loops)
+}
+
+/// A stored nightly run in the log: a complete one at INFO; one that is partial or failed
+/// at WARN with why (the providers whose part failed, and their reasons), since finance's
+/// morning report of that day is then missing those providers' findings.
+fn log_nightly(r: &reckon_engine::audit::DueRun) {
+    let run = &r.run.run;
+    if run.status == "complete" {
+        tracing::info!(tenant = %r.tenant, day = %run.day, status = %run.status,
+            "nightly audit stored");
+    } else {
+        let why = run.reason.as_deref().unwrap_or("no reason recorded");
+        tracing::warn!(tenant = %r.tenant, day = %run.day, status = %run.status, reason = %why,
+            "nightly audit stored {}: {why}", run.status);
+    }
 }
 
 /// The reconciler: every tick, and as soon as a scan stored a change, each tenant without a

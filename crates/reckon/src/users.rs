@@ -198,6 +198,7 @@ pub async fn list_tokens(
 ) -> anyhow::Result<()> {
     use crate::output::{rows, when, when_opt};
     let t = ledger.tenant_by_slug(tenant).await?;
+    let tz = crate::output::tenant_zone(ledger, t.id).await?;
     rows(
         &ledger.list_tokens(t.id).await?,
         format,
@@ -216,9 +217,9 @@ pub async fn list_tokens(
                 k.role.as_str().to_owned(),
                 k.label.clone(),
                 k.created_by.clone().unwrap_or_else(|| "operator".into()),
-                when(k.created_at),
-                when_opt(k.last_used_at),
-                when_opt(k.revoked_at),
+                when(k.created_at, &tz),
+                when_opt(k.last_used_at, &tz),
+                when_opt(k.revoked_at, &tz),
             ]
         },
     )

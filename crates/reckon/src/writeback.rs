@@ -97,6 +97,7 @@ pub async fn run(
             format,
         }) => {
             let t = ledger.tenant_by_slug(&tenant).await?;
+            let tz = crate::output::tenant_zone(ledger.as_ref(), t.id).await?;
             let source_id = match source {
                 Some(name) => Some(ledger.source_by_name(t.id, &name).await?.id),
                 None => None,
@@ -123,8 +124,8 @@ pub async fn run(
                         w.action.as_str().to_owned(),
                         w.status.as_str().to_owned(),
                         w.detail.clone().unwrap_or_default(),
-                        when(w.created_at),
-                        when_opt(w.settled_at),
+                        when(w.created_at, &tz),
+                        when_opt(w.settled_at, &tz),
                     ]
                 },
             )?;

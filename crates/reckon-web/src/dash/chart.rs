@@ -22,6 +22,10 @@ pub struct Chart {
     pub max_count: i64,
     pub max_age_hours: f64,
     pub points: usize,
+    /// Snapshots with no neighbour within the hour and a half (the first hour of a fresh
+    /// ledger, or one hour between two gaps): a path through one point draws nothing, so
+    /// these are drawn as dots.
+    pub dots: Vec<Dot>,
     pub ticks: Vec<Tick>,
     /// A sentence for screen readers and for the table below the chart.
     pub summary: String,
@@ -29,6 +33,14 @@ pub struct Chart {
     pub plot_right: f64,
     pub plot_top: f64,
     pub plot_bottom: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Dot {
+    pub x: f64,
+    /// The count's height (left axis) and the oldest age's (right axis).
+    pub count_y: f64,
+    pub age_y: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -69,19 +81,24 @@ pub fn build(snapshots: &[Snapshot], now: f64, days: u32) -> Chart {
     let x = |t: f64| x0 + (t - start) / span * (x1 - x0);
     let mut count_path = String::new();
     let mut age_path = String::new();
-    let mut prev: Option<f64> = None;
-    for s in &in_range {
-        // A gap of more than an hour and a half starts a new segment.
-        let cmd = if prev.is_some_and(|p| s.hour - p <= 5400.0) {
-            'L'
-        } else {
-            'M'
-        };
-        prev = Some(s.hour);
+    let mut dots = Vec::new();
+    // A gap of more than an hour and a half starts a new segment.
+    let near =
+        |a: Option<&&Snapshot>, b: &Snapshot| a.is_some_and(|a| (b.hour - a.hour).abs() <= 5400.0);
+    for (i, s) in in_range.iter().enumerate() {
+        let joined = i > 0 && near(in_range.get(i - 1), s);
+        let cmd = if joined { 'L' } else { 'M' };
         let cy = y0 - (s.unresolved as f64 / max_count) * (y0 - y1);
         let ay = y0 - (age_h(s) / max_age) * (y0 - y1);
         count_path.push_str(&format!("{cmd}{:.1} {:.1} ", x(s.hour), cy));
         age_path.push_str(&format!("{cmd}{:.1} {:.1} ", x(s.hour), ay));
+        if !joined && !near(in_range.get(i + 1), s) {
+            dots.push(Dot {
+                x: (x(s.hour) * 10.0).round() / 10.0,
+                count_y: (cy * 10.0).round() / 10.0,
+                age_y: (ay * 10.0).round() / 10.0,
+            });
+        }
     }
     let step = if days <= 7 { 1 } else { 5 };
     let ticks = (0..=days)
@@ -115,6 +132,7 @@ pub fn build(snapshots: &[Snapshot], now: f64, days: u32) -> Chart {
         max_count: max_count as i64,
         max_age_hours: max_age,
         points: in_range.len(),
+        dots,
         ticks,
         summary,
         plot_left: x0,
@@ -154,7 +172,22 @@ mod tests {
         assert_eq!(c.max_count, 5);
         let gap = [snap(h - 5.0 * 3600.0, 1, None), snap(h, 1, None)];
         assert_eq!(build(&gap, now, 7).count_path.matches('M').count(), 2);
+        // Each of those two hours stands alone: drawn as a dot, as a path through one
+        // point draws nothing.
+        assert_eq!(build(&gap, now, 7).dots.len(), 2);
+        assert!(c.dots.is_empty(), "a joined line needs no dots");
         assert!(build(&s, now, 30).summary.contains("at most 5 unresolved"));
+    }
+
+    #[test]
+    fn the_first_snapshot_of_a_fresh_ledger_is_a_dot_at_the_right_edge() {
+        let now = 100.0 * 86400.0 + 1200.0;
+        let h = reckon_ledger::hour_of(now);
+        let c = build(&[snap(h, 6, Some(h - 20.0 * 3600.0))], now, 7);
+        assert_eq!(c.points, 1);
+        assert_eq!(c.dots.len(), 1);
+        assert!((c.dots[0].x - c.plot_right).abs() < 0.1, "{:?}", c.dots);
+        assert!(c.dots[0].count_y < c.plot_bottom, "{:?}", c.dots);
     }
 
     #[test]

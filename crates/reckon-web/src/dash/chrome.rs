@@ -59,6 +59,16 @@ pub struct ErrorPage<'a> {
     pub css: String,
 }
 
+/// A page under a tenant that does not exist, inside the dashboard's frame, so the person
+/// keeps the navigation (the browser's bare 404 strands them).
+#[derive(Template)]
+#[template(path = "not_found.html")]
+pub struct NotFoundPage {
+    pub c: Chrome,
+    /// The path asked for, as typed (escaped by the template), cut to a readable length.
+    pub path: String,
+}
+
 pub(super) fn bad_request(msg: &str) -> Response {
     error_page(StatusCode::BAD_REQUEST, msg)
 }

@@ -51,6 +51,9 @@ pub struct EffectPage {
     pub message: Option<String>,
     pub error: Option<String>,
     pub note: String,
+    /// The outcome the person chose in a refused form, checked again so they need not
+    /// choose it twice.
+    pub outcome: String,
 }
 
 pub struct AnswerView {
@@ -206,6 +209,7 @@ struct Flash {
     message: Option<String>,
     error: Option<String>,
     note: String,
+    outcome: String,
 }
 
 #[allow(
@@ -311,10 +315,12 @@ fn effect_page(
             // The source keeps saying `unknown` until write-back; say what reckon decided.
             words: match &view.resolution {
                 Some(r) if unresolved => format!(
-                    "the source still says {}; resolved here as {} by {}",
-                    e.state.as_str(),
+                    "resolved as {} by {} on {}; the application's row still says {} \
+                     until it is written back",
                     r.outcome,
-                    r.author
+                    r.author,
+                    when_in(r.created_at, tz).text,
+                    e.state.as_str(),
                 ),
                 _ => state_words(e, now, tz),
             },
@@ -327,7 +333,8 @@ fn effect_page(
             first_seen: when_in(e.first_seen_at, tz),
             gone: when_opt_in(e.gone_at, tz),
             gone_reason: e.gone_reason.clone().unwrap_or_default(),
-            unresolved,
+            // Resolved here: no longer open, whatever the source's row says.
+            unresolved: unresolved && view.resolution.is_none(),
             replay_left: replay_left(st, e.created_at, now),
         },
         timeline: timeline.into_iter().map(|(_, t)| t).collect(),
@@ -357,6 +364,7 @@ fn effect_page(
         message: flash.message,
         error: flash.error,
         note: flash.note,
+        outcome: flash.outcome,
         c: Chrome::new(s, "effect"),
     }
 }
@@ -405,6 +413,7 @@ pub async fn resolve(
     let refuse = |error: String| Flash {
         error: Some(error),
         note: form.note.clone(),
+        outcome: form.outcome.clone(),
         message: None,
     };
     // htmx 2 swaps only 2xx answers, so a refusal it should show comes as 200 with the

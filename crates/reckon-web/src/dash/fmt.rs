@@ -19,16 +19,14 @@ pub fn when(t: f64) -> When {
     when_in(t, &TimeZone::UTC)
 }
 
-/// `t` in `tz`; the hover title keeps UTC.
+/// `t` in `tz` (the one format of [`reckon_engine::when`], which the CLI writes too); the
+/// hover title keeps UTC.
 pub fn when_in(t: f64, tz: &TimeZone) -> When {
     match jiff::Timestamp::from_second(t.floor() as i64) {
         Ok(ts) => When {
-            text: ts
-                .to_zoned(tz.clone())
-                .strftime("%d %b %Y %H:%M %Z")
-                .to_string(),
+            text: reckon_engine::when::text(t, tz),
             iso: ts.to_string(),
-            utc: ts.strftime("%d %b %Y %H:%M UTC").to_string(),
+            utc: reckon_engine::when::utc(t),
         },
         Err(_) => When {
             text: format!("{t}"),
@@ -48,9 +46,10 @@ pub fn when_opt_in(t: Option<f64>, tz: &TimeZone) -> Option<When> {
 
 /// The tenant's zone by name (its audit settings); an unknown name (which the settings
 /// refuse to store) falls back to UTC rather than failing a page.
-pub fn zone(name: &str) -> TimeZone {
-    TimeZone::get(name).unwrap_or(TimeZone::UTC)
-}
+pub use reckon_engine::when::zone;
+
+/// A run's day (`2026-11-28`) as the pages write dates: "28 Nov 2026".
+pub use reckon_engine::when::day_text;
 
 /// An amount in minor units as people read it (`$1,234.00`): the lookup's own wording, so
 /// every page and the CLI write money alike.

@@ -309,6 +309,43 @@ pub async fn scope_to_path_tenant(
         }))
 }
 
+/// Every request no route matched. Under `/api/` it is the API's JSON 404 (a client reads
+/// the error body); under a tenant the person is a member of, a 404 page inside the
+/// dashboard's frame, with its navigation; anywhere else (another tenant's path included,
+/// which must look the same as one that does not exist) the plain 404 page. Without a
+/// session, a path under `/t/` goes to sign-in, as the dashboard's routes do.
+pub async fn fallback(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let path = uri.path();
+    if path == "/api" || path.starts_with("/api/") {
+        return ApiError::NotFound("no such API route".into()).into_response();
+    }
+    if !path.starts_with("/t/") {
+        return not_found();
+    }
+    let session = match crate::web::current_session(&st, &headers).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return axum::response::Redirect::to("/signin").into_response(),
+        Err(e) => return PageError(e).into_response(),
+    };
+    let session = match scope_to_path_tenant(&st, session, path).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return not_found(),
+        Err(e) => return PageError(e).into_response(),
+    };
+    let mut c = chrome::Chrome::new(&session, "");
+    c.tenants = match chrome::other_tenants(&st, &session).await {
+        Ok(t) => t,
+        Err(e) => return PageError(e.into()).into_response(),
+    };
+    let shown: String = path.chars().take(200).collect();
+    let page = chrome::NotFoundPage { c, path: shown };
+    html(StatusCode::NOT_FOUND, &page, false)
+}
+
 /// A 404 that says no more than "nothing here" (another tenant's names look the same as
 /// names that do not exist).
 pub fn not_found() -> Response {

@@ -4,7 +4,7 @@
 
 use super::chart::{self, Chart};
 use super::chrome::{Chrome, bad_request, other_tenants};
-use super::fmt::{When, age, when_in, when_opt_in, zone};
+use super::fmt::{When, age, day_text, when_in, when_opt_in, zone};
 use super::queue::last_unresolved;
 use super::{PageError, html, wants_fragment};
 use crate::AppState;
@@ -67,6 +67,8 @@ pub struct ProviderHealthView {
 /// Yesterday's audit on the overview.
 pub struct AuditSummaryView {
     pub day: String,
+    /// The day as the pages write dates ("28 Nov 2026"); `day` stays the name commands take.
+    pub day_words: String,
     pub href: String,
     /// `None`: no run of the day yet.
     pub run: Option<AuditRunGlance>,
@@ -140,6 +142,7 @@ pub async fn overview(
     let audit = AuditSummaryView {
         href: format!("{}/audit?day={}", c.base, data.yesterday),
         day: data.yesterday.clone(),
+        day_words: day_text(&data.yesterday),
         run: data.audit.as_ref().map(|a| AuditRunGlance {
             failed: (a.status == "failed")
                 .then(|| a.reason.clone().unwrap_or_else(|| "failed".into())),

@@ -655,6 +655,18 @@ async fn the_dashboard_works_in_a_real_browser_with_javascript() {
     // Another tenant's pages do not exist for alice.
     c.goto(&format!("{base}/t/globex/queue")).await.unwrap();
     assert!(text_of(&c, "h1").await.contains("404"));
+    // A page of her own tenant that does not exist: a 404 inside the dashboard, with its
+    // navigation.
+    c.goto(&format!("{base}/t/acme/no-such-page"))
+        .await
+        .unwrap();
+    assert!(text_of(&c, "h1").await.contains("404"));
+    assert!(
+        c.find(Locator::Css("header nav a[href='/t/acme/queue']"))
+            .await
+            .is_ok()
+    );
+    shot(&c, "not-found").await;
 
     c.goto(&format!("{base}/t/acme/settings")).await.unwrap();
     shot(&c, "settings").await;

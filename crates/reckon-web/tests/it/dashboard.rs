@@ -2196,7 +2196,10 @@ async fn an_admin_tests_providers_and_the_overview_shows_their_health_and_yester
     // Yesterday's audit at a glance, linking to the day.
     let audit = r.text.split("id=\"audit-summary\"").nth(1).unwrap();
     assert!(
-        audit.contains(&format!("Yesterday's audit ({})", yesterday())),
+        audit.contains(&format!(
+            "Yesterday's audit ({})",
+            reckon_engine::when::day_text(&yesterday())
+        )),
         "{audit}"
     );
     assert!(audit.contains("data-finding=\"duplicate\""), "{audit}");
@@ -2206,5 +2209,291 @@ async fn an_admin_tests_providers_and_the_overview_shows_their_health_and_yester
         audit.contains(&format!("href=\"/t/acme/audit?day={}\"", yesterday())),
         "{audit}"
     );
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn an_unknown_page_under_a_tenant_is_a_404_inside_the_dashboard_and_json_under_the_api() {
+    let w = World::new(Backend::Sqlite).await;
+    let (cookie, _) = session(&w.app, "alice@acme.test").await;
+
+    // Under her tenant: a 404 page with the dashboard's frame (navigation, who she is).
+    let r = get(&w, &cookie, "/t/acme/no-such-page").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert!(r.text.contains("id=\"not-found\""), "{}", r.text);
+    assert!(
+        r.text.contains("<nav aria-label=\"Main\">")
+            && r.text.contains("href=\"/t/acme/queue\"")
+            && r.text.contains("alice@acme.test"),
+        "not inside the dashboard's frame: {}",
+        r.text
+    );
+    assert!(r.text.contains("/t/acme/no-such-page"), "{}", r.text);
+    assert_csp_clean(&r.text);
+    // Deeper, and under a known page's prefix, the same.
+    let r = get(&w, &cookie, "/t/acme/settings/nothing/here").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
+    assert!(r.text.contains("id=\"not-found\""), "{}", r.text);
+
+    // Another tenant's path looks like one that does not exist: the plain 404, no frame.
+    for path in ["/t/globex/no-such-page", "/t/nobody/no-such-page"] {
+        let r = get(&w, &cookie, path).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {}", r.text);
+        assert!(
+            !r.text.contains("aria-label=\"Main\""),
+            "{path}: {}",
+            r.text
+        );
+        assert!(!r.text.contains("globex"), "{path}: {}", r.text);
+    }
+    // Without a session: sign in first, as on every dashboard page.
+    let r = send(&w.app, Method::GET, "/t/acme/no-such-page", Req::default()).await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    assert_eq!(r.location(), Some("/signin"));
+
+    // The API answers its JSON error body, with or without a token, under and beside /api/v1.
+    for (path, token) in [
+        ("/api/v1/no-such-route", Some(w.token_a.as_str())),
+        ("/api/v1/no-such-route", None),
+        ("/api/v2/effects", Some(w.token_a.as_str())),
+        ("/api/nothing", None),
+    ] {
+        let r = send(
+            &w.app,
+            Method::GET,
+            path,
+            Req {
+                token,
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{path}: {}", r.text);
+        assert!(
+            r.headers
+                .get("content-type")
+                .is_some_and(|v| v.as_bytes().starts_with(b"application/json")),
+            "{path}: {:?}",
+            r.headers
+        );
+        assert!(r.json["error"].is_string(), "{path}: {}", r.text);
+    }
+    // Anywhere else: a 404 page, not the browser's bare one.
+    let r = get(&w, &cookie, "/no-such-page").await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert!(r.text.contains("<h1>404</h1>"), "{}", r.text);
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn a_refused_resolution_keeps_the_chosen_outcome_and_the_note() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let uri = format!("/t/acme/resolve/{}", effect_path("charge:v1:ORD-1"));
+    for (outcome, htmx) in [("not_applied", false), ("applied", true)] {
+        // The note is missing: refused, and the form comes back as it was sent.
+        let r = post(
+            &w,
+            &cookie,
+            &uri,
+            &[("csrf", &csrf), ("outcome", outcome), ("note", " ")],
+            htmx,
+        )
+        .await;
+        assert!(r.text.contains("A note is required"), "{}", r.text);
+        let checked = |value: &str| {
+            r.text
+                .split("<input type=\"radio\"")
+                .skip(1)
+                .find(|i| i.contains(&format!("value=\"{value}\"")))
+                .unwrap_or_else(|| panic!("no {value} radio: {}", r.text))
+                .split('>')
+                .next()
+                .unwrap_or_default()
+                .contains("checked")
+        };
+        assert!(checked(outcome), "{outcome} is not checked: {}", r.text);
+        let other = if outcome == "applied" {
+            "not_applied"
+        } else {
+            "applied"
+        };
+        assert!(!checked(other), "{other} is checked: {}", r.text);
+    }
+    // A first visit has nothing chosen.
+    let r = get(
+        &w,
+        &cookie,
+        &format!("/t/acme/effects/{}", effect_path("charge:v1:ORD-1")),
+    )
+    .await;
+    assert!(!r.text.contains(" checked>"), "{}", r.text);
+    assert!(resolution(&w, "charge:v1:ORD-1").await.is_none());
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn the_page_right_after_a_resolution_shows_the_new_state_not_unknown() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    let state_of = |html: &str| -> String {
+        html.split("<dt>State</dt>")
+            .nth(1)
+            .and_then(|s| s.split("</dd>").next())
+            .unwrap_or_else(|| panic!("no state on the page: {html}"))
+            .to_owned()
+    };
+    let before = get(
+        &w,
+        &cookie,
+        &format!("/t/acme/effects/{}", effect_path("charge:v1:ORD-2")),
+    )
+    .await;
+    assert!(
+        state_of(&before.text).contains("outcome unknown"),
+        "{}",
+        before.text
+    );
+
+    // With htmx, the part the resolution swaps in carries the record's new state.
+    let r = post(
+        &w,
+        &cookie,
+        &format!("/t/acme/resolve/{}", effect_path("charge:v1:ORD-2")),
+        &[
+            ("csrf", &csrf),
+            ("outcome", "applied"),
+            ("note", "seen in the provider"),
+        ],
+        true,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let state = state_of(&r.text);
+    assert!(
+        state.contains("resolved as applied by alice@acme.test"),
+        "the swapped part still shows the old state: {state}"
+    );
+    assert!(!state.contains("outcome unknown"), "{state}");
+    assert!(!r.text.contains("Replay window left"), "{}", r.text);
+
+    // Without JavaScript: the page the redirect lands on says the same.
+    let r = post(
+        &w,
+        &cookie,
+        &format!("/t/acme/resolve/{}", effect_path("charge:v1:ORD-1")),
+        &[
+            ("csrf", &csrf),
+            ("outcome", "not_applied"),
+            ("note", "refunded"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let page = get(&w, &cookie, r.location().unwrap()).await;
+    let state = state_of(&page.text);
+    assert!(
+        state.contains("resolved as not_applied by alice@acme.test")
+            && state.contains("still says unknown"),
+        "{state}"
+    );
+    assert!(!state.contains("<code>unknown</code>"), "{state}");
+    w.finish().await;
+}
+
+#[tokio::test]
+async fn adding_a_sqlite_source_confirms_it_and_shows_its_path_while_a_dsn_password_stays_hidden() {
+    let w = World::new(Backend::Sqlite).await;
+    let dir = tempfile::TempDir::new().unwrap();
+    let mine = dir.path().join("acme");
+    std::fs::create_dir_all(&mine).unwrap();
+    let store = mine.join("shop.db");
+    justonce_store(&store, &["charge:v1:ORD-1"]);
+    let app = app_reaching(&w, dir.path());
+    let (cookie, csrf) = session(&app, "alice@acme.test").await;
+
+    // The form: a path is typed in plain text; only the password has a masked field.
+    let page = get_from(&app, &cookie, "/t/acme/settings").await;
+    let input = |name: &str| -> String {
+        let at = page
+            .text
+            .find(&format!("name=\"{name}\""))
+            .unwrap_or_else(|| panic!("no {name} field: {}", page.text));
+        let (before, after) = page.text.split_at(at);
+        let start = before.rfind("<input").expect("an input");
+        format!(
+            "{}{}",
+            before.split_at(start).1,
+            after.split('>').next().unwrap_or_default()
+        )
+    };
+    let dsn = input("dsn");
+    assert!(
+        dsn.contains("type=\"text\"") && !dsn.contains("password"),
+        "the connection field masks what is typed: {dsn}"
+    );
+    assert!(input("password").contains("type=\"password\""));
+
+    // Added: said so, and the path shown as it is (a path is no secret).
+    let path = store.display().to_string();
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[
+            ("csrf", &csrf),
+            ("name", "shop"),
+            ("kind", "sqlite"),
+            ("dsn", &path),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text.contains("Source shop added (sqlite)."),
+        "no confirmation: {}",
+        r.text
+    );
+    let page = get_from(&app, &cookie, "/t/acme/settings").await;
+    let row = page
+        .text
+        .split("<tr><td>shop</td>")
+        .nth(1)
+        .and_then(|t| t.split("</tr>").next())
+        .unwrap_or_else(|| panic!("no row for shop: {}", page.text));
+    assert!(row.contains(&path), "the path is not shown: {row}");
+
+    // A DSN's password is a secret: never shown, whether typed in the URL or its own field.
+    let r = post_to(
+        &app,
+        &cookie,
+        "/t/acme/settings/sources",
+        &[
+            ("csrf", &csrf),
+            ("name", "billing"),
+            ("kind", "postgres"),
+            (
+                "dsn",
+                "postgres://reader:hunter2secret@db.example:5432/shop",
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.text.contains("Source billing added (postgres)."),
+        "{}",
+        r.text
+    );
+    let page = get_from(&app, &cookie, "/t/acme/settings").await;
+    assert!(
+        page.text.contains("postgres://reader@db.example:5432/shop"),
+        "{}",
+        page.text
+    );
+    assert!(!page.text.contains("hunter2secret") && !r.text.contains("hunter2secret"));
     w.finish().await;
 }

@@ -94,9 +94,10 @@ fn the_cli_works_on_the_demo_ledger_with_the_banners_prefix() {
     let dry = json(&demo, "writeback --tenant demo --dry-run");
     assert!(dry.is_array(), "{dry}");
 
-    // Tables write times as dates, not epoch seconds.
+    // Tables write times as the dashboard does (the demo tenant's zone is UTC), not as
+    // epoch seconds.
     let table = run(&demo, "source list --tenant demo");
-    let today = jiff::Timestamp::now().strftime("%Y-%m-%d ").to_string();
+    let today = jiff::Timestamp::now().strftime("%d %b %Y ").to_string();
     assert!(
         table.contains(&today) && table.contains(" UTC"),
         "no readable time: {table}"

@@ -8,6 +8,7 @@ mod connect_cli;
 mod crash;
 mod demo;
 mod demo_cli;
+mod demo_first_hour;
 mod deploy_smoke;
 mod egress_cli;
 mod file_modes;
