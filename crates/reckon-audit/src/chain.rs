@@ -225,7 +225,7 @@ pub fn run_of_the_day<R>(
         "partial" => 1,
         _ => 0,
     };
-    runs.iter().max_by_key(|r| (rank(*r), seq(*r)))
+    runs.iter().max_by_key(|r| (rank(r), seq(r)))
 }
 
 /// Per-tenant audit figures for metrics: the newest day's run (see [`run_of_the_day`]).
