@@ -208,7 +208,27 @@ pub fn verify_chain(tenant: i64, runs: &[AuditRun]) -> Vec<ChainBreak> {
     out
 }
 
-/// Per-tenant audit figures for metrics: the newest complete run.
+/// Which of a day's runs is "the audit of that day", on every surface that shows one day
+/// (the overview, the audit page and its CSV, the API's day, support's lookup, the
+/// findings gauges): the day's newest `complete` run; when none completed, its newest
+/// `partial` run (the findings of the providers read whole); else its newest run (failed,
+/// with its reason). A newer run that did better than nothing never hides a complete one:
+/// a person's re-run that lost a provider half-way does not take the day's findings away.
+/// `runs` in any order; `status` and `seq` read each.
+pub fn run_of_the_day<R>(
+    runs: &[R],
+    status: impl Fn(&R) -> &str,
+    seq: impl Fn(&R) -> i64,
+) -> Option<&R> {
+    let rank = |r: &R| match status(r) {
+        "complete" => 2,
+        "partial" => 1,
+        _ => 0,
+    };
+    runs.iter().max_by_key(|r| (rank(r), seq(r)))
+}
+
+/// Per-tenant audit figures for metrics: the newest day's run (see [`run_of_the_day`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditMetric {
     pub finished_at: f64,

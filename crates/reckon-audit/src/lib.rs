@@ -16,13 +16,15 @@
 
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
-use reckon_domain::{State, UnresolvedKind};
+use reckon_domain::{Outcome, State, UnresolvedKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+mod advice;
 pub mod chain;
 mod split;
 
+pub use advice::{advice, stake_words, verdict_words};
 pub use split::intent_subject;
 
 /// How far beyond the day callers fetch effects and charges, so matches across midnight
@@ -108,6 +110,9 @@ pub struct AuditEffect {
     /// Who deleted the effect's row, handing its key back for a retry, if anyone did: it is
     /// held not done.
     pub released: Option<Releaser>,
+    /// reckon's verdict on the effect (the reconciler's, or a person's by hand), when it
+    /// has one: shown beside the application's state, which may still say `unknown`.
+    pub verdict: Option<Outcome>,
 }
 
 /// Who handed an effect's key back for a retry by deleting its row.
@@ -302,9 +307,14 @@ pub struct EffectRef {
     pub key: String,
     pub operation: String,
     pub subject: Option<String>,
+    /// The application's state of the effect.
     pub state: State,
     pub attempts: i64,
     pub created_at: f64,
+    /// reckon's verdict on the effect when the run was made (`None`: none yet, or a run
+    /// stored before runs carried it).
+    #[serde(default)]
+    pub verdict: Option<Outcome>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -343,6 +353,18 @@ pub struct Finding {
     pub refunded: bool,
     #[serde(default)]
     pub suggestions: Vec<Suggestion>,
+    /// Who the money concerns as the provider names them (`cus_…`), when it does.
+    #[serde(default)]
+    pub customer: Option<String>,
+    /// The order the finding is about, as the application names it (its effect's subject,
+    /// else the order the charge names).
+    #[serde(default)]
+    pub order: Option<String>,
+    /// What finance does about it, in plain words, with the charge ids and amounts
+    /// ([`advice`]). Empty in runs stored before runs carried it:
+    /// [`Finding::action_words`] advises those when they are shown.
+    #[serde(default)]
+    pub action: String,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -429,6 +451,13 @@ pub fn audit(
             .partial_cmp(&(b.kind, first_time(b)))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
+    // Each finding names whom it concerns and what to do, stored with the run: the words
+    // finance read that morning stay what the run says.
+    for f in &mut findings {
+        f.customer = f.customer_of();
+        f.order = f.order_of(rules);
+        f.action = advice(f);
+    }
 
     AuditReport {
         window: window.clone(),
@@ -558,6 +587,7 @@ pub(crate) fn effect_ref(e: &AuditEffect) -> EffectRef {
         state: e.state,
         attempts: e.attempts,
         created_at: e.created_at,
+        verdict: e.verdict,
     }
 }
 
@@ -730,6 +760,9 @@ fn duplicates(
             currency: Some(currency),
             refunded,
             suggestions: vec![],
+            customer: None,
+            order: None,
+            action: String::new(),
         });
     }
     out
@@ -764,6 +797,9 @@ fn orphans(
             currency: Some(ch.currency.clone()),
             refunded: false,
             suggestions,
+            customer: None,
+            order: None,
+            action: String::new(),
         });
     }
     out
@@ -862,6 +898,9 @@ fn missing(
             currency: recorded_amount(ef).map(|(_, c)| c),
             refunded: false,
             suggestions: vec![],
+            customer: None,
+            order: None,
+            action: String::new(),
         });
     }
     out
@@ -929,6 +968,9 @@ fn charged_not_recorded(
             // Every charge of it was given back in full.
             refunded: net <= 0,
             suggestions: vec![],
+            customer: None,
+            order: None,
+            action: String::new(),
         });
     }
     out
@@ -959,6 +1001,9 @@ fn unresolved(window: &DayWindow, effects: &[AuditEffect]) -> Vec<Finding> {
                 currency: None,
                 refunded: false,
                 suggestions: vec![],
+                customer: None,
+                order: None,
+                action: String::new(),
             })
         })
         .collect()
@@ -1001,6 +1046,9 @@ fn risky_reclaims(
             charges: cs,
             refunded: false,
             suggestions: vec![],
+            customer: None,
+            order: None,
+            action: String::new(),
         });
     }
     out

@@ -102,6 +102,9 @@ pub(crate) fn split_intents(
             currency: None,
             refunded: false,
             suggestions: vec![],
+            customer: None,
+            order: None,
+            action: String::new(),
         });
     }
     out

@@ -299,6 +299,7 @@ fn audit_effect(e: Effect, settings: Option<&Value>) -> AuditEffect {
         created_at: e.created_at,
         provider_keys,
         released,
+        verdict: None,
     }
 }
 
@@ -404,8 +405,10 @@ pub async fn audit_day(
         let ids: Vec<i64> = unresolved.iter().map(|&(_, id)| id).collect();
         let resolved = ledger.resolved_among(tenant, &ids).await?;
         for (i, id) in unresolved {
-            if resolved.binary_search(&id).is_ok() {
+            if let Ok(at) = resolved.binary_search_by_key(&id, |r| r.0) {
                 effects[i].unresolved = None;
+                // Shown beside the application's state, which still says it does not know.
+                effects[i].verdict = Some(resolved[at].1);
             }
         }
         Ok::<_, AuditRunError>(effects)
@@ -828,7 +831,7 @@ pub fn neutralise(cell: &str) -> String {
     }
 }
 
-pub const CSV_HEADER: [&str; 26] = [
+pub const CSV_HEADER: [&str; 31] = [
     "run_id",
     "day",
     "time_zone",
@@ -855,10 +858,26 @@ pub const CSV_HEADER: [&str; 26] = [
     "suggestions",
     "charge_keys",
     "charge_metadata",
+    // Added after the columns above, which keep their places for the spreadsheets and
+    // imports that read them by position.
+    "action",
+    "customer",
+    "order",
+    "at_stake",
+    "effect_verdicts",
 ];
+
+/// The column of `name` in [`CSV_HEADER`].
+fn column(name: &str) -> usize {
+    CSV_HEADER.iter().position(|h| *h == name).unwrap_or(0)
+}
 
 /// One row per finding of `run`, every value a spreadsheet needs, several values of one
 /// field joined with `; `. Times in the tenant's zone; amounts as decimals and in minor units.
+/// Each finding says what to do (`action`) and whom it concerns (`customer`, the provider's
+/// id, and `order`, the application's); `at_stake` is empty when nothing is; each effect's
+/// state as the application recorded it (`effect_states`) has reckon's verdict on it in
+/// `effect_verdicts`, in the same order (empty where reckon has none).
 pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
     let tz = run.run.time_zone.as_str();
     let unreadable = |e: serde_json::Error| csv::Error::from(std::io::Error::other(e));
@@ -889,7 +908,7 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
             .map(|s| format!("{} -> {}/{} ({})", s.charge, s.source, s.key, s.why))
             .collect::<Vec<_>>()
             .join("; ");
-        let row = [
+        let row: [String; CSV_HEADER.len()] = [
             run.id.to_string(),
             run.run.day.clone(),
             tz.to_owned(),
@@ -926,6 +945,11 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
                     serde_json::to_string(&c.metadata).unwrap_or_default()
                 }
             }),
+            f.action_words(),
+            f.customer_named().unwrap_or_default(),
+            f.order_named().unwrap_or_default(),
+            f.at_stake_words().unwrap_or_default(),
+            effects(|e| e.verdict.map(|v| v.as_str().to_owned()).unwrap_or_default()),
         ];
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }
@@ -934,11 +958,11 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
     for t in &totals {
         let figure = |minor: i64| reckon_audit::money(minor, &t.currency);
         let mut row: Vec<String> = vec![String::new(); CSV_HEADER.len()];
-        row[0] = run.id.to_string();
-        row[1] = run.run.day.clone();
-        row[2] = tz.to_owned();
-        row[4] = "total".into();
-        row[5] = format!(
+        row[column("run_id")] = run.id.to_string();
+        row[column("day")] = run.run.day.clone();
+        row[column("time_zone")] = tz.to_owned();
+        row[column("kind")] = "total".into();
+        row[column("summary")] = format!(
             "charged {}, refunded {}, net {}; matched to effects {}, unmatched {}",
             figure(t.charged),
             figure(t.refunded),
@@ -946,9 +970,9 @@ pub fn findings_csv(run: &AuditRun) -> Result<String, csv::Error> {
             figure(t.matched),
             figure(t.unmatched)
         );
-        row[6] = decimal(t.net, &t.currency);
-        row[7] = t.currency.to_ascii_uppercase();
-        row[8] = t.net.to_string();
+        row[column("amount")] = decimal(t.net, &t.currency);
+        row[column("currency")] = t.currency.to_ascii_uppercase();
+        row[column("amount_minor")] = t.net.to_string();
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }
     let bytes = w.into_inner().map_err(csv::IntoInnerError::into_error)?;

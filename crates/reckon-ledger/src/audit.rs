@@ -16,7 +16,7 @@ use macro_rules_attribute::apply;
 pub use reckon_audit::chain::{
     ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, ChainBreak, ChainLink,
     NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, charge_terms, finding_counts_of,
-    run_digest, verify_chain, verify_content, verify_links,
+    run_digest, run_of_the_day, verify_chain, verify_content, verify_links,
 };
 use sqlx::Database;
 
@@ -575,19 +575,23 @@ impl<B: Driver> Audits for SqlLedger<B> {
         Ok(self.read_opt(Scope::Tenant(tenant), stmt).await?.is_some())
     }
 
-    /// The newest run with findings (complete or partial), for metrics (`None`: no run yet).
+    /// The findings of the newest day audited with findings (complete or partial), as that
+    /// day's run ([`run_of_the_day`]) has them, for metrics (`None`: no run yet). A re-run of
+    /// an older day does not stand in for the newest day.
     async fn audit_metric(&self, tenant: TenantId) -> Result<Option<AuditMetric>> {
         use sqlx::Row;
         let stmt = sqlx::query(
-            "SELECT finished_at, counts FROM audit_run WHERE tenant_id = $1 \
-             AND status IN ('complete', 'partial') ORDER BY seq DESC LIMIT 1",
+            "SELECT day FROM audit_run WHERE tenant_id = $1 \
+             AND status IN ('complete', 'partial') ORDER BY day DESC LIMIT 1",
         )
         .bind(tenant.0);
-        let row = self.read_opt(Scope::Tenant(tenant), stmt).await?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(Some(AuditMetric {
-            finished_at: row.try_get("finished_at")?,
-            findings: finding_counts_of(&rows::json(&row, "counts")?),
+        let Some(row) = self.read_opt(Scope::Tenant(tenant), stmt).await? else {
+            return Ok(None);
+        };
+        let day: String = row.try_get("day")?;
+        Ok(self.audit_glance(tenant, &day).await?.map(|g| AuditMetric {
+            finished_at: g.finished_at,
+            findings: g.findings,
         }))
     }
 
@@ -613,28 +617,31 @@ impl<B: Driver> Audits for SqlLedger<B> {
             .collect()
     }
 
-    /// The newest run of `day` with findings (else the newest run), without its findings or
+    /// The run of `day` that counts for it ([`run_of_the_day`]), without its findings or
     /// evidence, and the newest run's failure beside it.
     async fn audit_glance(&self, tenant: TenantId, day: &str) -> Result<Option<AuditGlance>> {
         use sqlx::Row;
-        // The `audit_run_day` index; a day holds a handful of runs, newest first. The one
-        // shown is the newest with findings (complete, or partial: the working providers'
-        // part), else the newest at all.
+        // The `audit_run_day` index; a day holds a handful of runs, newest first.
         let stmt = sqlx::query(
-            "SELECT id, day, provider, status, reason, finished_at, counts FROM audit_run \
+            "SELECT id, seq, day, provider, status, reason, finished_at, counts FROM audit_run \
              WHERE tenant_id = $1 AND day = $2 ORDER BY seq DESC",
         );
         let runs = self.read_all(Scope::Tenant(tenant), stmt.bind(tenant.0).bind(day));
         let runs = runs.await?;
-        let has_findings = |r: &&<B::DB as sqlx::Database>::Row| {
-            r.try_get::<String, _>("status")
-                .is_ok_and(|s| s == "complete" || s == "partial")
-        };
-        let best = runs.iter().find(has_findings);
-        let Some(newest) = runs.first() else {
+        let heads = runs
+            .iter()
+            .map(|r| -> Result<_> {
+                Ok((
+                    r.try_get::<String, _>("status")?,
+                    r.try_get::<i64, _>("seq")?,
+                    r,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let Some((newest_status, _, newest)) = heads.first() else {
             return Ok(None);
         };
-        let failure = if newest.try_get::<String, _>("status")? == "complete" {
+        let failure = if newest_status == "complete" {
             None
         } else {
             Some((
@@ -644,7 +651,9 @@ impl<B: Driver> Audits for SqlLedger<B> {
                 newest.try_get::<f64, _>("finished_at")?,
             ))
         };
-        let row = best.unwrap_or(newest);
+        let Some((_, _, row)) = run_of_the_day(&heads, |h| h.0.as_str(), |h| h.1) else {
+            return Ok(None);
+        };
         let counts = rows::json(row, "counts")?;
         Ok(Some(AuditGlance {
             id: row.try_get("id")?,

@@ -295,24 +295,32 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         )
     }
 
-    /// Of `effect_ids`, those resolved (by reckon or by hand), in id order: a day's
-    /// unresolved effects in one read per [`IDS_PER_STATEMENT`], never one per effect.
+    /// Of `effect_ids`, those resolved (by reckon or by hand), each with its verdict, in id
+    /// order: a day's unresolved effects in one read per [`IDS_PER_STATEMENT`], never one
+    /// per effect.
     #[instrument(level = "debug", skip_all, fields(effects = effect_ids.len()))]
-    async fn resolved_among(&self, tenant: TenantId, effect_ids: &[i64]) -> Result<Vec<i64>> {
+    async fn resolved_among(
+        &self,
+        tenant: TenantId,
+        effect_ids: &[i64],
+    ) -> Result<Vec<(i64, Outcome)>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), false).await?;
         let mut resolved = Vec::new();
         for chunk in effect_ids.chunks(IDS_PER_STATEMENT) {
             let mut qb = sqlx::QueryBuilder::<B::DB>::new(
-                "SELECT effect_id FROM resolution WHERE tenant_id = ",
+                "SELECT effect_id, outcome FROM resolution WHERE tenant_id = ",
             );
             qb.push_bind(tenant.0).push(" AND effect_id IN ");
             rows::push_in(&mut qb, chunk.iter().copied());
             for row in qb.build().fetch_all(&mut *tx).await? {
-                resolved.push(row.try_get::<i64, _>("effect_id")?);
+                resolved.push((
+                    row.try_get::<i64, _>("effect_id")?,
+                    outcome(&row.try_get::<String, _>("outcome")?)?,
+                ));
             }
         }
         tx.commit().await?;
-        resolved.sort_unstable();
+        resolved.sort_unstable_by_key(|r| r.0);
         Ok(resolved)
     }
 

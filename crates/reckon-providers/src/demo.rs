@@ -54,6 +54,18 @@ impl DemoState {
 
     /// Record a charge made with `key`.
     pub fn charge(&self, key: &str, amount: i64, currency: &str, created: f64) -> String {
+        self.charge_of(key, amount, currency, created, None)
+    }
+
+    /// Record a charge made with `key`, of `customer` as the provider names them.
+    pub fn charge_of(
+        &self,
+        key: &str,
+        amount: i64,
+        currency: &str,
+        created: f64,
+        customer: Option<&str>,
+    ) -> String {
         let mut map = self
             .charges
             .lock()
@@ -69,7 +81,7 @@ impl DemoState {
             created,
             refunds: Vec::new(),
             metadata: BTreeMap::new(),
-            customer: None,
+            customer: customer.map(str::to_owned),
         });
         id
     }

@@ -205,16 +205,13 @@ fn print_run(run: &AuditRun, format: Format) -> anyhow::Result<()> {
                     .unwrap_or_default()
             );
             let mut b = tabled::builder::Builder::default();
-            b.push_record(["kind", "amount", "summary"]);
-            for f in r.findings.as_array().into_iter().flatten() {
-                let amount = match (f["amount"].as_i64(), f["currency"].as_str()) {
-                    (Some(a), Some(c)) => reckon_audit_money(a, c),
-                    _ => String::new(),
-                };
+            b.push_record(["kind", "at stake", "summary", "what to do"]);
+            for f in run.findings()? {
                 b.push_record([
-                    f["kind"].as_str().unwrap_or("").to_owned(),
-                    amount,
-                    f["summary"].as_str().unwrap_or("").to_owned(),
+                    f.kind.as_str().to_owned(),
+                    f.at_stake_words().unwrap_or_default(),
+                    f.summary.clone(),
+                    f.action_words(),
                 ]);
             }
             println!("{}", b.build());

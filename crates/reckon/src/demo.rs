@@ -214,20 +214,21 @@ fn plant_provider(rows: &[Row], provider: &DemoState) -> Planted {
         };
         let amount = r.payload["amount"].as_i64().unwrap_or(0);
         let created = r.created_at + 1.0;
+        // The provider knows each payer as its customer, as Stripe does.
+        let customer = demo_customer(order);
+        let charge = |created: f64| {
+            provider.charge_of(&r.key, amount, "usd", created, Some(&customer));
+        };
         match (r.state, order) {
             // A charge recorded as succeeded that the provider never saw: "missing".
             ("succeeded", "ORD-1075") => planted.missing.push(r.key.clone()),
-            ("succeeded", _) => {
-                provider.charge(&r.key, amount, "usd", created);
-            }
+            ("succeeded", _) => charge(created),
             // Unknown: the worker died after the call. One went through, one did not, one
             // went through twice (a retry after a timeout): applied, not_applied, duplicate.
-            ("unknown", "ORD-1017") | ("in_progress", "ORD-1040") => {
-                provider.charge(&r.key, amount, "usd", created);
-            }
+            ("unknown", "ORD-1017") | ("in_progress", "ORD-1040") => charge(created),
             ("unknown", "ORD-1101") => {
-                provider.charge(&r.key, amount, "usd", created);
-                provider.charge(&r.key, amount, "usd", created + 20.0);
+                charge(created);
+                charge(created + 20.0);
                 planted.duplicate.push(r.key.clone());
             }
             _ => {}
@@ -241,10 +242,21 @@ fn plant_provider(rows: &[Row], provider: &DemoState) -> Planted {
         .map(|r| r.created_at)
         .reduce(f64::min)
     {
-        provider.charge("charge:v1:ORD-9001", 4900, "usd", first + 3600.0);
+        provider.charge_of(
+            "charge:v1:ORD-9001",
+            4900,
+            "usd",
+            first + 3600.0,
+            Some(&demo_customer("ORD-9001")),
+        );
         planted.orphan.push("charge:v1:ORD-9001".into());
     }
     planted
+}
+
+/// The demo provider's customer of an order: `cus_demo_1101` for `ORD-1101`.
+fn demo_customer(order: &str) -> String {
+    format!("cus_demo_{}", order.trim_start_matches("ORD-"))
 }
 
 #[derive(Default)]

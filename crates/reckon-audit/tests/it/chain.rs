@@ -155,3 +155,22 @@ fn links_break_where_a_run_was_removed_or_relinked() {
     let breaks = verify_links(&relinked);
     assert_eq!(breaks.iter().map(|b| b.id).collect::<Vec<_>>(), [2]);
 }
+
+#[test]
+fn the_run_of_a_day_is_its_newest_complete_else_newest_partial_else_newest() {
+    use reckon_audit::chain::run_of_the_day;
+    let pick = |runs: &[(&'static str, i64)]| run_of_the_day(runs, |r| r.0, |r| r.1).map(|r| r.1);
+    assert_eq!(pick(&[]), None);
+    assert_eq!(pick(&[("failed", 1), ("failed", 2)]), Some(2));
+    assert_eq!(pick(&[("partial", 1), ("failed", 2)]), Some(1));
+    // A newer partial re-run does not take a complete run's place.
+    assert_eq!(
+        pick(&[("complete", 1), ("partial", 2), ("failed", 3)]),
+        Some(1)
+    );
+    assert_eq!(
+        pick(&[("complete", 3), ("complete", 1), ("partial", 2)]),
+        Some(3)
+    );
+    assert_eq!(pick(&[("partial", 4), ("partial", 2)]), Some(4));
+}

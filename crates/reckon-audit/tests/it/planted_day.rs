@@ -5,7 +5,7 @@
 use reckon_audit::{
     AuditEffect, DayWindow, FindingKind, MatchRules, ProviderCharge, Refund, Releaser, audit,
 };
-use reckon_domain::{State, UnresolvedKind};
+use reckon_domain::{Outcome, State, UnresolvedKind};
 use serde_json::json;
 use std::collections::BTreeSet;
 
@@ -50,6 +50,7 @@ impl Day {
             response: None,
             provider_keys: vec![key.into()],
             released: None,
+            verdict: None,
         });
         self.effects.last_mut().unwrap()
     }
@@ -569,5 +570,130 @@ fn a_duplicate_says_what_was_charged_refunded_and_is_still_charged_twice() {
             && two.summary.contains("20.00 USD still charged twice"),
         "{}",
         two.summary
+    );
+}
+
+#[test]
+fn each_finding_names_whom_and_what_to_do_and_what_is_at_stake_only_when_something_is() {
+    let mut d = Day::new();
+    let at = d.window.start + 100.0;
+    // Charged twice while the shop's row says unknown; reckon's verdict is `duplicate`.
+    let e = d.effect("charge:v1:ORD-54", State::Unknown, at);
+    e.verdict = Some(Outcome::Duplicate);
+    e.unresolved = None;
+    keyed(d.charge(5400, "usd", at + 1.0), "charge:v1:ORD-54");
+    keyed(d.charge(5400, "usd", at + 20.0), "charge:v1:ORD-54");
+    // Charged twice, the extra refunded as duplicate since.
+    d.effect("charge:v1:ORD-55", State::Succeeded, at + 100.0);
+    keyed(d.charge(3000, "usd", at + 101.0), "charge:v1:ORD-55");
+    let c = d.charge(3000, "usd", at + 130.0);
+    keyed(c, "charge:v1:ORD-55");
+    c.amount_refunded = 3000;
+    c.refunds = vec![Refund {
+        id: "re_1".into(),
+        amount: 3000,
+        reason: Some("duplicate".into()),
+    }];
+    // Charged twice by a provider that names no customer.
+    d.effect("charge:v1:ORD-56", State::Succeeded, at + 200.0);
+    for t in [201.0, 230.0] {
+        let c = d.charge(1250, "usd", at + t);
+        keyed(c, "charge:v1:ORD-56");
+        c.customer = None;
+    }
+    // Claimed twice, charged once.
+    d.effect("charge:v1:ORD-57", State::Succeeded, at + 300.0)
+        .attempts = 2;
+    keyed(d.charge(14_400, "usd", at + 301.0), "charge:v1:ORD-57");
+    // Nobody knows yet.
+    d.effect("charge:v1:ORD-58", State::Unknown, at + 400.0);
+    let r = audit(&d.window, &d.effects, &d.charges, &MatchRules::default());
+    let find = |kind: FindingKind, key: &str| {
+        r.findings
+            .iter()
+            .find(|f| f.kind == kind && f.effects.iter().any(|e| e.key == key))
+            .unwrap_or_else(|| panic!("{kind:?} for {key}: {:#?}", r.findings))
+    };
+
+    let dup = find(FindingKind::Duplicate, "charge:v1:ORD-54");
+    assert_eq!(dup.customer.as_deref(), Some("cus_1"));
+    assert_eq!(dup.order.as_deref(), Some("ORD-54"));
+    assert_eq!(
+        dup.action,
+        "Refund ch_0002 (54.00 USD) to cus_1 (order ORD-54); keep ch_0001 (54.00 USD), the \
+         payment the customer meant to make."
+    );
+    assert_eq!(dup.effects[0].verdict, Some(Outcome::Duplicate));
+    assert_eq!(
+        dup.at_stake_words().as_deref(),
+        Some("charged twice: 54.00 USD extra")
+    );
+
+    let refunded = find(FindingKind::Duplicate, "charge:v1:ORD-55");
+    assert!(
+        refunded
+            .action
+            .starts_with("Nothing to refund: the extra charge ch_0004"),
+        "{}",
+        refunded.action
+    );
+    assert!(!refunded.action.contains("Refund "), "{}", refunded.action);
+    assert_eq!(refunded.at_stake(), None);
+
+    let nobody = find(FindingKind::Duplicate, "charge:v1:ORD-56");
+    assert_eq!(nobody.customer, None);
+    assert!(
+        nobody
+            .action
+            .starts_with("Refund ch_0006 (12.50 USD) to the customer of order ORD-56;"),
+        "{}",
+        nobody.action
+    );
+
+    let reclaim = find(FindingKind::RiskyReclaim, "charge:v1:ORD-57");
+    assert_eq!(reclaim.at_stake(), None, "charged once: nothing at stake");
+    assert_eq!(reclaim.at_stake_words(), None);
+    assert!(
+        reclaim.action.starts_with("Nothing to do:"),
+        "{}",
+        reclaim.action
+    );
+
+    let unknown = find(FindingKind::Unresolved, "charge:v1:ORD-58");
+    assert_eq!(unknown.at_stake(), None);
+    assert!(
+        unknown
+            .action
+            .starts_with("Check order ORD-58 in the shop before telling the customer"),
+        "{}",
+        unknown.action
+    );
+    for f in &r.findings {
+        assert!(!f.action.is_empty(), "{f:#?}");
+    }
+}
+
+#[test]
+fn a_finding_stored_before_findings_said_what_to_do_still_reads_and_is_advised() {
+    // As a run stored it: no customer, order, action or verdict.
+    let stored = json!({
+        "kind": "risky_reclaim",
+        "summary": "charge:v1:ORD-8 was attempted 2 times; the provider shows 1 successful charge",
+        "effects": [{"source": "shop", "key": "charge:v1:ORD-8", "operation": "charge",
+                     "subject": "ORD-8", "state": "succeeded", "attempts": 2,
+                     "created_at": 1.0}],
+        "charges": [{"id": "ch_once", "amount": 14400, "currency": "usd",
+                     "status": "succeeded", "amount_refunded": 0, "customer": "cus_8",
+                     "created": 2.0}],
+        "amount": 14400, "currency": "usd", "refunded": false
+    });
+    let f: reckon_audit::Finding = serde_json::from_value(stored).unwrap();
+    assert_eq!(f.action, "");
+    assert_eq!(f.effects[0].verdict, None);
+    assert_eq!(f.at_stake(), None, "charged once: nothing at stake");
+    assert_eq!(f.customer_named().as_deref(), Some("cus_8"));
+    assert_eq!(
+        f.action_words(),
+        "Nothing to do: order ORD-8 was tried 2 times but charged once, ch_once (144.00 USD)."
     );
 }

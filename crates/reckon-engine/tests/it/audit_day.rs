@@ -1000,6 +1000,186 @@ async fn the_csv_parses_back_one_row_per_finding_and_a_planted_formula_is_neutra
     w.finish().await;
 }
 
+/// The audit's CSV as rows keyed by the header's names.
+fn csv_rows(text: &str) -> Vec<BTreeMap<String, String>> {
+    let mut rd = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = rd.headers().unwrap().iter().map(str::to_owned).collect();
+    rd.records()
+        .map(|r| {
+            let r = r.unwrap();
+            header
+                .iter()
+                .cloned()
+                .zip(r.iter().map(str::to_owned))
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn each_finding_says_what_to_do_with_which_charge_for_whom_beside_reckons_verdict() {
+    let w = World::sqlite().await;
+    let (t, source) = tenant_with_source(w.ledger.as_ref(), "acme").await;
+    set_settings(w.ledger.as_ref(), t, Some(TZ), None)
+        .await
+        .unwrap();
+    let h = START + 3600.0;
+    let mut reclaimed = record("charge:v1:RCL-1", State::Succeeded, h + 300.0);
+    reclaimed.attempts = 2;
+    ingest(
+        w.ledger.as_ref(),
+        t,
+        source,
+        vec![
+            // The worker died after the call, which went through twice: the shop's row
+            // still says unknown, reckon's verdict is `duplicate`.
+            record("charge:v1:ORD-54", State::Unknown, h),
+            // Charged twice, the extra refunded as duplicate since.
+            record("charge:v1:ORD-55", State::Succeeded, h + 100.0),
+            // Charged twice by a provider that names no customer.
+            record("charge:v1:ORD-56", State::Succeeded, h + 200.0),
+            // Claimed twice, charged once: nothing at stake.
+            reclaimed,
+            // Recorded paid, never charged.
+            record("charge:v1:ORD-58", State::Succeeded, h + 400.0),
+        ],
+    )
+    .await;
+    let demo = DemoState::new();
+    let c = |id: &str, key: &str, amount: i64, at: f64| {
+        let mut ch = charge(id, key, amount, "usd", at);
+        ch.customer = Some(format!("cus_{}", key.rsplit('-').next().unwrap_or("x")));
+        ch
+    };
+    demo.add(c("ch_54_a", "charge:v1:ORD-54", 5400, h + 1.0));
+    demo.add(c("ch_54_b", "charge:v1:ORD-54", 5400, h + 20.0));
+    demo.add(c("ch_55_a", "charge:v1:ORD-55", 3000, h + 101.0));
+    let mut back = c("ch_55_b", "charge:v1:ORD-55", 3000, h + 120.0);
+    back.refunds = vec![("re_55".into(), 3000, Some("duplicate".into()))];
+    demo.add(back);
+    for (id, at) in [("ch_56_a", h + 201.0), ("ch_56_b", h + 230.0)] {
+        let mut nobody = c(id, "charge:v1:ORD-56", 1250, at);
+        nobody.customer = None;
+        demo.add(nobody);
+    }
+    demo.add(c("ch_57", "charge:v1:RCL-1", 14_400, h + 301.0));
+    // Money the provider took for an order the shop has no record of.
+    demo.add(c("ch_orphan", "charge:v1:ORD-59", 777, h + 500.0));
+    let (base, server) = serve_loopback(demo).await.unwrap();
+    add_provider(w.ledger.as_ref(), t, "demo", json!({ "base_url": base })).await;
+    w.ledger
+        .set_route(t, "shop", "charge", Some("pay"))
+        .await
+        .unwrap();
+    // reckon's verdict on the unknown one (a person's here, as the reconciler's would be).
+    let unknown = w
+        .ledger
+        .get_effect(t, "shop", "charge:v1:ORD-54")
+        .await
+        .unwrap()
+        .unwrap()
+        .effect;
+    w.ledger
+        .resolve_by_hand(
+            t,
+            unknown.id,
+            reckon_ledger::NewResolution {
+                outcome: reckon_ledger::Outcome::Duplicate,
+                author: "user:finance@acme.test".into(),
+                note: Some("two payments in the provider's dashboard".into()),
+                evidence: json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    let run = run_audit(&ctx(w.ledger.clone()), t, &request(DAY), None)
+        .await
+        .unwrap();
+    server.abort();
+    assert_eq!(run.run.status, "complete", "{:?}", run.run.reason);
+    let rows = csv_rows(&findings_csv(&run).unwrap());
+    let row = |kind: &str, key: &str| {
+        rows.iter()
+            .find(|r| {
+                r["kind"] == kind
+                    && (r.get("effect_keys").is_some_and(|k| k == key)
+                        || r.get("charge_ids").is_some_and(|k| k == key))
+            })
+            .unwrap_or_else(|| panic!("no {kind} row for {key}: {rows:#?}"))
+    };
+    let cell = |r: &BTreeMap<String, String>, name: &str| {
+        r.get(name)
+            .unwrap_or_else(|| panic!("no column {name:?}: {r:#?}"))
+            .clone()
+    };
+
+    // The double charge: whom, which charge, how much, and the verdict beside the state.
+    let dup = row("duplicate", "charge:v1:ORD-54");
+    assert_eq!(
+        cell(dup, "action"),
+        "Refund ch_54_b (54.00 USD) to cus_54 (order ORD-54); keep ch_54_a (54.00 USD), \
+         the payment the customer meant to make."
+    );
+    assert_eq!(cell(dup, "customer"), "cus_54");
+    assert_eq!(cell(dup, "order"), "ORD-54");
+    assert_eq!(cell(dup, "at_stake"), "charged twice: 54.00 USD extra");
+    assert_eq!(cell(dup, "effect_states"), "unknown");
+    assert_eq!(cell(dup, "effect_verdicts"), "duplicate");
+    // Refunded since: nothing is to be refunded, and nothing is at stake.
+    let refunded = row("duplicate", "charge:v1:ORD-55");
+    assert_eq!(
+        cell(refunded, "action"),
+        "Nothing to refund: the extra charge ch_55_b was already refunded to cus_55 \
+         (order ORD-55)."
+    );
+    assert_eq!(cell(refunded, "at_stake"), "");
+    // No customer at the provider: the application's order names whom.
+    let nobody = row("duplicate", "charge:v1:ORD-56");
+    assert!(
+        cell(nobody, "action")
+            .starts_with("Refund ch_56_b (12.50 USD) to the customer of order ORD-56;"),
+        "{nobody:#?}"
+    );
+    assert_eq!(cell(nobody, "customer"), "");
+    // Claimed twice, charged once: nothing at stake, nothing to do.
+    let reclaim = row("risky_reclaim", "charge:v1:RCL-1");
+    assert_eq!(cell(reclaim, "at_stake"), "", "{reclaim:#?}");
+    assert_eq!(
+        cell(reclaim, "action"),
+        "Nothing to do: order RCL-1 was tried 2 times but charged once, ch_57 (144.00 USD)."
+    );
+    let missing = row("missing", "charge:v1:ORD-58");
+    assert!(
+        cell(missing, "action")
+            .starts_with("Check order ORD-58 in the shop before telling the customer"),
+        "{missing:#?}"
+    );
+    let orphan = row("orphan", "ch_orphan");
+    assert_eq!(
+        cell(orphan, "action"),
+        "Find the order ch_orphan (7.77 USD) paid for in the shop (the provider names order \
+         ORD-59); if the shop has none, refund it to cus_59 (order ORD-59)."
+    );
+    assert_eq!(cell(orphan, "at_stake"), "charged, no order: 7.77 USD");
+
+    // The run's JSON (the API's) carries the same: the action, whom, and the verdict.
+    let f = run.run.findings.as_array().unwrap();
+    let dup = f
+        .iter()
+        .find(|f| f["kind"] == "duplicate" && f["order"] == "ORD-54")
+        .unwrap_or_else(|| panic!("{f:#?}"));
+    assert_eq!(dup["customer"], "cus_54");
+    assert!(
+        dup["action"]
+            .as_str()
+            .unwrap()
+            .starts_with("Refund ch_54_b")
+    );
+    assert_eq!(dup["effects"][0]["state"], "unknown");
+    assert_eq!(dup["effects"][0]["verdict"], "duplicate");
+    w.finish().await;
+}
+
 // The chain.
 
 async fn verify_detects_an_edited_and_a_removed_run(w: World) {

@@ -627,8 +627,11 @@ pub(crate) async fn story_rc_resolved_among(ledger: Arc<dyn Ledger>) {
         .unwrap();
     assert_eq!(
         ledger.resolved_among(t.id, &[o3, o2, o1]).await.unwrap(),
-        vec![o1, o3],
-        "the resolved ones, in id order"
+        vec![
+            (o1, reckon_ledger::Outcome::NotApplied),
+            (o3, reckon_ledger::Outcome::Applied)
+        ],
+        "the resolved ones with their verdicts, in id order"
     );
     assert!(ledger.resolved_among(t.id, &[]).await.unwrap().is_empty());
     assert!(
@@ -644,7 +647,10 @@ pub(crate) async fn story_rc_resolved_among(ledger: Arc<dyn Ledger>) {
         .map(|n| o3 + 1000 + n)
         .collect();
     many.push(o3);
-    assert_eq!(ledger.resolved_among(t.id, &many).await.unwrap(), vec![o3]);
+    assert_eq!(
+        ledger.resolved_among(t.id, &many).await.unwrap(),
+        vec![(o3, reckon_ledger::Outcome::Applied)]
+    );
 }
 
 /// A reconciler's `not_applied` that a charge imported later contradicts (succeeded, moved

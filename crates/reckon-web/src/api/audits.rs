@@ -77,6 +77,11 @@ pub struct AuditRunList {
     /// Newest first, without findings and evidence.
     #[schema(value_type = Vec<reckon_engine::schema::AuditRunSummary>)]
     runs: Vec<Value>,
+    /// With `date`: the id of the run that counts for that day, the one the dashboard's
+    /// overview and audit page show (the day's newest complete run, else its newest partial
+    /// run, else its newest run); `null` without `date` or when the day has no run.
+    #[schema(required = true)]
+    day_run: Option<i64>,
 }
 
 /// One stored audit run, whole.
@@ -108,8 +113,17 @@ pub async fn list(
         .ledger
         .list_audit_runs(auth.tenant.id, p.date.as_deref(), limit)
         .await?;
+    let day_run = match &p.date {
+        Some(d) => state
+            .ledger
+            .audit_glance(auth.tenant.id, d)
+            .await?
+            .map(|g| g.id),
+        None => None,
+    };
     Ok(Json(AuditRunList {
         runs: runs.iter().map(summary).collect(),
+        day_run,
     }))
 }
 

@@ -39,8 +39,12 @@ pub struct AuditPage {
     pub is_yesterday: bool,
     pub prev_href: String,
     pub next_href: Option<String>,
-    /// The run shown: `?run=` or the day's newest complete run (else its newest).
+    /// The run shown: `?run=` or the run that counts for the day
+    /// (`reckon_audit::chain::run_of_the_day`, the overview's).
     pub run: Option<RunView>,
+    /// The day's newest run, when it did not complete and is not the run shown: its
+    /// reason, and when it ended.
+    pub newer_failure: Option<(String, When)>,
     pub day_runs: Vec<RunRow>,
     pub history: Vec<RunRow>,
     pub chain_checked: usize,
@@ -72,19 +76,35 @@ pub struct FindingGroup {
     pub kind: String,
     pub title: String,
     pub explain: &'static str,
-    /// "$20.00 + €5.00" at stake in this group, per currency.
+    /// What is at stake in this group, in words ("charged twice: $20.00 + €5.00 extra");
+    /// empty when nothing is.
     pub at_stake: String,
     pub findings: Vec<FindingView>,
 }
 
 pub struct FindingView {
     pub summary: String,
-    pub amount: String,
+    /// What to do, with the charge ids and amounts.
+    pub action: String,
+    /// Whom the money concerns (`cus_9 (order ORD-7)`).
+    pub whom: String,
+    /// What is at stake in words; empty when nothing is.
+    pub at_stake: String,
     pub refunded: bool,
-    /// (href, "source/key", state)
-    pub effects: Vec<(String, String, String)>,
+    pub effects: Vec<EffectView>,
     pub charges: Vec<ChargeView>,
     pub suggestions: Vec<String>,
+}
+
+pub struct EffectView {
+    pub href: String,
+    /// `source/key`
+    pub label: String,
+    /// The application's state of it.
+    pub state: String,
+    /// reckon's verdict (`duplicate`), empty when it has none, and in words.
+    pub verdict: String,
+    pub verdict_words: String,
 }
 
 pub struct ChargeView {
@@ -175,20 +195,27 @@ fn findings_total(run: &AuditRun) -> i64 {
 }
 
 fn finding_view(f: &Finding, tenant_slug: &str, tz: &TimeZone) -> FindingView {
-    let currency = f.currency.clone().unwrap_or_default();
     FindingView {
         summary: f.summary.clone(),
-        amount: f.amount.map(|a| money(a, &currency)).unwrap_or_default(),
+        action: f.action_words(),
+        whom: f.whom(),
+        at_stake: f
+            .at_stake()
+            .map(|(a, cur)| reckon_audit::stake_words(f.kind, &money(a, &cur)))
+            .unwrap_or_default(),
         refunded: f.refunded,
         effects: f
             .effects
             .iter()
-            .map(|e| {
-                (
-                    effect_href(tenant_slug, &e.source, &e.key),
-                    format!("{}/{}", e.source, e.key),
-                    e.state.as_str().to_owned(),
-                )
+            .map(|e| EffectView {
+                href: effect_href(tenant_slug, &e.source, &e.key),
+                label: format!("{}/{}", e.source, e.key),
+                state: e.state.as_str().to_owned(),
+                verdict: e.verdict.map(|v| v.as_str().to_owned()).unwrap_or_default(),
+                verdict_words: e
+                    .verdict
+                    .map(|v| reckon_audit::verdict_words(v).to_owned())
+                    .unwrap_or_default(),
             })
             .collect(),
         charges: f
@@ -246,8 +273,8 @@ pub fn run_view(
             let of_kind = findings.iter().filter(|f| f.kind == kind);
             let mut stake: BTreeMap<String, i64> = BTreeMap::new();
             for f in of_kind.clone() {
-                if let (Some(a), Some(cur)) = (f.amount, &f.currency) {
-                    *stake.entry(cur.to_ascii_lowercase()).or_default() += a;
+                if let Some((a, cur)) = f.at_stake() {
+                    *stake.entry(cur).or_default() += a;
                 }
             }
             let (title, explain) = title_of(kind);
@@ -255,7 +282,11 @@ pub fn run_view(
                 kind: kind.as_str().to_owned(),
                 title: title.to_owned(),
                 explain,
-                at_stake: per_currency(&stake),
+                at_stake: if stake.is_empty() {
+                    String::new()
+                } else {
+                    reckon_audit::stake_words(kind, &per_currency(&stake))
+                },
                 findings: of_kind.map(|f| finding_view(f, tenant_slug, tz)).collect(),
             }
         })
@@ -406,19 +437,27 @@ pub async fn audit_page(
             })
             .or_insert_with(|| b.reason.clone());
     }
+    // The day's run as the overview, the API and support's lookup have it.
+    let glance = st.ledger.audit_glance(tenant, &day).await?;
     let chosen: Option<AuditRun> = match run_id {
         Some(id) => match day_runs.iter().find(|r| r.id == id) {
             Some(r) => Some(r.clone()),
             // Another tenant's run and a run of another day look the same: not here.
             None => return Ok(not_found()),
         },
-        None => day_runs
-            .iter()
-            .find(|r| r.run.status == "complete")
-            .or_else(|| day_runs.iter().find(|r| r.run.status == "partial"))
-            .or_else(|| day_runs.first())
-            .cloned(),
+        None => match &glance {
+            Some(g) => match day_runs.iter().find(|r| r.id == g.id) {
+                Some(r) => Some(r.clone()),
+                None => st.ledger.get_audit_run(tenant, g.id).await?,
+            },
+            None => None,
+        },
     };
+    let newer_failure = glance
+        .as_ref()
+        .and_then(|g| g.failure.clone())
+        .filter(|_| day_runs.first().map(|r| r.id) != chosen.as_ref().map(|r| r.id))
+        .map(|(why, at)| (why, when_in(at, &tz)));
     let selected = chosen.as_ref().map(|r| r.id);
     let run = chosen
         .as_ref()
@@ -454,6 +493,7 @@ pub async fn audit_page(
         prev_href: prev,
         next_href,
         run,
+        newer_failure,
         day_runs: day_rows,
         history,
         chain_checked: checked,

@@ -75,6 +75,8 @@ pub struct AuditSummaryView {
 }
 
 pub struct AuditRunGlance {
+    /// The run that counts for the day, as the audit page shows it.
+    pub id: i64,
     /// No provider's part of the day completed: nothing to show but why.
     pub failed: Option<String>,
     /// Some provider's part failed (in this run or a later one): its reason and when.
@@ -144,6 +146,7 @@ pub async fn overview(
         day: data.yesterday.clone(),
         day_words: day_text(&data.yesterday),
         run: data.audit.as_ref().map(|a| AuditRunGlance {
+            id: a.id,
             failed: (a.status == "failed")
                 .then(|| a.reason.clone().unwrap_or_else(|| "failed".into())),
             failure: a

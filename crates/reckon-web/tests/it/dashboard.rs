@@ -803,8 +803,15 @@ async fn the_audit_page_shows_yesterdays_findings_by_kind_with_amounts_and_total
         .expect("an orphan group");
     assert!(dup < orphan);
     assert!(r.text.contains("Duplicate charges"), "{}", r.text);
-    assert!(r.text.contains("$20.00 at stake"), "{}", r.text);
-    assert!(r.text.contains("€19.99 at stake"), "{}", r.text);
+    assert!(r.text.contains("charged twice: $20.00 extra"), "{}", r.text);
+    assert!(r.text.contains("charged, no order: €19.99"), "{}", r.text);
+    // A run stored before findings said what to do is advised when shown.
+    assert!(
+        r.text
+            .contains("Refund ch_again (20.00 USD) to the customer of order ORD-7; keep ch_first"),
+        "{}",
+        r.text
+    );
     assert!(r.text.contains("ch_again"));
     assert!(
         r.text
@@ -898,6 +905,210 @@ async fn the_audit_page_shows_yesterdays_findings_by_kind_with_amounts_and_total
         r.text
     );
     assert!(!r.text.contains("<span class=\"badge ok\">verified</span>"));
+    w.finish().await;
+}
+
+/// A run of `day` for tenant A with `status` and `findings` (JSON as a run stores them).
+async fn record_day_run(w: &World, day: &str, status: &str, findings: serde_json::Value) -> i64 {
+    let start = reckon_audit::DayWindow::new(day, "UTC").unwrap().start;
+    let kinds: serde_json::Map<String, serde_json::Value> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["kind"].as_str().unwrap().to_owned(), json!(1)))
+        .collect();
+    let run = reckon_ledger::NewAuditRun {
+        day: day.into(),
+        time_zone: "UTC".into(),
+        window_start: start,
+        window_end: start + 86400.0,
+        provider: "*".into(),
+        triggered_by: "operator".into(),
+        status: status.into(),
+        reason: (status != "complete").then(|| "provider legacy: HTTP 503".into()),
+        started_at: start + 90000.0,
+        finished_at: start + 90001.0,
+        counts: json!({"findings": kinds, "effects_in_day": 3, "charges_in_day": 3}),
+        findings,
+        totals: json!([]),
+        evidence: json!({"pages": []}),
+    };
+    w.ledger
+        .record_audit_run(w.a.id, run, None)
+        .await
+        .unwrap()
+        .id
+}
+
+#[tokio::test]
+async fn the_overview_the_audit_page_and_the_api_show_the_same_run_of_a_day() {
+    let w = World::new(Backend::Sqlite).await;
+    let day = yesterday();
+    let start = reckon_audit::DayWindow::new(&day, "UTC").unwrap().start;
+    let charge = |id: &str, amount: i64, at: f64| {
+        json!({"id": id, "amount": amount, "currency": "usd", "status": "succeeded",
+               "amount_refunded": 0, "customer": "cus_7", "created": start + at})
+    };
+    // The day's complete run: ORD-7 charged twice while the shop's row says unknown, and a
+    // reclaim that charged once.
+    let complete = record_day_run(
+        &w,
+        &day,
+        "complete",
+        json!([
+            {"kind": "duplicate", "summary": "2 successful charges for key charge:v1:ORD-7",
+             "effects": [{"source": SRC, "key": "charge:v1:ORD-7", "operation": "charge",
+                          "subject": "ORD-7", "state": "unknown", "attempts": 1,
+                          "created_at": start + 7200.0, "verdict": "duplicate"}],
+             "amount": 5400, "currency": "usd", "refunded": false,
+             "charges": [charge("ch_first", 5400, 7201.0), charge("ch_again", 5400, 7221.0)],
+             "suggestions": []},
+            {"kind": "risky_reclaim",
+             "summary": "charge:v1:ORD-8 was attempted 2 times; the provider shows 1 successful charge",
+             "effects": [{"source": SRC, "key": "charge:v1:ORD-8", "operation": "charge",
+                          "subject": "ORD-8", "state": "succeeded", "attempts": 2,
+                          "created_at": start + 8000.0}],
+             "amount": 14400, "currency": "usd", "refunded": false,
+             "charges": [charge("ch_once", 14400, 8001.0)],
+             "suggestions": []}
+        ]),
+    )
+    .await;
+    // A newer run of the same day that lost a provider half-way: only an orphan.
+    let partial = record_day_run(
+        &w,
+        &day,
+        "partial",
+        json!([
+            {"kind": "orphan", "summary": "charge ch_orphan matches no recorded effect",
+             "effects": [], "amount": 999, "currency": "usd", "refunded": false,
+             "charges": [charge("ch_orphan", 999, 9000.0)], "suggestions": []}
+        ]),
+    )
+    .await;
+    assert!(partial > complete);
+    user(w.ledger.as_ref(), "fin@acme.test", &w.a, Role::Finance).await;
+    let (cookie, _) = session(&w.app, "fin@acme.test").await;
+
+    let overview = get(&w, &cookie, "/t/acme").await;
+    assert_eq!(overview.status, StatusCode::OK, "{}", overview.text);
+    let page = get(&w, &cookie, "/t/acme/audit").await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    // The same findings on both: the overview's cards are the page's groups.
+    let kinds_in = |html: &str, attr: &str| -> Vec<String> {
+        html.split(attr)
+            .skip(1)
+            .map(|s| s.split('"').next().unwrap().replace(' ', "_"))
+            .collect()
+    };
+    assert_eq!(
+        kinds_in(&overview.text, "data-finding=\""),
+        ["duplicate", "risky_reclaim"],
+        "{}",
+        overview.text
+    );
+    assert_eq!(
+        kinds_in(&page.text, "data-kind=\""),
+        ["duplicate", "risky_reclaim"],
+        "{}",
+        page.text
+    );
+    // The same run, by id, on the overview, the page and the API's day.
+    let run_of = |html: &str, anchor: &str| -> Option<i64> {
+        html.split(anchor)
+            .nth(1)?
+            .split("data-run=\"")
+            .nth(1)?
+            .split('"')
+            .next()?
+            .parse()
+            .ok()
+    };
+    assert_eq!(
+        run_of(&overview.text, "id=\"audit-summary\""),
+        Some(complete)
+    );
+    assert_eq!(run_of(&page.text, "id=\"audit-report\""), Some(complete));
+    let r = send(
+        &w.app,
+        Method::GET,
+        &format!("/api/v1/audits?date={day}"),
+        Req {
+            token: Some(&w.token_a),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let v: serde_json::Value = serde_json::from_str(&r.text).unwrap();
+    assert_eq!(v["day_run"], complete, "{v:#}");
+    // The newer run's failure is said beside the day's run, on both.
+    assert!(
+        overview.text.contains("provider legacy: HTTP 503"),
+        "{}",
+        overview.text
+    );
+    assert!(
+        page.text.contains("id=\"audit-newer-failure\"")
+            && page.text.contains("provider legacy: HTTP 503"),
+        "{}",
+        page.text
+    );
+
+    // What to do, for whom, with which charge; reckon's verdict beside the shop's state.
+    let group = |kind: &str| {
+        page.text
+            .split(&format!("data-kind=\"{kind}\""))
+            .nth(1)
+            .and_then(|g| g.split("</section>").next())
+            .unwrap_or_else(|| panic!("no {kind} group: {}", page.text))
+            .to_owned()
+    };
+    let dup = group("duplicate");
+    assert!(
+        dup.contains(
+            "Refund ch_again (54.00 USD) to cus_7 (order ORD-7); keep ch_first (54.00 USD)"
+        ),
+        "{dup}"
+    );
+    assert!(
+        dup.contains("data-app-state=\"unknown\" data-verdict=\"duplicate\""),
+        "{dup}"
+    );
+    assert!(dup.contains("reckon: charged twice"), "{dup}");
+    assert!(dup.contains("charged twice: $54.00 extra"), "{dup}");
+    // A reclaim that charged once has nothing at stake, and says so by saying nothing.
+    let reclaim = group("risky_reclaim");
+    assert!(!reclaim.contains("data-at-stake"), "{reclaim}");
+    assert!(!reclaim.contains("144.00 at stake"), "{reclaim}");
+    assert!(
+        reclaim.contains("Nothing to do: order ORD-8 was tried 2 times but charged once"),
+        "{reclaim}"
+    );
+    // The CSV of the run the page shows says the same.
+    let r = get(&w, &cookie, &format!("/t/acme/audit/{complete}/csv")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut rd = csv::Reader::from_reader(r.text.as_bytes());
+    let header: Vec<String> = rd.headers().unwrap().iter().map(str::to_owned).collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no {name} column: {header:?}"))
+    };
+    let rows: Vec<csv::StringRecord> = rd.records().map(|x| x.unwrap()).collect();
+    let dup = rows
+        .iter()
+        .find(|r| &r[col("kind")] == "duplicate")
+        .unwrap();
+    assert!(dup[col("action")].starts_with("Refund ch_again (54.00 USD) to cus_7"));
+    assert_eq!(&dup[col("effect_states")], "unknown");
+    assert_eq!(&dup[col("effect_verdicts")], "duplicate");
+    let reclaim = rows
+        .iter()
+        .find(|r| &r[col("kind")] == "risky_reclaim")
+        .unwrap();
+    assert_eq!(&reclaim[col("at_stake")], "");
     w.finish().await;
 }
 

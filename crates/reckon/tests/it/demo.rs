@@ -190,6 +190,66 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
         has("orphan", "\"amount\":4900"),
         "no orphan of 49.00: {body}"
     );
+    // Finance's CSV of it: each row says whom the money concerns, which charge, how much,
+    // and what to do; reckon's verdict sits beside the shop's state.
+    let (status, text) = get(
+        &format!("{base}/api/v1/audits/{}?format=csv", run["id"]),
+        token,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    eprintln!("the demo's audit CSV:\n{text}");
+    let mut rd = csv::Reader::from_reader(text.as_bytes());
+    let header: Vec<String> = rd.headers().unwrap().iter().map(str::to_owned).collect();
+    let rows: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no {name} column: {header:?}"))
+    };
+    let row = |kind: &str, needle: &str| {
+        rows.iter()
+            .find(|r| &r[col("kind")] == kind && r.iter().any(|c| c.contains(needle)))
+            .unwrap_or_else(|| panic!("no {kind} row naming {needle}: {text}"))
+    };
+    let dup = row("duplicate", "ORD-1101");
+    let action = &dup[col("action")];
+    assert!(
+        action.starts_with("Refund demo_ch_")
+            && action.contains(" to cus_demo_1101 (order ORD-1101)"),
+        "{dup:?}"
+    );
+    assert_eq!(&dup[col("customer")], "cus_demo_1101");
+    assert!(
+        dup[col("at_stake")].starts_with("charged twice: "),
+        "{dup:?}"
+    );
+    assert_eq!(&dup[col("effect_states")], "unknown");
+    assert_eq!(&dup[col("effect_verdicts")], "duplicate");
+    let orphan = row("orphan", "ORD-9001");
+    assert!(
+        orphan[col("action")].contains("(49.00 USD)")
+            && orphan[col("action")].contains("refund it to cus_demo_9001"),
+        "{orphan:?}"
+    );
+    let missing = row("missing", "ORD-1075");
+    assert!(
+        missing[col("action")]
+            .starts_with("Check order ORD-1075 in the shop before telling the customer"),
+        "{missing:?}"
+    );
+    // The reclaim charged once: nothing at stake.
+    let reclaim = row("risky_reclaim", "ORD-1052");
+    assert_eq!(&reclaim[col("at_stake")], "", "{reclaim:?}");
+    for r in &rows {
+        if &r[col("kind")] != "total" {
+            assert!(
+                !r[col("action")].is_empty(),
+                "a finding with nothing to do: {r:?}"
+            );
+        }
+    }
     // ORD-1017 was unknown at the source, but reckon resolved it: not unresolved any more;
     // the refund routed to the provider that is down is not in this provider's audit.
     assert!(
@@ -343,6 +403,28 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
     assert!(
         overview.contains("data-finding=\"duplicate\""),
         "{overview}"
+    );
+    // Two runs of the day now (the operator's, complete; the schedule's, partial): the
+    // overview and the audit page show the same one.
+    let run_of = |html: &str, anchor: &str| -> Option<String> {
+        Some(
+            html.split(anchor)
+                .nth(1)?
+                .split("data-run=\"")
+                .nth(1)?
+                .split('"')
+                .next()?
+                .to_owned(),
+        )
+    };
+    let day_page = read("/t/demo/audit").await;
+    let on_overview = run_of(&overview, "id=\"audit-summary\"");
+    assert!(on_overview.is_some(), "{overview}");
+    assert_eq!(
+        on_overview,
+        run_of(&day_page, "id=\"audit-report\""),
+        "the overview and the audit page show different runs of {}",
+        scheduled["day"]
     );
     // The scheduled run's page names the failed provider's part and its reason.
     let audit = page(
