@@ -54,6 +54,18 @@ impl DemoState {
 
     /// Record a charge made with `key`.
     pub fn charge(&self, key: &str, amount: i64, currency: &str, created: f64) -> String {
+        self.charge_to(key, amount, currency, created, None)
+    }
+
+    /// Record a charge made with `key` for `customer` (the provider's customer id).
+    pub fn charge_to(
+        &self,
+        key: &str,
+        amount: i64,
+        currency: &str,
+        created: f64,
+        customer: Option<&str>,
+    ) -> String {
         let mut map = self
             .charges
             .lock()
@@ -69,7 +81,7 @@ impl DemoState {
             created,
             refunds: Vec::new(),
             metadata: BTreeMap::new(),
-            customer: None,
+            customer: customer.map(str::to_owned),
         });
         id
     }

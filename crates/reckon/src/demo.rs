@@ -108,7 +108,8 @@ fn generate(seed: u64, now: f64) -> Vec<Row> {
                 key: format!("send_receipt:v1:{order}"),
                 state: "succeeded",
                 payload: json!({"order": order}),
-                response: Some(json!("done")),
+                // The mail service's message id, as a shop records it.
+                response: Some(json!({"message_id": format!("msg_demo_{i}")})),
                 attempts: 1,
                 created_at: updated + 1.0,
                 updated_at: updated + 1.5,
@@ -203,6 +204,16 @@ pub async fn write_store(path: &Path, seed: u64) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// The demo provider charging one customer.
+struct Customer<'a>(&'a DemoState, &'a str);
+
+impl Customer<'_> {
+    fn charge(&self, key: &str, amount: i64, currency: &str, created: f64) -> String {
+        self.0
+            .charge_to(key, amount, currency, created, Some(self.1))
+    }
+}
+
 /// The demo provider's side of the day: a charge for every charge the shop recorded as
 /// succeeded, plus the troubles an audit and a reconciler exist for. Returns what was
 /// planted, for the banner.
@@ -214,6 +225,10 @@ fn plant_provider(rows: &[Row], provider: &DemoState) -> Planted {
         };
         let amount = r.payload["amount"].as_i64().unwrap_or(0);
         let created = r.created_at + 1.0;
+        // The shop's customers: a few dozen, some of them buying more than once.
+        let number: u32 = order.trim_start_matches("ORD-").parse().unwrap_or(0);
+        let customer = format!("cus_demo_{:02}", number * 7 % 41);
+        let provider = Customer(provider, &customer);
         match (r.state, order) {
             // A charge recorded as succeeded that the provider never saw: "missing".
             ("succeeded", "ORD-1075") => planted.missing.push(r.key.clone()),
