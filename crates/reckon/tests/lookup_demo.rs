@@ -5,10 +5,6 @@
 //! application recorded finds its order; near misses are offered the order meant.
 
 #[path = "../../reckon-web/tests/answer_cases/mod.rs"]
-#[expect(
-    unused,
-    reason = "only the developer words of the shared cases are used here"
-)]
 mod answer_cases;
 
 use answer_cases::developer_words;
@@ -55,7 +51,7 @@ async fn api(base: &str, token: &str, q: &str) -> Value {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{q}");
-    r.json().await.unwrap()
+    serde_json::from_str(&r.text().await.unwrap()).unwrap()
 }
 
 async fn sign_in(base: &str, email: &str, password: &str) -> String {
@@ -151,6 +147,8 @@ fn strings(v: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_demo_order_reads_the_same_to_a_customer_on_every_surface() {
+    // reckon's HTTP client installs the TLS crypto provider the test's client needs too.
+    let _ = reckon_providers::GetClient::shared();
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let mut child = Command::new(env!("CARGO_BIN_EXE_reckon"))
@@ -252,13 +250,16 @@ async fn every_demo_order_reads_the_same_to_a_customer_on_every_surface() {
     let c = charge_of("ORD-1017");
     assert_eq!(c["by"], "reconciler");
     let s = c["sentence"].as_str().unwrap();
-    assert!(s.starts_with("Charged once: demo_ch_"), "{s}");
+    assert!(
+        s.starts_with("Charged once (customer cus_demo_") && s.contains("): demo_ch_"),
+        "{s}"
+    );
     assert!(s.contains(", $") && s.ends_with(" UTC."), "{s}");
     // An order of several effects: one line each, named by what it is.
     let lines = strings(&of("ORD-1017")["lines"]);
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
-        lines[0].starts_with("Charge: Charged once: demo_ch_"),
+        lines[0].starts_with("Charge: Charged once (customer cus_demo_"),
         "{lines:?}"
     );
     assert!(lines[1].starts_with("Receipt email: "), "{lines:?}");
@@ -268,7 +269,8 @@ async fn every_demo_order_reads_the_same_to_a_customer_on_every_surface() {
         .unwrap()
         .to_owned();
     assert!(
-        s.starts_with("Charged twice: demo_ch_") && s.contains("Refund the extra one: demo_ch_"),
+        s.starts_with("Charged twice (customer cus_demo_")
+            && s.contains("Refund the extra one: demo_ch_"),
         "{s}"
     );
     // The refund its provider never answered for: a person must check, in plain words.
