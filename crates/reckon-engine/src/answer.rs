@@ -582,7 +582,8 @@ async fn order_prefixes(ledger: &dyn Ledger, tenant: TenantId) -> Result<Vec<Str
             continue;
         };
         let prefix = match subject.rfind(['-', '_', '.', '#']) {
-            Some(i) => &subject[..=i],
+            // `i` is the index of an ASCII separator: a char boundary.
+            Some(i) => subject.get(..=i).unwrap_or(subject),
             None => subject.trim_end_matches(|c: char| c.is_ascii_digit()),
         };
         if !prefix.is_empty()
