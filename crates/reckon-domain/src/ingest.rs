@@ -125,6 +125,9 @@ pub struct EffectWrite {
     pub subject: Option<String>,
     /// Lookup parts beyond the subject itself (only for multi-part subjects).
     pub extra_parts: Vec<String>,
+    /// The ids the row's recorded result names ([`crate::recorded::recorded_ids`]): lookup
+    /// parts too, written whenever the row is (a result appears when a claim completes).
+    pub recorded_ids: Vec<String>,
     pub abandoned_at: Option<f64>,
 }
 
@@ -146,7 +149,13 @@ impl EffectWrite {
             }
             None => (None, None, None, Vec::new()),
         };
+        let recorded_ids = record
+            .response
+            .as_deref()
+            .map(crate::recorded::recorded_ids)
+            .unwrap_or_default();
         EffectWrite {
+            recorded_ids,
             record,
             operation,
             key_version,

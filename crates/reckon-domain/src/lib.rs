@@ -8,6 +8,7 @@ pub mod key;
 pub mod outcome;
 pub mod reconcile;
 pub mod record;
+pub mod recorded;
 pub mod redact;
 pub mod role;
 pub mod source;

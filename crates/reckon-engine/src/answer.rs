@@ -69,6 +69,9 @@ pub enum MatchedBy {
     /// A provider object id: a charge, a PaymentIntent, a refund, or a term of a charge's
     /// metadata.
     ProviderObject,
+    /// An id the application recorded in its own row (its stored result: a charge, a
+    /// PaymentIntent, a refund, a receipt email's message id).
+    RecordedId,
     Nothing,
 }
 
@@ -200,6 +203,9 @@ pub struct ChargeFact {
     pub refunded: Option<String>,
     #[schema(required = true)]
     pub key: Option<String>,
+    /// The provider's customer the charge was made for.
+    #[schema(required = true)]
+    pub customer: Option<String>,
     pub metadata: Value,
     pub created: Moment,
 }
@@ -208,6 +214,9 @@ pub struct ChargeFact {
 pub struct EffectAnswer {
     pub source: String,
     pub key: String,
+    /// What the effect is, in words ("Charge", "Receipt email", "Refund"): how an order's
+    /// effects are told apart, each on its own line.
+    pub label: String,
     #[schema(required = true)]
     pub operation: Option<String>,
     #[schema(required = true)]
@@ -217,8 +226,15 @@ pub struct EffectAnswer {
     #[serde(rename = "final")]
     pub is_final: bool,
     pub by: VerdictBy,
-    /// The plain sentence support reads out.
+    /// The plain sentence support reads out to the customer.
     pub sentence: String,
+    /// The technical detail behind the sentence, for whoever checks it (what the
+    /// application's row says, the provider's last error, how often reckon asked): never
+    /// read to a customer.
+    pub details: Vec<String>,
+    /// The provider's customer the money was taken from, where the provider named one.
+    #[schema(required = true)]
+    pub customer: Option<String>,
     /// A person must look: nothing reckon does will settle it.
     pub needs_person: bool,
     /// The provider that answers for it; `None`: no route, nobody to ask.
@@ -248,11 +264,16 @@ pub struct Answer {
     /// Anything at all: an effect or a provider charge.
     pub found: bool,
     pub matched_by: MatchedBy,
-    /// Everything in one paragraph: each effect's sentence, then each orphan's.
+    /// The whole answer: [`Answer::lines`] one per line.
     pub sentence: String,
+    /// One line per effect, then one per orphan charge. An order of several effects names
+    /// each by what it is ("Charge: …", "Receipt email: …").
+    pub lines: Vec<String>,
     pub effects: Vec<EffectAnswer>,
     pub orphans: Vec<OrphanAnswer>,
-    /// Near matches (another case, stray spaces or quotes): offered, never answered.
+    /// Near matches of the tenant's own keys, order ids and recorded ids (another case,
+    /// stray spaces or quotes, a letter O for a zero, one digit too many, an order number
+    /// without its prefix): offered, never answered.
     pub did_you_mean: Vec<String>,
     /// More effects matched than [`LOOKUP_LIMIT`].
     pub truncated: bool,
@@ -294,24 +315,26 @@ pub async fn answer(
     }
     let found = Found::read(ledger, tenant, q).await?;
     if found.effects.is_empty() && found.charges.is_empty() {
-        let mut did_you_mean = Vec::new();
-        for v in near(q) {
-            let f = Found::read(ledger, tenant, &v).await?;
-            if !f.effects.is_empty() || !f.charges.is_empty() {
-                did_you_mean.push(v);
-            }
-        }
-        let sentence = match did_you_mean.first() {
-            Some(v) => format!("Nothing found for “{q}”. Did you mean “{v}”?"),
-            None => format!(
-                "Nothing found for “{q}”: no effect has this key, order id or key part, and no \
-                 provider charge imported by the audit has this id."
+        let did_you_mean = suggestions(ledger, tenant, q).await?;
+        let sentence = match did_you_mean.as_slice() {
+            [] => format!(
+                "Nothing found for “{q}”: no order, key or payment id the application recorded \
+                 matches it, and no charge the provider listed has this id."
+            ),
+            [v] => format!("Nothing found for “{q}”. Did you mean “{v}”?"),
+            vs => format!(
+                "Nothing found for “{q}”. Did you mean {}?",
+                vs.iter()
+                    .map(|v| format!("“{v}”"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
             ),
         };
         return Ok(Answer {
             query: q.to_owned(),
             found: false,
             matched_by: MatchedBy::Nothing,
+            lines: vec![sentence.clone()],
             sentence,
             effects: Vec::new(),
             orphans: Vec::new(),
@@ -321,6 +344,13 @@ pub async fn answer(
     }
     let matched_by = if found.by_charge {
         MatchedBy::ProviderObject
+    } else if !found.effects.iter().any(|e| key_names(e, q))
+        && found
+            .effects
+            .iter()
+            .any(|e| response_ids(e).iter().any(|id| id == q))
+    {
+        MatchedBy::RecordedId
     } else {
         MatchedBy::Key
     };
@@ -375,17 +405,16 @@ pub async fn answer(
                 .map(|f| format!(" The audit of {} lists it as an orphan.", f.day))
                 .unwrap_or_default();
             let sentence = format!(
-                "The provider {} has a charge {} ({}, {}, {}{}) that no effect of the \
-                 application accounts for: money taken with no record behind it.{audit}",
+                "Charged with no order behind it: {} has a charge the application has no \
+                 record of{} ({}{}). A person must check before refunding it.{audit}",
                 fact.provider,
-                fact.id,
-                fact.amount,
-                fact.status,
-                fact.created.text,
-                fact.key
-                    .as_deref()
-                    .map(|k| format!(", made with key {k}"))
-                    .unwrap_or_default(),
+                customer_words(fact.customer.as_deref()),
+                charge_words(&fact),
+                if fact.status == "succeeded" {
+                    String::new()
+                } else {
+                    format!(", {}", fact.status)
+                },
             );
             OrphanAnswer {
                 sentence,
@@ -394,26 +423,27 @@ pub async fn answer(
             }
         })
         .collect();
-    let several_ops = {
-        let ops: HashSet<Option<&str>> = effects.iter().map(|e| e.operation.as_deref()).collect();
-        effects.len() > 1 || ops.len() > 1
-    };
-    let mut parts: Vec<String> = effects
+    // Two effects of one kind (a charge in two sources) are told apart by their source.
+    let mut kinds: HashMap<&str, usize> = HashMap::new();
+    for e in &effects {
+        *kinds.entry(e.label.as_str()).or_default() += 1;
+    }
+    let several = effects.len() + orphans.len() > 1;
+    let mut lines: Vec<String> = effects
         .iter()
-        .map(|e| {
-            if several_ops {
-                format!("{}: {}", e.key, e.sentence)
-            } else {
-                e.sentence.clone()
-            }
+        .map(|e| match (several, kinds.get(e.label.as_str())) {
+            (false, _) => e.sentence.clone(),
+            (true, Some(n)) if *n > 1 => format!("{} ({}): {}", e.label, e.source, e.sentence),
+            (true, _) => format!("{}: {}", e.label, e.sentence),
         })
         .collect();
-    parts.extend(orphans.iter().map(|o| o.sentence.clone()));
+    lines.extend(orphans.iter().map(|o| o.sentence.clone()));
     Ok(Answer {
         query: q.to_owned(),
         found: true,
         matched_by,
-        sentence: parts.join(" "),
+        sentence: lines.join("\n"),
+        lines,
         effects,
         orphans,
         did_you_mean: Vec::new(),
@@ -489,41 +519,196 @@ impl Found {
     }
 }
 
-/// Spellings of `q` a person may have meant: another case, without stray quotes, `#` or
-/// spaces. Each is only offered.
-fn near(q: &str) -> Vec<String> {
+/// At most this many near matches are offered.
+const MAX_SUGGESTIONS: usize = 3;
+/// At most this many spellings are tried for one search that found nothing (each is a
+/// probe of the tenant's indexes, like a search).
+const MAX_SPELLINGS: usize = 24;
+
+/// The near matches of `q` that name something of `tenant`'s: each spelling of [`near`]
+/// is searched in the tenant's own effects and charges, so nothing of another tenant's is
+/// ever offered. An order number without its prefix is tried with the prefixes of the
+/// tenant's own order ids.
+async fn suggestions(
+    ledger: &dyn Ledger,
+    tenant: TenantId,
+    q: &str,
+) -> Result<Vec<String>, LedgerError> {
+    let bare = q.trim_matches(|c: char| c == '#' || c == '"' || c == '\'' || c.is_whitespace());
+    let prefixes = if !bare.is_empty() && bare.bytes().all(|b| b.is_ascii_digit()) {
+        order_prefixes(ledger, tenant).await?
+    } else {
+        Vec::new()
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut tried = 0;
+    'groups: for group in near(q, &prefixes) {
+        for v in group {
+            if tried == MAX_SPELLINGS || out.len() == MAX_SUGGESTIONS {
+                break 'groups;
+            }
+            if out.contains(&v) {
+                continue;
+            }
+            tried += 1;
+            let f = Found::read(ledger, tenant, &v).await?;
+            if !f.effects.is_empty() || !f.charges.is_empty() {
+                out.push(v);
+                // One guess of a kind: the likeliest spelling of it that exists.
+                continue 'groups;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The prefixes of the tenant's order ids ("ORD-" of "ORD-1017", "INV" of "INV2041"): the
+/// subjects of its first effects up to their last separator (`-`, `_`, `.`, `#`), or with
+/// their trailing number taken off, each once.
+async fn order_prefixes(ledger: &dyn Ledger, tenant: TenantId) -> Result<Vec<String>, LedgerError> {
+    let sample = ledger
+        .list_effects(
+            tenant,
+            &reckon_ledger::EffectQuery {
+                limit: 100,
+                now: 0.0,
+                ..Default::default()
+            },
+        )
+        .await?;
+    let mut out: Vec<String> = Vec::new();
+    for e in &sample {
+        let Some(subject) = e.subject.as_deref() else {
+            continue;
+        };
+        let prefix = match subject.rfind(['-', '_', '.', '#']) {
+            // `i` is the index of an ASCII separator: a char boundary.
+            Some(i) => subject.get(..=i).unwrap_or(subject),
+            None => subject.trim_end_matches(|c: char| c.is_ascii_digit()),
+        };
+        if !prefix.is_empty()
+            && prefix.len() < subject.len()
+            && prefix.len() <= 16
+            && !out.iter().any(|p| p == prefix)
+        {
+            out.push(prefix.to_owned());
+            if out.len() == 4 {
+                break;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Spellings of `q` a person may have meant, in groups of one kind, likeliest first:
+/// another case, without stray quotes, `#` or spaces; a letter typed for a digit (O or o
+/// for 0, I or l for 1, beside a digit) or a zero for an O beside letters; one digit too
+/// many (a doubled digit, the last one, then each other from the right); a bare number
+/// with one of `prefixes`. Each is only offered.
+fn near(q: &str, prefixes: &[String]) -> Vec<Vec<String>> {
     let bare = q
         .trim_matches(|c: char| c == '"' || c == '\'' || c == '#' || c.is_whitespace())
         .to_owned();
-    let mut out: Vec<String> = Vec::new();
-    for v in [
+    let keep = |vs: Vec<String>| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for v in vs {
+            if !v.is_empty() && v != q && !out.contains(&v) {
+                out.push(v);
+            }
+        }
+        out
+    };
+    let squeezed = bare.replace(' ', "");
+    let upper = squeezed.to_uppercase();
+    let cases = keep(vec![
         bare.clone(),
         bare.to_uppercase(),
         bare.to_lowercase(),
-        bare.replace(' ', ""),
-        bare.to_uppercase().replace(' ', ""),
-    ] {
-        if !v.is_empty() && v != q && !out.contains(&v) {
-            out.push(v);
+        squeezed.clone(),
+        upper.clone(),
+    ]);
+    let looks = keep(vec![lookalikes(&squeezed), lookalikes(&upper)]);
+    let mut extra = Vec::new();
+    for base in [lookalikes(&squeezed), lookalikes(&upper)] {
+        let chars: Vec<char> = base.chars().collect();
+        let without = |i: usize| -> String {
+            chars
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, c)| *c)
+                .collect()
+        };
+        let digits: Vec<usize> = (0..chars.len())
+            .filter(|i| chars[*i].is_ascii_digit())
+            .collect();
+        let doubled = digits
+            .iter()
+            .filter(|i| **i > 0 && chars[**i - 1] == chars[**i])
+            .copied();
+        let from_right = digits.iter().rev().copied();
+        for i in doubled.chain(from_right) {
+            extra.push(without(i));
         }
     }
-    out
+    let extra = keep(extra);
+    let prefixed = if !bare.is_empty() && bare.bytes().all(|b| b.is_ascii_digit()) {
+        keep(prefixes.iter().map(|p| format!("{p}{bare}")).collect())
+    } else {
+        Vec::new()
+    };
+    let mut groups = vec![cases, looks, extra];
+    // Each prefix its own guess: "ORD-1017" and "INV-1017" may both exist.
+    groups.extend(prefixed.into_iter().map(|v| vec![v]));
+    groups.retain(|g| !g.is_empty());
+    groups
 }
 
-/// The provider objects an effect's recorded response names (`{"id": "ch_…"}`,
-/// `{"charge_id": …}`, `{"payment_intent": …}`).
-fn response_ids(e: &Effect) -> Vec<String> {
-    let Some(v) = e
-        .response_json
-        .as_deref()
-        .and_then(|r| serde_json::from_str::<Value>(r).ok())
-    else {
-        return Vec::new();
-    };
-    ["id", "charge_id", "charge", "payment_intent", "refund_id"]
+/// `s` with the letters people type for digits put right beside a digit (O or o for 0, I
+/// or l for 1), and a 0 with a letter beside it and no digit read as an O.
+fn lookalikes(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let at = |i: Option<usize>| i.and_then(|i| chars.get(i)).copied();
+    chars
         .iter()
-        .filter_map(|f| v.get(f).and_then(Value::as_str).map(str::to_owned))
+        .enumerate()
+        .map(|(i, c)| {
+            let (before, after) = (at(i.checked_sub(1)), at(Some(i + 1)));
+            let digit = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit());
+            let letter = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphabetic());
+            match c {
+                'O' | 'o' if digit(before) || digit(after) => '0',
+                'I' | 'l' if digit(before) || digit(after) => '1',
+                '0' if !digit(before) && !digit(after) && (letter(before) || letter(after)) => {
+                    let lower = [before, after]
+                        .into_iter()
+                        .flatten()
+                        .find(char::is_ascii_alphabetic)
+                        .is_some_and(|c| c.is_ascii_lowercase());
+                    if lower { 'o' } else { 'O' }
+                }
+                c => *c,
+            }
+        })
         .collect()
+}
+
+/// Whether `q` is `e`'s key, its subject or one of its key's parts (as the search by key
+/// matched it), rather than an id of its recorded result.
+fn key_names(e: &Effect, q: &str) -> bool {
+    e.key == q
+        || e.subject.as_deref() == Some(q)
+        || reckon_domain::OperationKey::parse(&e.key)
+            .is_some_and(|k| k.parts.iter().any(|p| p == q))
+}
+
+/// The ids an effect's recorded result names (`{"id": "ch_…"}`, `{"charge_id": …}`,
+/// `{"payment_intent": …}`, a receipt's `message_id`), as ingest indexes them.
+fn response_ids(e: &Effect) -> Vec<String> {
+    e.response_json
+        .as_deref()
+        .map(reckon_domain::recorded::recorded_ids)
+        .unwrap_or_default()
 }
 
 /// The route of an effect: its operation's own, else the source's `*`.
@@ -639,6 +824,7 @@ fn charge_fact(c: &StoredCharge, providers: &HashMap<i64, String>, tz: &TimeZone
         status: c.status.clone(),
         refunded: (c.amount_refunded > 0).then(|| money(c.amount_refunded, &c.currency)),
         key: c.idempotency_key.clone(),
+        customer: c.customer.clone().filter(|s| !s.is_empty()),
         metadata: c.metadata.clone(),
         created: Moment::new(c.created, tz),
     }
@@ -707,17 +893,117 @@ struct Facts<'a> {
     routed: bool,
 }
 
+/// What an operation is, in words: "Charge", "Refund", "Receipt email" (`send_receipt`),
+/// "Invoice email" (`send_invoice`), else its own name with spaces.
+pub fn label_of(operation: Option<&str>) -> String {
+    let Some(op) = operation else {
+        return "Record".into();
+    };
+    let known = match op {
+        "charge" | "capture" | "payment" | "pay" => Some("Charge"),
+        "refund" => Some("Refund"),
+        "send_receipt" | "receipt" | "email_receipt" => Some("Receipt email"),
+        "webhook" | "send_webhook" => Some("Webhook"),
+        _ => None,
+    };
+    if let Some(k) = known {
+        return k.into();
+    }
+    let words = match op.strip_prefix("send_") {
+        Some(what) => format!("{} email", what.replace(['_', '-'], " ")),
+        None => op.replace(['_', '-'], " "),
+    };
+    let mut it = words.chars();
+    match it.next() {
+        Some(f) => f.to_uppercase().chain(it).collect(),
+        None => "Record".into(),
+    }
+}
+
+/// The words for an operation that did or did not happen: ("Charged", "Not charged").
+fn done_words(label: &str) -> (&'static str, &'static str) {
+    match label {
+        "Charge" => ("Charged", "Not charged"),
+        "Refund" => ("Refunded", "Not refunded"),
+        l if l.ends_with(" email") => ("Sent", "Not sent"),
+        _ => ("Done", "Did not happen"),
+    }
+}
+
+/// What a sentence calls the effects of an operation: "receipt emails", "charges".
+fn plural(label: &str) -> String {
+    format!("{}s", label.to_lowercase())
+}
+
+/// A charge as support reads it out: "ch_123, $20.00, 28 Nov 2026 14:02 CET", and what was
+/// refunded of it.
+fn charge_words(c: &ChargeFact) -> String {
+    let mut s = format!("{}, {}, {}", c.id, c.amount, c.created.text);
+    if let Some(r) = &c.refunded {
+        s.push_str(&format!(", refunded {r}"));
+    }
+    s
+}
+
 fn list_charges(cs: &[&ChargeFact]) -> String {
     cs.iter()
-        .map(|c| {
-            let mut s = format!("{} {} on {}", c.id, c.amount, c.created.text);
-            if let Some(r) = &c.refunded {
-                s.push_str(&format!(", refunded {r}"));
-            }
-            s
-        })
+        .map(|c| charge_words(c))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// " (customer cus_9)" for the first charge that names its customer.
+fn customer_words(customer: Option<&str>) -> String {
+    customer
+        .map(|c| format!(" (customer {c})"))
+        .unwrap_or_default()
+}
+
+/// What to do about charges the provider listed twice or more for one effect: refund each
+/// one after the first that is not refunded in full, named with its amount.
+fn refund_advice(paid: &[&ChargeFact]) -> String {
+    let Some((_, extra)) = paid.split_first() else {
+        return String::new();
+    };
+    let open: Vec<&&ChargeFact> = extra
+        .iter()
+        .filter(|c| c.refunded.as_deref() != Some(c.amount.as_str()))
+        .collect();
+    if extra.is_empty() {
+        String::new()
+    } else if open.is_empty() {
+        "The extra charge was already refunded in full: nothing more to refund.".into()
+    } else {
+        format!(
+            "Refund the extra one: {}.",
+            open.iter()
+                .map(|c| format!("{} ({})", c.id, c.amount))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }
+}
+
+/// The amount the application recorded in its result (`{"amount": 2000, "currency":
+/// "usd"}`), in words.
+fn recorded_amount(e: &Effect) -> Option<String> {
+    let v: Value = serde_json::from_str(e.response_json.as_deref()?).ok()?;
+    Some(money(
+        v.get("amount")?.as_i64()?,
+        v.get("currency")?.as_str()?,
+    ))
+}
+
+/// The error the application recorded for a failure (`{"error": "card_declined"}`), in
+/// words ("card declined").
+fn recorded_error(e: &Effect) -> Option<String> {
+    let v: Value = serde_json::from_str(e.response_json.as_deref()?).ok()?;
+    let err = v.get("error")?;
+    let code = err
+        .as_str()
+        .or_else(|| err.get("code").and_then(Value::as_str))
+        .or_else(|| err.get("decline_code").and_then(Value::as_str))?;
+    (!code.is_empty() && code.len() <= 64).then(|| code.replace(['_', '-'], " "))
 }
 
 /// The payments a verdict's evidence names (`classification.payments` of a lookup), as
@@ -732,13 +1018,18 @@ fn evidence_payments(evidence: &Value) -> String {
 
 /// One payment of a lookup's evidence, as far as the sentences need it.
 struct EvidencePayment {
+    /// The payment (its group: a PaymentIntent, or the charge itself).
     id: String,
+    /// The charge that took the money, where the provider named one apart from the
+    /// payment; else the payment's id.
+    charge: String,
     status: Option<String>,
     moved: bool,
     amount: Option<i64>,
     currency: String,
     refunded: i64,
     disputed: bool,
+    created: Option<f64>,
 }
 
 impl EvidencePayment {
@@ -769,13 +1060,53 @@ impl EvidencePayment {
             format!("{} ({})", self.id, parts.join(", "))
         }
     }
+
+    /// The imported charge of this payment, if the audit imported it.
+    fn imported<'c>(&self, charges: &'c [ChargeFact]) -> Option<&'c ChargeFact> {
+        charges.iter().find(|c| {
+            c.id == self.charge
+                || c.id == self.id
+                || c.payment_intent.as_deref() == Some(self.id.as_str())
+        })
+    }
+
+    /// The payment as support reads it out: "ch_123, $20.00, 28 Nov 2026 14:02 CET" (the
+    /// provider's charge list's copy when the audit imported it).
+    fn said(&self, charges: &[ChargeFact], tz: &TimeZone) -> String {
+        if let Some(c) = self.imported(charges) {
+            return charge_words(c);
+        }
+        let mut parts = vec![self.charge.clone()];
+        if let Some(a) = self.amount {
+            parts.push(self.amount(a));
+        }
+        if let Some(t) = self.created {
+            parts.push(Moment::new(t, tz).text);
+        }
+        if self.fully_refunded() {
+            parts.push("refunded in full".into());
+        } else if self.refunded > 0 {
+            parts.push(format!("refunded {}", self.amount(self.refunded)));
+        }
+        if self.disputed {
+            parts.push("disputed by the customer".into());
+        }
+        parts.join(", ")
+    }
 }
 
 fn payments_of(evidence: &Value) -> Vec<EvidencePayment> {
-    let ps = evidence
-        .pointer("/classification/payments")
-        .or_else(|| evidence.get("payments"))
-        .and_then(Value::as_array);
+    fn text(o: &Value, f: &str) -> Option<String> {
+        o.get(f).and_then(Value::as_str).map(str::to_owned)
+    }
+    let class = evidence.get("classification").unwrap_or(evidence);
+    let objects: Vec<&Value> = class
+        .get("objects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    let ps = class.get("payments").and_then(Value::as_array);
     ps.into_iter()
         .flatten()
         .filter_map(|p| {
@@ -783,8 +1114,35 @@ fn payments_of(evidence: &Value) -> Vec<EvidencePayment> {
                 .get("group")
                 .or_else(|| p.get("id"))
                 .and_then(Value::as_str)?;
+            let mine: Vec<&&Value> = objects
+                .iter()
+                .filter(|o| o.get("group").and_then(Value::as_str) == Some(id))
+                .collect();
+            // The charge of the payment: an object of the group that is a charge, else an id
+            // the payment names that reads as one, else the payment itself.
+            let charge = mine
+                .iter()
+                .find(|o| o.get("object").and_then(Value::as_str) == Some("charge"))
+                .and_then(|o| text(o, "id"))
+                .or_else(|| {
+                    p.get("object_ids")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .find(|i| i.starts_with("ch_") || i.starts_with("py_"))
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| id.to_owned());
+            let created = mine
+                .iter()
+                .find(|o| text(o, "id").as_deref() == Some(charge.as_str()))
+                .or_else(|| mine.first())
+                .and_then(|o| o.get("created"))
+                .and_then(Value::as_f64);
             Some(EvidencePayment {
                 id: id.to_owned(),
+                charge,
                 status: p.get("status").and_then(Value::as_str).map(str::to_owned),
                 moved: p.get("money").and_then(Value::as_str) == Some("moved"),
                 amount: p.get("amount").and_then(Value::as_i64),
@@ -798,6 +1156,7 @@ fn payments_of(evidence: &Value) -> Vec<EvidencePayment> {
                     .and_then(Value::as_i64)
                     .unwrap_or(0),
                 disputed: p.get("disputed").and_then(Value::as_bool) == Some(true),
+                created,
             })
         })
         .collect()
@@ -889,6 +1248,7 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
     let e = f.e;
     let at = |t: f64| Moment::new(t, tz);
     let unresolved = e.unresolved_kind;
+    let label = label_of(e.operation.as_deref());
     let recorded = Recorded {
         state: e.state.as_str(),
         attempts: e.attempts,
@@ -929,16 +1289,14 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
         .filter(|c| c.status == "succeeded")
         .collect();
     let finding = |kind: &str| f.findings.iter().find(|x| x.kind == kind);
-    let still_says = |rest: &str| {
-        if unresolved.is_some() {
-            format!(
-                "{rest} The application's record still says {}.",
-                e.state.as_str()
-            )
-        } else {
-            rest.to_owned()
-        }
-    };
+    let details = details(&f, &recorded, resolution.as_ref(), lookup.as_ref());
+    // The customer the provider named: on the charges its list holds for the effect.
+    let customer = paid
+        .iter()
+        .copied()
+        .chain(f.charges.iter())
+        .find_map(|c| c.customer.clone());
+    let cust = customer_words(customer.as_deref());
 
     let (verdict, is_final, by, sentence, needs_person) = if let Some(r) = &resolution {
         let outcome = match r.outcome {
@@ -966,68 +1324,113 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
                 false,
             )
         } else {
-            let payments = evidence_payments(&r.evidence);
-            let named = if payments.is_empty() {
-                String::new()
-            } else {
-                format!(" ({payments})")
+            let payments = payments_of(&r.evidence);
+            let moved: Vec<&EvidencePayment> = payments.iter().filter(|p| p.moved).collect();
+            let said = |ps: &[&EvidencePayment]| {
+                ps.iter()
+                    .map(|p| p.said(&f.charges, tz))
+                    .collect::<Vec<_>>()
+                    .join("; ")
             };
             let s = match outcome {
-                Verdict::Applied => format!(
-                    "Charged once: the provider confirms one payment that moved money{named}."
-                ),
+                Verdict::Applied if moved.is_empty() => {
+                    format!("Charged once{cust}: the provider confirms one payment.")
+                }
+                Verdict::Applied => format!("Charged once{cust}: {}.", said(&moved)),
                 Verdict::Duplicate => format!(
-                    "Charged more than once: the provider confirms several payments that moved \
-                     money{named}. {}",
+                    "Charged {}{cust}: {}. {}",
+                    times(moved.len().max(2)),
+                    if moved.is_empty() {
+                        "the provider confirms several payments".to_owned()
+                    } else {
+                        said(&moved)
+                    },
                     duplicate_advice(&r.evidence)
                 ),
-                Verdict::NotApplied => format!(
-                    "Not charged: the provider's complete answer shows no payment that moved \
-                     money{named}. It is safe to try again."
-                ),
-                _ => format!("Resolved as {} by reckon.", r.outcome),
+                Verdict::NotApplied => {
+                    let tried: Vec<&EvidencePayment> =
+                        payments.iter().filter(|p| !p.moved).collect();
+                    format!(
+                        "Not charged: the provider shows no payment for it that went through{}. \
+                         It is safe to try again.",
+                        if tried.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                " (tried and not taken: {})",
+                                tried
+                                    .iter()
+                                    .map(|p| p.words())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            )
+                        }
+                    )
+                }
+                _ => format!("Resolved as {} by reckon.", words(outcome)),
             };
             // "Not charged" never stands beside money the provider listed for the key: the
             // later finding outranks the verdict, and a person must reconcile the two.
             let against = finding("duplicate")
                 .or_else(|| finding("orphan"))
                 .or_else(|| finding("charged_not_recorded"))
-                .map(|x| format!("the audit of {} found {}", x.day, x.summary));
+                .map(|x| {
+                    format!(
+                        "the audit of {} found money taken for it{}",
+                        x.day,
+                        x.amount
+                            .as_deref()
+                            .map(|a| format!(" ({a})"))
+                            .unwrap_or_default()
+                    )
+                });
             if outcome == Verdict::NotApplied && (!paid.is_empty() || against.is_some()) {
                 let seen = if paid.is_empty() {
                     against.unwrap_or_default()
                 } else {
-                    format!("the provider lists {}", list_charges(&paid))
+                    format!(
+                        "the provider now lists {} for it: {}",
+                        if paid.len() == 1 {
+                            "a charge"
+                        } else {
+                            "charges"
+                        },
+                        list_charges(&paid)
+                    )
                 };
                 (
                     Verdict::Unknown,
                     false,
                     VerdictBy::Audit,
                     format!(
-                        "Contradicted: reckon's verdict was not charged, but {seen} carrying this \
-                         key. Do not try again: a person must check which is right."
+                        "Contradicted: reckon's first answer was not charged, but {seen}. Do not \
+                         try again: a person must check which is right."
                     ),
                     true,
                 )
             } else {
-                (outcome, true, VerdictBy::Reconciler, still_says(&s), false)
+                (outcome, true, VerdictBy::Reconciler, s, false)
             }
         }
     } else if let Some(d) = finding("duplicate") {
-        let mut s = format!(
-            "Charged {} (the audit of {} found a duplicate: {}).",
-            times(paid.len().max(2)),
-            d.day,
-            d.summary
-        );
-        if !paid.is_empty() {
-            s = format!(
-                "Charged {}: {}. The audit of {} lists it as a duplicate.",
+        let s = if paid.is_empty() {
+            format!(
+                "Charged more than once{cust}: the audit of {} found a duplicate{}.",
+                d.day,
+                d.amount
+                    .as_deref()
+                    .map(|a| format!(" ({a})"))
+                    .unwrap_or_default()
+            )
+        } else {
+            format!(
+                "Charged {}{cust}: {}. {} The audit of {} lists it as a duplicate.",
                 times(paid.len().max(2)),
                 list_charges(&paid),
+                refund_advice(&paid),
                 d.day
-            );
-        }
+            )
+        };
         (Verdict::Duplicate, true, VerdictBy::Audit, s, true)
     } else if paid.len() > 1 {
         (
@@ -1035,20 +1438,10 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
             true,
             VerdictBy::Audit,
             format!(
-                "Charged {}: {}. {}",
+                "Charged {}{cust}: {}. {}",
                 times(paid.len()),
                 list_charges(&paid),
-                // A charge refunded in full needs no second refund.
-                if paid
-                    .iter()
-                    .filter(|c| c.refunded.as_deref() == Some(c.amount.as_str()))
-                    .count()
-                    >= paid.len() - 1
-                {
-                    "The extra charge was already refunded in full: nothing more to refund."
-                } else {
-                    "A refund of the extra charge is needed."
-                }
+                refund_advice(&paid)
             ),
             true,
         )
@@ -1058,11 +1451,11 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
             false,
             VerdictBy::Audit,
             format!(
-                "Charged, though the application recorded it as failed or released it: {} (the \
-                 audit of {}). Do not charge again; a person must record it as done or refund \
-                 it.",
+                "Charged{cust}, though the application recorded it as failed or released it: {} \
+                 (the audit of {}). Do not charge again; a person must record it as done or \
+                 refund it.",
                 if paid.is_empty() {
-                    c.summary.clone()
+                    c.amount.clone().unwrap_or_else(|| "a charge".into())
                 } else {
                     list_charges(&paid)
                 },
@@ -1071,19 +1464,24 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
             true,
         )
     } else if let Some(m) = finding("missing") {
+        let mut named: Vec<String> = response_ids(e);
+        if let Some(a) = recorded_amount(e).or_else(|| m.amount.clone()) {
+            named.push(a);
+        }
         (
             Verdict::Missing,
             false,
             VerdictBy::Audit,
             format!(
-                "The application recorded it as done, but the provider's list of {} has no \
-                 charge for it (the audit's “missing”{}): a person must check before telling \
-                 the customer it was paid.",
+                "The application recorded it as done{}, but the provider's list of {} has no \
+                 charge for it: the charge is missing. A person must check before telling the \
+                 customer it was paid.",
+                if named.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", named.join(", "))
+                },
                 m.day,
-                m.amount
-                    .as_deref()
-                    .map(|a| format!(", {a}"))
-                    .unwrap_or_default()
             ),
             true,
         )
@@ -1092,17 +1490,20 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
     } else if unresolved.is_some() {
         judge_unasked(&f, &paid, now, tz)
     } else {
-        judge_recorded(e, &paid, tz)
+        judge_recorded(e, &label, &paid, tz)
     };
     EffectAnswer {
         source: e.source.clone(),
         key: e.key.clone(),
+        label,
         operation: e.operation.clone(),
         subject: e.subject.clone(),
         verdict,
         is_final,
         by,
         sentence,
+        details,
+        customer,
         needs_person,
         provider: f.provider.clone(),
         recorded,
@@ -1111,6 +1512,82 @@ fn judge(f: Facts<'_>, now: f64, tz: &TimeZone) -> EffectAnswer {
         findings: f.findings.clone(),
         charges: f.charges.clone(),
     }
+}
+
+/// The technical detail behind a sentence, for whoever checks it: the application's row,
+/// the ids it recorded, reckon's asking and the provider's last error, the provider's
+/// reason, the audit's findings in its own words.
+fn details(
+    f: &Facts<'_>,
+    recorded: &Recorded,
+    resolution: Option<&ResolutionFact>,
+    lookup: Option<&LookupState>,
+) -> Vec<String> {
+    let e = f.e;
+    let mut out = Vec::new();
+    let attempts = match recorded.attempts {
+        1 => "1 attempt".to_owned(),
+        n => format!("{n} attempts"),
+    };
+    out.push(format!(
+        "The application's row ({} in {}) says {}{}, {attempts}, last written {}.",
+        e.key,
+        e.source,
+        recorded.state,
+        match recorded.unresolved {
+            Some("abandoned") => " (an abandoned claim)",
+            _ => "",
+        },
+        recorded.updated.text
+    ));
+    let ids = response_ids(e);
+    if !ids.is_empty() {
+        out.push(format!("The application recorded: {}.", ids.join(", ")));
+    }
+    if let Some(l) = lookup
+        && l.lookups > 0
+    {
+        out.push(format!(
+            "reckon asked {} {}{}.",
+            f.provider.as_deref().unwrap_or("the provider"),
+            match l.lookups {
+                1 => "once".to_owned(),
+                n => format!("{n} times"),
+            },
+            l.last_error
+                .as_deref()
+                .map(|e| format!("; the last answer: {e}"))
+                .unwrap_or_default()
+        ));
+    }
+    let evidence = resolution
+        .filter(|r| !r.by_person)
+        .map(|r| &r.evidence)
+        .or_else(|| lookup.and_then(|l| l.evidence.as_ref()));
+    if let Some(ev) = evidence {
+        let payments = evidence_payments(ev);
+        if !payments.is_empty() {
+            out.push(format!("Payments the provider showed: {payments}."));
+        }
+        if let Some(reason) = ev
+            .pointer("/classification/reason")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+        {
+            out.push(format!(
+                "The provider's answer, as reckon read it: {reason}."
+            ));
+        }
+    }
+    for x in &f.findings {
+        out.push(format!(
+            "The audit of {}: {}: {}",
+            x.day,
+            x.kind.replace('_', " "),
+            x.summary
+        ));
+    }
+    out
 }
 
 type Judged = (Verdict, bool, VerdictBy, String, bool);
@@ -1128,23 +1605,26 @@ fn judge_open(
         .as_ref()
         .map(|m| format!(" reckon looks again at {}.", m.text))
         .unwrap_or_default();
-    let payments = l
-        .evidence
-        .as_ref()
-        .map(evidence_payments)
-        .unwrap_or_default();
+    let payments = l.evidence.as_ref().map(payments_of).unwrap_or_default();
+    let moved: Vec<String> = payments
+        .iter()
+        .filter(|p| p.moved)
+        .map(|p| p.said(&f.charges, tz))
+        .collect();
+    let label = label_of(f.e.operation.as_deref());
     match (l.last_outcome, l.provisional) {
         (Some(Outcome::Applied), true) => (
             Verdict::Applied,
             false,
             VerdictBy::Reconciler,
             format!(
-                "Probably charged once: the provider has a payment that moved money{}, but the \
-                 check for a second payment is not complete yet.{next}",
-                if payments.is_empty() {
-                    String::new()
+                "Probably charged once{}{}, but the check for a second payment is not complete \
+                 yet.{next}",
+                customer_words(paid.iter().find_map(|c| c.customer.as_deref())),
+                if moved.is_empty() {
+                    ": the provider has a payment that went through".to_owned()
                 } else {
-                    format!(" ({payments})")
+                    format!(": {}", moved.join("; "))
                 }
             ),
             l.needs_attention,
@@ -1154,14 +1634,9 @@ fn judge_open(
             false,
             VerdictBy::Reconciler,
             format!(
-                "Not found so far, but not proven: the provider's list shows no payment for it, \
-                 and nothing vouches that it could have shown one made elsewhere or later ({}). \
-                 Do not try again yet.{next}",
-                l.evidence
-                    .as_ref()
-                    .and_then(|e| e["classification"]["reason"].as_str())
-                    .or(l.last_error.as_deref())
-                    .unwrap_or("no witness")
+                "Not found so far, but not proven: the provider shows no payment for it yet, and \
+                 that does not prove none was made (it may show one later). Do not try again \
+                 yet.{next}"
             ),
             l.needs_attention,
         ),
@@ -1175,7 +1650,14 @@ fn judge_open(
                 if payments.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({payments})")
+                    format!(
+                        " ({})",
+                        payments
+                            .iter()
+                            .map(EvidencePayment::words)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
                 },
                 l.evidence.as_ref().map(pending_words).unwrap_or_default()
             ),
@@ -1189,16 +1671,14 @@ fn judge_open(
             VerdictBy::Audit,
             match l.last_error.as_deref() {
                 Some(e) if e.starts_with("not_applied contradicted") => format!(
-                    "Contradicted: reckon's verdict was not charged, but the provider lists {} \
-                     carrying this key; the verdict was taken back. Do not try again: a person \
-                     must check.",
+                    "Contradicted: reckon's first answer was not charged, but the provider now \
+                     lists {}. Do not try again: a person must check.",
                     list_charges(paid)
                 ),
-                last => format!(
-                    "Contradicted: the provider lists {} carrying this key, but reckon's lookup \
-                     did not find it{}. Do not try again: a person must check.",
-                    list_charges(paid),
-                    last.map(|e| format!(" (last: {e})")).unwrap_or_default()
+                _ => format!(
+                    "Contradicted: the provider's charge list has {} for it, but reckon could \
+                     not confirm it. Do not try again: a person must check.",
+                    list_charges(paid)
                 ),
             },
             true,
@@ -1208,14 +1688,10 @@ fn judge_open(
             false,
             VerdictBy::Nobody,
             format!(
-                "Nobody knows whether it happened: reckon asked {} {} times without an answer{}. \
-                 A person must check.{}",
+                "Nobody knows yet whether the {} went through: {} did not answer. A person must \
+                 check before telling the customer.{}",
+                label.to_lowercase(),
                 f.provider.as_deref().unwrap_or("the provider"),
-                l.lookups,
-                l.last_error
-                    .as_deref()
-                    .map(|e| format!(" (last: {e})"))
-                    .unwrap_or_default(),
                 charge_hint(paid)
             ),
             true,
@@ -1245,12 +1721,13 @@ fn charge_hint(paid: &[&ChargeFact]) -> String {
 fn judge_unasked(f: &Facts<'_>, paid: &[&ChargeFact], now: f64, tz: &TimeZone) -> Judged {
     let e = f.e;
     let since = age(now - e.unresolved_since.unwrap_or(e.updated_at));
+    let label = label_of(e.operation.as_deref());
     let why = match e.unresolved_kind {
         Some(UnresolvedKind::Abandoned) => format!(
             "its worker stopped before recording the outcome ({since} ago), so nobody knows \
              whether it happened"
         ),
-        _ => format!("the application recorded the outcome as unknown {since} ago"),
+        _ => format!("the application did not record whether it went through ({since} ago)"),
     };
     if let [c] = paid {
         return (
@@ -1258,9 +1735,10 @@ fn judge_unasked(f: &Facts<'_>, paid: &[&ChargeFact], now: f64, tz: &TimeZone) -
             false,
             VerdictBy::Audit,
             format!(
-                "Probably charged once: {why}, but the provider's charge list has one charge \
+                "Probably charged once{}: {why}, but the provider's charge list has one charge \
                  for it ({}). reckon's own check for a second payment is still to come.",
-                list_charges(&[c])
+                customer_words(c.customer.as_deref()),
+                charge_words(c)
             ),
             !f.routed,
         );
@@ -1273,7 +1751,7 @@ fn judge_unasked(f: &Facts<'_>, paid: &[&ChargeFact], now: f64, tz: &TimeZone) -
             format!(
                 "Nobody knows: {why}, and no provider is set up to answer for {} in {}. A \
                  person must check.",
-                e.operation.as_deref().unwrap_or("this operation"),
+                plural(&label),
                 e.source
             ),
             true,
@@ -1304,16 +1782,32 @@ fn judge_unasked(f: &Facts<'_>, paid: &[&ChargeFact], now: f64, tz: &TimeZone) -
 }
 
 /// Nothing doubts the application's own record.
-fn judge_recorded(e: &Effect, paid: &[&ChargeFact], tz: &TimeZone) -> Judged {
+fn judge_recorded(e: &Effect, label: &str, paid: &[&ChargeFact], tz: &TimeZone) -> Judged {
     let when = Moment::new(e.updated_at, tz).text;
+    let (done, not_done) = done_words(label);
     match e.state {
         State::Succeeded => (
             Verdict::Applied,
             true,
             VerdictBy::Application,
             match paid {
-                [c] => format!("Charged once: {}.", list_charges(&[c])),
-                _ => format!("Done once: the application recorded success on {when}."),
+                [c] => format!(
+                    "Charged once{}: {}.",
+                    customer_words(c.customer.as_deref()),
+                    charge_words(c)
+                ),
+                _ => {
+                    let mut named = response_ids(e);
+                    named.extend(recorded_amount(e));
+                    format!(
+                        "{done} once: the application recorded it as done on {when}{}.",
+                        if named.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", named.join(", "))
+                        }
+                    )
+                }
             },
             false,
         ),
@@ -1321,7 +1815,12 @@ fn judge_recorded(e: &Effect, paid: &[&ChargeFact], tz: &TimeZone) -> Judged {
             Verdict::NotApplied,
             true,
             VerdictBy::Application,
-            format!("Did not happen: the application recorded a failure on {when}."),
+            format!(
+                "{not_done}: the application recorded a failure on {when}{}.",
+                recorded_error(e)
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default()
+            ),
             false,
         ),
         _ => (
@@ -1329,7 +1828,7 @@ fn judge_recorded(e: &Effect, paid: &[&ChargeFact], tz: &TimeZone) -> Judged {
             false,
             VerdictBy::Nobody,
             format!(
-                "In progress: a worker has held it since {when} and its claim has not run out."
+                "In progress: the application started it on {when} and is still working on it."
             ),
             false,
         ),
@@ -1369,13 +1868,48 @@ mod tests {
         assert_eq!(money(123_456, "chf"), "1,234.56 CHF");
     }
 
+    fn spellings(q: &str, prefixes: &[&str]) -> Vec<String> {
+        let prefixes: Vec<String> = prefixes.iter().map(|p| (*p).to_owned()).collect();
+        near(q, &prefixes).into_iter().flatten().collect()
+    }
+
     #[test]
     fn near_spellings_are_other_cases_and_trimmed_quotes() {
-        let n = near("ord-1017");
+        let n = spellings("ord-1017", &[]);
         assert!(n.contains(&"ORD-1017".to_owned()), "{n:?}");
-        let n = near("\"ORD-1017\"");
+        let n = spellings("\"ORD-1017\"", &[]);
         assert_eq!(n.first().map(String::as_str), Some("ORD-1017"));
-        assert!(near("ORD-1017").iter().all(|v| v != "ORD-1017"));
+        assert!(spellings("ORD-1017", &[]).iter().all(|v| v != "ORD-1017"));
+    }
+
+    #[test]
+    fn near_spellings_mend_lookalike_letters_extra_digits_and_bare_numbers() {
+        let n = spellings("ORD-1O17", &[]);
+        assert_eq!(near("ORD-1O17", &[])[1], ["ORD-1017"], "{n:?}");
+        assert!(spellings("0RD-1017", &[]).contains(&"ORD-1017".to_owned()));
+        assert!(spellings("ord-1o17", &[]).contains(&"ORD-1017".to_owned()));
+        // One digit too many: the last one goes first.
+        let extra = near("ORD-10170", &[]);
+        let group = extra
+            .iter()
+            .find(|g| g.contains(&"ORD-1017".to_owned()))
+            .unwrap();
+        assert_eq!(group[0], "ORD-1017", "{extra:?}");
+        // A doubled keystroke before the others.
+        let extra = near("ORD-10177", &[]);
+        assert!(extra.iter().any(|g| g[0] == "ORD-1017"), "{extra:?}");
+        // A bare number takes the tenant's prefixes, never a guess of its own.
+        assert!(spellings("1017", &["ORD-"]).contains(&"ORD-1017".to_owned()));
+        assert!(spellings("1017", &[]).iter().all(|v| !v.contains('-')));
+    }
+
+    #[test]
+    fn labels_name_what_an_effect_is() {
+        assert_eq!(label_of(Some("charge")), "Charge");
+        assert_eq!(label_of(Some("send_receipt")), "Receipt email");
+        assert_eq!(label_of(Some("send_invoice")), "Invoice email");
+        assert_eq!(label_of(Some("ship_order")), "Ship order");
+        assert_eq!(label_of(None), "Record");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::model::{
     QuarantineEntry, TenantId,
 };
 use crate::rows::{self, cursor_parts};
-use crate::{LedgerError, Result};
+use crate::{LedgerError, Result, Tenants};
 use macro_rules_attribute::apply;
 use reckon_domain::ingest::ingest_plan;
 use reckon_domain::{Disappearance, time};
@@ -369,4 +369,68 @@ where
     }
     qb.push(" ORDER BY e.id LIMIT ")
         .push_bind(q.limit.clamp(1, 1000));
+}
+
+#[apply(sql!)]
+impl<B: Driver> SqlLedger<B> {
+    /// The ids of recorded results stored before ingest kept them as lookup parts: once,
+    /// at migrate, tenant by tenant (inside each tenant's scope), a page of effects per
+    /// transaction, then the job is struck off.
+    pub(crate) async fn backfill_recorded_ids(&self) -> Result<()> {
+        const JOB: &str = "recorded_ids";
+        let pending: Option<String> =
+            sqlx::query_scalar("SELECT name FROM pending_backfill WHERE name = $1")
+                .bind(JOB)
+                .fetch_optional(&self.pool)
+                .await?;
+        if pending.is_none() {
+            return Ok(());
+        }
+        for tenant in self.list_tenants().await? {
+            let mut after = 0_i64;
+            loop {
+                let mut tx = B::begin(self, Scope::Tenant(tenant.id), true).await?;
+                let page: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT id, response FROM effect WHERE tenant_id = $1 AND id > $2 \
+                     AND response IS NOT NULL ORDER BY id LIMIT 1000",
+                )
+                .bind(tenant.id.0)
+                .bind(after)
+                .fetch_all(&mut *tx)
+                .await?;
+                let Some(last) = page.last() else {
+                    tx.commit().await?;
+                    break;
+                };
+                after = last.0;
+                let parts: Vec<(i64, String)> = page
+                    .iter()
+                    .flat_map(|(id, response)| {
+                        reckon_domain::recorded::recorded_ids(response)
+                            .into_iter()
+                            .map(move |p| (*id, p))
+                    })
+                    .collect();
+                // 3 binds per row.
+                for chunk in parts.chunks(3000) {
+                    let mut qb: QueryBuilder<B::DB> = QueryBuilder::new(
+                        "INSERT INTO effect_key_part (effect_id, tenant_id, part) ",
+                    );
+                    qb.push_values(chunk, |mut b, (id, part)| {
+                        b.push_bind(*id)
+                            .push_bind(tenant.id.0)
+                            .push_bind(part.clone());
+                    });
+                    qb.push(" ON CONFLICT DO NOTHING");
+                    qb.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+            }
+        }
+        sqlx::query("DELETE FROM pending_backfill WHERE name = $1")
+            .bind(JOB)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }

@@ -184,6 +184,23 @@ impl Driver for Pg {
             for (id, w) in u {
                 ids.insert(w.record.key.clone(), *id);
             }
+            // The ids of a result recorded since (a claim completed): lookup parts too.
+            let (part_ids, parts): (Vec<i64>, Vec<&str>) = u
+                .iter()
+                .flat_map(|(id, w)| w.recorded_ids.iter().map(move |p| (*id, p.as_str())))
+                .unzip();
+            if !parts.is_empty() {
+                sqlx::query(
+                    "INSERT INTO effect_key_part (effect_id, tenant_id, part) \
+                     SELECT u.id, $1, u.part FROM UNNEST($2::int8[], $3::text[]) AS u(id, part) \
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(tenant.0)
+                .bind(part_ids)
+                .bind(parts)
+                .execute(&mut *tx)
+                .await?;
+            }
         }
         if !plan.events.is_empty() {
             let e = &plan.events;
@@ -286,6 +303,7 @@ impl PgLedger {
             },
         };
         ledger.backfill_charge_terms().await?;
+        ledger.backfill_recorded_ids().await?;
         ledger.scrub_pending().await?;
         Ok(ledger)
     }
@@ -383,7 +401,9 @@ async fn insert_staged(
     stage.send(copy.finish()).await?;
     stage.finish().await?;
 
-    let has_parts = c.iter().any(|w| !w.extra_parts.is_empty());
+    let has_parts = c
+        .iter()
+        .any(|w| !w.extra_parts.is_empty() || !w.recorded_ids.is_empty());
     // A first sight is kept in the new row itself (migration 0024 says why); otherwise the
     // caller writes it as a history row.
     let (first, first_values, returned) = if first_seen {
@@ -422,6 +442,7 @@ async fn insert_staged(
         .flat_map(|w| {
             w.extra_parts
                 .iter()
+                .chain(w.recorded_ids.iter())
                 .map(|p| (ids[&w.record.key], p.as_str()))
         })
         .unzip();

@@ -134,7 +134,11 @@ impl Driver for Lite {
             .bind(now)
             .fetch_one(&mut *tx)
             .await?;
-            for part in w.extra_parts.iter().filter(|_| new) {
+            // A key's parts never change; the ids of its recorded result come with the
+            // result, so they are written whenever the row is (a stale one stays: the
+            // application once showed it).
+            let parts = w.extra_parts.iter().filter(|_| new);
+            for part in parts.chain(w.recorded_ids.iter()) {
                 sqlx::query(
                     "INSERT OR IGNORE INTO effect_key_part (effect_id, tenant_id, part) \
                      VALUES ($1, $2, $3)",

@@ -31,10 +31,11 @@ pub struct RotateReport {
 #[apply(sql!)]
 impl<B: Driver> Store for SqlLedger<B> {
     /// Apply the embedded migrations of this backend (idempotent), then the data jobs they
-    /// queue (charge search terms, the scrub of stored credentials).
+    /// queue (charge search terms, recorded ids, the scrub of stored credentials).
     async fn migrate(&self) -> Result<()> {
         B::migrate_schema(self).await?;
         self.backfill_charge_terms().await?;
+        self.backfill_recorded_ids().await?;
         self.scrub_pending().await
     }
 

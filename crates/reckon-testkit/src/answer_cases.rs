@@ -46,6 +46,49 @@ pub const CHARGED_NOT_RECORDED: &str = "ORD-F1";
 /// charged it.
 pub const RELEASED: &str = "ORD-L1";
 pub const NOBODY_HAS: &str = "ORD-ZZZ9";
+/// An order of three effects: its charge (recorded succeeded, charged once to a customer
+/// the provider names), its receipt email (sent, with the message id the application
+/// recorded) and a refund nobody answers for.
+pub const MULTI: &str = "ORD-1017";
+pub const MULTI_CUSTOMER: &str = "cus_K1017";
+pub const MULTI_CHARGE: &str = "demo_ch_k1017";
+/// The receipt email's id, as the application recorded it in its row.
+pub const MULTI_RECEIPT: &str = "msg_K1017_0001";
+/// Words of reckon's own workings that support cannot read to a customer: none may be in a
+/// sentence (they belong in an answer's details).
+pub const DEVELOPER_WORDS: &[&str] = &[
+    "still says",
+    "says unknown",
+    "as unknown",
+    "times without",
+    "1 times",
+    "NotFound",
+    "HTTP ",
+    "http.",
+    ": failed",
+    "(last:",
+    "indeterminate",
+    "not_applied",
+    "classification",
+    "certificate",
+    "witness",
+    "evidence",
+    ":v1:",
+    "send_receipt",
+    " effect",
+    "Err(",
+    "error:",
+];
+
+/// The developer words `sentence` holds.
+pub fn developer_words(sentence: &str) -> Vec<&'static str> {
+    DEVELOPER_WORDS
+        .iter()
+        .copied()
+        .filter(|w| sentence.contains(w))
+        .collect()
+}
+
 pub const HAND_AUTHOR: &str = "sam@acme.test";
 pub const HAND_NOTE: &str = "Customer sent the bank statement: paid once.";
 
@@ -163,6 +206,17 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
         metadata: BTreeMap::from([("order_id".to_owned(), ORPHAN.to_owned())]),
         customer: None,
     });
+    demo.add(DemoCharge {
+        id: MULTI_CHARGE.into(),
+        key: format!("charge:v1:{MULTI}"),
+        status: "succeeded".into(),
+        amount: 2500,
+        currency: "usd".into(),
+        created: y(12.0) + 1.0,
+        refunds: vec![],
+        metadata: BTreeMap::new(),
+        customer: Some(MULTI_CUSTOMER.into()),
+    });
     let later = demo.clone();
     let (base, server) = serve_loopback(demo).await.unwrap();
     ledger
@@ -251,6 +305,29 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
             y(10.0) + 5.0,
         ),
         released,
+    ]);
+    let mut receipt = rec(
+        &format!("send_receipt:v1:{MULTI}"),
+        State::Succeeded,
+        y(12.0) + 3.0,
+        y(12.0) + 4.0,
+    );
+    receipt.response = Some(format!(r#"{{"message_id": "{MULTI_RECEIPT}"}}"#));
+    first.extend([
+        {
+            let mut r = succeeded(MULTI, y(12.0));
+            r.response = Some(format!(
+                r#"{{"id": "{MULTI_CHARGE}", "amount": 2500, "currency": "usd"}}"#
+            ));
+            r
+        },
+        receipt,
+        rec(
+            &format!("refund:v1:{MULTI}"),
+            State::Unknown,
+            y(13.0),
+            y(13.0) + 5.0,
+        ),
     ]);
     ingest(ledger.as_ref(), t, source.id, first).await;
     // The application released the claim (its row deleted): a scan sees it gone.

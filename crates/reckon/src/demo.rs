@@ -108,7 +108,8 @@ fn generate(seed: u64, now: f64) -> Vec<Row> {
                 key: format!("send_receipt:v1:{order}"),
                 state: "succeeded",
                 payload: json!({"order": order}),
-                response: Some(json!("done")),
+                // The mail service's message id, as a shop records it.
+                response: Some(json!({"message_id": format!("msg_demo_{i}")})),
                 attempts: 1,
                 created_at: updated + 1.0,
                 updated_at: updated + 1.5,

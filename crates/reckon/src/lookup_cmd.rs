@@ -44,6 +44,7 @@ fn table_answer(a: &Answer, out: &mut impl Write) -> anyhow::Result<()> {
         writeln!(out)?;
         let mut b = tabled::builder::Builder::default();
         b.push_record([
+            "what",
             "key",
             "source",
             "verdict",
@@ -63,6 +64,7 @@ fn table_answer(a: &Answer, out: &mut impl Write) -> anyhow::Result<()> {
                 _ => String::new(),
             };
             b.push_record([
+                e.label.clone(),
                 e.key.clone(),
                 e.source.clone(),
                 verdict_cell(e),
@@ -115,6 +117,14 @@ fn table_answer(a: &Answer, out: &mut impl Write) -> anyhow::Result<()> {
     for f in findings {
         writeln!(out, "{f}")?;
     }
+    // The technical detail behind each sentence, apart from the words read to a customer.
+    for e in a.effects.iter().filter(|e| !e.details.is_empty()) {
+        writeln!(out)?;
+        writeln!(out, "Details, {} ({}):", e.label, e.key)?;
+        for d in &e.details {
+            writeln!(out, "  {d}")?;
+        }
+    }
     if a.truncated {
         writeln!(
             out,
@@ -141,6 +151,9 @@ fn csv_answer(a: &Answer, out: &mut impl Write) -> anyhow::Result<()> {
         "charges",
         "findings",
         "sentence",
+        "label",
+        "customer",
+        "details",
     ])?;
     for e in &a.effects {
         let row = [
@@ -165,6 +178,9 @@ fn csv_answer(a: &Answer, out: &mut impl Write) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join("; "),
             e.sentence.clone(),
+            e.label.clone(),
+            e.customer.clone().unwrap_or_default(),
+            e.details.join(" "),
         ];
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }
@@ -188,6 +204,9 @@ fn csv_answer(a: &Answer, out: &mut impl Write) -> anyhow::Result<()> {
                 .collect::<Vec<_>>()
                 .join("; "),
             o.sentence.clone(),
+            String::new(),
+            c.customer.clone().unwrap_or_default(),
+            String::new(),
         ];
         w.write_record(row.iter().map(|c| neutralise(c)))?;
     }

@@ -123,6 +123,8 @@ conformance! {
     parked_effects_are_counted_by_the_overview_and_the_scrape_while_in_the_backlog => story_dash_parked;
     a_charge_is_found_by_its_id_or_its_idempotency_key_in_its_tenant_only => story_dash_charge_lookup;
     charges_stored_before_search_terms_get_them_at_the_next_migrate => story_charge_terms_backfill with raw;
+    an_effect_is_found_by_an_id_its_recorded_result_names => story_lookup_by_recorded_id;
+    rows_stored_before_recorded_ids_were_kept_get_them_at_the_next_migrate => story_recorded_ids_backfill with raw;
     the_audit_log_is_read_about_one_target_newest_first_in_its_tenant_only => story_actions_on;
     credentials_stored_from_providers_before_the_redactor_are_scrubbed_and_the_audit_chain_relinked => story_scrub_stored_answers with raw;
     a_tenants_members_are_listed_with_their_role_there_and_no_one_else => story_dash_members;

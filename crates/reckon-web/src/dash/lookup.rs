@@ -28,6 +28,8 @@ pub struct LookupPage {
     /// A search refused before it was answered (too long, a NUL byte).
     pub refused: Option<String>,
     pub sentence: String,
+    /// The answer, one line per effect of the order (then per orphan charge).
+    pub lines: Vec<String>,
     pub did_you_mean: Vec<(String, String)>,
     pub effects: Vec<EffectCard>,
     pub orphans: Vec<OrphanRow>,
@@ -39,6 +41,8 @@ pub struct EffectCard {
     pub href: String,
     pub source: String,
     pub key: String,
+    /// What it is: "Charge", "Receipt email".
+    pub label: String,
     pub operation: String,
     /// The verdict's machine word (`applied`, `not_applied`, …), for tests and styling.
     pub verdict: &'static str,
@@ -46,6 +50,9 @@ pub struct EffectCard {
     pub verdict_words: String,
     pub by: &'static str,
     pub sentence: String,
+    /// The technical detail behind the sentence (shown folded, under "Details").
+    pub details: Vec<String>,
+    pub customer: String,
     pub needs_person: bool,
     /// What the application recorded: "unknown, 1 attempt".
     pub recorded: String,
@@ -144,11 +151,14 @@ fn card(e: &EffectAnswer, tenant: &str, base: &str, tz: &TimeZone) -> EffectCard
         href: effect_href(tenant, &e.source, &e.key),
         source: e.source.clone(),
         key: e.key.clone(),
+        label: e.label.clone(),
         operation: e.operation.clone().unwrap_or_default(),
         verdict: e.verdict.as_str(),
         verdict_words: verdict_words(e),
         by: by_words(e.by),
         sentence: e.sentence.clone(),
+        details: e.details.clone(),
+        customer: e.customer.clone().unwrap_or_default(),
         needs_person: e.needs_person,
         recorded: match e.recorded.unresolved {
             Some("abandoned") => format!("{} (abandoned claim), {attempts}", e.recorded.state),
@@ -185,6 +195,7 @@ pub async fn lookup(
         searched: false,
         refused: None,
         sentence: String::new(),
+        lines: Vec::new(),
         did_you_mean: Vec::new(),
         effects: Vec::new(),
         orphans: Vec::new(),
@@ -235,6 +246,7 @@ fn capitalise(s: &str) -> String {
 fn fill(page: &mut LookupPage, a: &Answer, tenant: &str, tz: &TimeZone) {
     let base = format!("/t/{}", seg(tenant));
     page.sentence = a.sentence.clone();
+    page.lines = a.lines.clone();
     page.did_you_mean = a
         .did_you_mean
         .iter()

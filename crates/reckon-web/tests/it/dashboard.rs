@@ -185,7 +185,7 @@ async fn every_page_renders_with_real_effects_for_an_admin() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert!(
         r.text
-            .contains("Done once: the application recorded success"),
+            .contains("Charged once: the application recorded it as done"),
         "{}",
         r.text
     );
@@ -1228,7 +1228,7 @@ async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once
     user(w.ledger.as_ref(), "sam@acme.test", &w.a, Role::Support).await;
     let (cookie, _) = session(&w.app, "sam@acme.test").await;
 
-    let said = "Charged once: ch_1 $20.00 on 28 Nov 2026 14:02 CET.";
+    let said = "Charged once: ch_1, $20.00, 28 Nov 2026 14:02 CET.";
     for q in ["ch_1", "ORD-3"] {
         let r = get(&w, &cookie, &format!("/t/acme/lookup?q={q}")).await;
         assert_eq!(r.status, StatusCode::OK, "{q}: {}", r.text);
@@ -1250,7 +1250,7 @@ async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once
     let r = get(&w, &cookie, "/t/acme/lookup?q=ch_stray").await;
     assert!(
         r.text.contains(
-            "The provider pay has a charge ch_stray ($9.99, succeeded, 28 Nov 2026 14:02 CET) that no effect of the application accounts for"
+            "Charged with no order behind it: pay has a charge the application has no record of (ch_stray, $9.99, 28 Nov 2026 14:02 CET)"
         ),
         "{}",
         r.text

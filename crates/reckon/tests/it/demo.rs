@@ -316,7 +316,7 @@ async fn the_demo_serves_unresolved_effects_verdicts_with_evidence_and_metrics()
         ("ORD-1075", "missing", "no charge for it"),
         ("ORD-1063", "not_applied", "Not charged"),
         ("ORD-1017", "applied", "Charged once"),
-        ("ORD-1101", "duplicate", "more than once"),
+        ("ORD-1101", "duplicate", "Charged twice"),
     ] {
         let (status, body) = get(&format!("{base}/api/v1/lookup?q={order}"), token).await;
         assert_eq!(status, 200, "{body}");

@@ -40,7 +40,7 @@ async fn reckon_lookup_answers_every_case_in_every_format() {
     let expect: &[(&str, &str, bool, &str)] = &[
         (APPLIED, "applied", true, "Charged once"),
         (NOT_APPLIED, "not_applied", true, "Not charged"),
-        (DUPLICATE_RECONCILED, "duplicate", true, "more than once"),
+        (DUPLICATE_RECONCILED, "duplicate", true, "Charged twice"),
         (PROVISIONAL, "applied", false, "Probably charged once"),
         (MISSING, "missing", false, "no charge for it"),
         (DUPLICATE_AUDIT, "duplicate", true, "$1,234.00"),

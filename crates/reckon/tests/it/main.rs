@@ -15,6 +15,7 @@ mod file_modes;
 mod keys;
 mod listen_taken;
 mod lookup_cli;
+mod lookup_demo;
 mod metric_names;
 mod metrics_e2e;
 mod migrate_wait;
