@@ -257,10 +257,10 @@ pub fn classify(r: &LookupReport, now: f64) -> Classification {
     for s in &r.steps {
         // A step vouches for every second of the window it lists, skew included: the whole
         // span must be past, plus the visibility lag, when the lookup began, or a payment
-        // created in its future part would not have been seen. Lists are read in whole
-        // seconds up to the one before the read began, less the lag: ready from the
-        // second after that.
-        let ready = span_end(r, s).ceil() + r.visibility_lag_secs.ceil() + 1.0;
+        // created in its future part would not have been seen. (Stripe's lists are read in
+        // whole seconds up to the one before the read began, less the lag: a window ready
+        // here may still come back not read to its end, and is read again.)
+        let ready = span_end(r, s) + r.visibility_lag_secs;
         let blocker = if s.fault.is_some() {
             Some(format!("{}: failed", s.method))
         } else if !s.proves_absence || s.consistency != Consistency::Strong {
