@@ -168,19 +168,27 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
     let (provider_url, _provider) = reckon_providers::demo::serve_loopback(demo.clone())
         .await
         .unwrap();
-    // Every nightly audit below was due two hours ago (the minute, in UTC): late enough
-    // for ReckonAuditOverdue whatever the time of day the test runs at.
+    // Every nightly audit below was due two hours ago (the minute, in the tenants' zone):
+    // late enough for ReckonAuditOverdue. The audit of yesterday is due from its time of
+    // day on, so two hours ago must be today in that zone: UTC, or twelve hours ahead of
+    // it in the first hours of a UTC day.
     let now = reckon_domain::time::now();
     let day = 86_400.0;
-    let due = now - 7200.0;
+    let (zone, ahead) = if now % day < 3.0 * 3600.0 {
+        ("Etc/GMT-12", 12.0 * 3600.0)
+    } else {
+        ("UTC", 0.0)
+    };
+    let due = now + ahead - 7200.0;
     let due_day = (due / day).floor() * day;
     let at = format!(
         "{:02}:{:02}",
         ((due - due_day) / 3600.0).floor(),
         ((due - due_day) % 3600.0 / 60.0).floor()
     );
-    // The day that run audits (the one before), where finance's tenant was charged twice.
-    let audited = due_day - day;
+    // The day that run audits (the one before, from its midnight in that zone), where
+    // finance's tenant was charged twice.
+    let audited = due_day - day - ahead;
     ok(reckon(&data).args(["tenant", "create", "acme"]));
     ok(reckon(&data).args([
         "source", "add", "--tenant", "acme", "--name", "shop", "--kind", "push",
@@ -229,7 +237,7 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         "--tenant",
         "acme",
         "--time-zone",
-        "UTC",
+        zone,
         "--at",
         &at,
     ]));
@@ -309,7 +317,7 @@ async fn the_shipped_alerts_fire_on_a_real_prometheus_and_hold_when_reckon_dies(
         "--tenant",
         "fin",
         "--time-zone",
-        "UTC",
+        zone,
         "--at",
         &at,
     ]));
