@@ -945,14 +945,17 @@ impl StripeProvider {
     /// Whether this account's events are seen to carry the application's keys as their
     /// creating requests' idempotency keys: an event read carried a key that its own
     /// object or a listed one carries under the metadata field, that reckon was asked
-    /// about, or that an effect recorded as done has. Or no event at all was read: then no
-    /// payment was made in the span, whatever key it would have carried.
+    /// about, or that an effect recorded as done has. Or neither an event nor any listed
+    /// object was read: then no payment was made there, whatever key it would have carried.
     async fn events_carry_keys(&self) -> bool {
         let events = self.events.lock().await;
-        if events.listed == 0 {
+        let lists = self.mirror.lock().await;
+        // Nothing at all: neither an event of the configured types nor any listed object
+        // (an application on the Charges API has no PaymentIntent events, but its charges
+        // are listed).
+        if events.listed == 0 && lists.listed == 0 {
             return true;
         }
-        let lists = self.mirror.lock().await;
         let known = self
             .known_keys
             .lock()
