@@ -388,7 +388,10 @@ mod tests {
                 "postgres://u:p@h/db?sslmode=require&sslmode=disable",
                 DsnError::Repeated { only },
             ),
-            ("postgres://u:p@/db", DsnError::NoHost),
+            (
+                "postgres://u:p@/db",
+                DsnError::NotAUrl(url::ParseError::EmptyHost),
+            ),
             ("postgres://:p@h/db", DsnError::NoUser),
             ("postgres://u:p@h/", DsnError::NoDatabase),
             ("postgres://u:p@h/a/b", DsnError::NoDatabase),
