@@ -1,9 +1,10 @@
 use serde::{Deserialize, Serialize};
 
-/// The kinds of provider reckon can ask. Stored and sent as its word (`stripe`, `http`,
-/// `demo`), so ledgers written before the type existed read back unchanged. What each kind
-/// does (its adapter, how its settings are read, its name for people) is one entry of
-/// `reckon_providers::registry`.
+// Stored and sent as its word (`stripe`, `http`, `demo`), so ledgers written before the
+// type existed read back unchanged. What each kind does (its adapter, how its settings are
+// read, its name for people) is one entry of `reckon_providers::registry`. The doc line
+// below is the API document's description.
+/// The kinds of provider reckon can ask.
 #[derive(
     Debug,
     Clone,
@@ -19,11 +20,11 @@ use serde::{Deserialize, Serialize};
 )]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
-    /// Stripe's API, read with a restricted read-only key.
+    // Stripe's API, read with a restricted read-only key.
     Stripe,
-    /// A tenant's own system speaking reckon's http provider protocol.
+    // A tenant's own system speaking reckon's http provider protocol.
     Http,
-    /// The built-in demo provider (the http protocol, on loopback).
+    // The built-in demo provider (the http protocol, on loopback).
     Demo,
 }
 

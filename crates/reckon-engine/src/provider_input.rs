@@ -9,8 +9,8 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// A new provider as the API and the CLI take it. Its secret is a [`SecretString`]: `Debug`
-/// shows `[REDACTED]`, and nothing prints it.
+// Its secret is a `SecretString`: `Debug` shows `[REDACTED]`, and nothing prints it.
+/// A new provider as the API and the CLI take it.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderInput {
