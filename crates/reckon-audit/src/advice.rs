@@ -86,7 +86,7 @@ impl Finding {
             FindingKind::Orphan => self
                 .charges
                 .iter()
-                .find(|c| c.status != "failed")
+                .find(|c| c.status != reckon_domain::ChargeStatus::Failed.as_str())
                 .map(|c| c.amount - c.amount_refunded.min(c.amount)),
             FindingKind::Unresolved | FindingKind::Other => None,
         };
@@ -150,7 +150,7 @@ fn list(items: &[String]) -> String {
 fn standing(charges: &[ChargeRef]) -> Vec<&ChargeRef> {
     let mut ok: Vec<&ChargeRef> = charges
         .iter()
-        .filter(|c| c.status == "succeeded" && !c.refunded_as_duplicate)
+        .filter(|c| c.paid() && !c.refunded_as_duplicate)
         .collect();
     ok.sort_by(|a, b| a.created.total_cmp(&b.created).then(a.id.cmp(&b.id)));
     ok

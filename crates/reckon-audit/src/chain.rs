@@ -459,10 +459,20 @@ pub struct RunCounts {
     pub charges_imported: i64,
 }
 
+/// Why audit settings are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuditSettingsError {
+    #[error("audit time {0:?} (use HH:MM, 24-hour, local to the tenant's zone)")]
+    Time(String),
+    /// Empty, or longer than any zone name.
+    #[error("time zone")]
+    Zone,
+}
+
 impl AuditSettings {
     /// `audit_time` is `HH:MM` (24-hour) and the zone a plausible name (the audit crate's
     /// [`crate::DayWindow`] resolves it).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), AuditSettingsError> {
         let t = self.audit_time.as_bytes();
         let ok = t.len() == 5
             && t[2] == b':'
@@ -477,13 +487,10 @@ impl AuditSettings {
                 .and_then(|m| m.parse::<u8>().ok())
                 .is_some_and(|m| m < 60);
         if !ok {
-            return Err(format!(
-                "audit time {:?} (use HH:MM, 24-hour, local to the tenant's zone)",
-                self.audit_time
-            ));
+            return Err(AuditSettingsError::Time(self.audit_time.clone()));
         }
         if self.time_zone.is_empty() || self.time_zone.len() > 64 {
-            return Err("time zone".into());
+            return Err(AuditSettingsError::Zone);
         }
         Ok(())
     }

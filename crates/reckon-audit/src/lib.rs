@@ -16,7 +16,7 @@
 
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
-use reckon_domain::{Outcome, State, UnresolvedKind};
+use reckon_domain::{ChargeStatus, Outcome, State, UnresolvedKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -141,13 +141,13 @@ pub type Metadata = litemap::LiteMap<String, String>;
 #[derive(Debug, Clone, Serialize)]
 pub struct ProviderCharge {
     pub id: String,
-    /// The PaymentIntent the charge belongs to, when the provider has one.
-    pub payment_intent: Option<String>,
+    /// The payment the charge is an attempt of, when the provider groups attempts (Stripe:
+    /// its PaymentIntent).
+    pub payment: Option<String>,
     /// Minor units (cents).
     pub amount: i64,
     pub currency: String,
-    /// `succeeded`, `pending` or `failed`.
-    pub status: String,
+    pub status: ChargeStatus,
     pub amount_captured: i64,
     pub amount_refunded: i64,
     pub refunds: Vec<Refund>,
@@ -160,7 +160,7 @@ pub struct ProviderCharge {
 
 impl ProviderCharge {
     fn successful(&self) -> bool {
-        self.status == "succeeded"
+        self.status.is_paid()
     }
 
     /// Fully refunded with reason `duplicate`: the provider-side correction of a double
@@ -333,6 +333,13 @@ pub struct ChargeRef {
     pub idempotency_key: Option<String>,
     #[serde(default)]
     pub metadata: BTreeMap<String, String>,
+}
+
+impl ChargeRef {
+    /// Money was taken: its stored status word is [`ChargeStatus::Paid`]'s.
+    pub fn paid(&self) -> bool {
+        ChargeStatus::from_stored(&self.status).is_paid()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -530,7 +537,7 @@ fn match_charges(
             .or_insert(m);
     };
     for (c, ch) in charges.iter().enumerate() {
-        for id in std::iter::once(ch.id.as_str()).chain(ch.payment_intent.as_deref()) {
+        for id in std::iter::once(ch.id.as_str()).chain(ch.payment.as_deref()) {
             for &e in ids_in_responses.get(id).into_iter().flatten() {
                 tie(c, e, MatchMethod::ResponseId);
             }
@@ -596,7 +603,7 @@ pub(crate) fn charge_ref(c: &ProviderCharge) -> ChargeRef {
         id: c.id.clone(),
         amount: c.amount,
         currency: c.currency.clone(),
-        status: c.status.clone(),
+        status: c.status.as_str().to_owned(),
         amount_refunded: c.amount_refunded,
         refunded_as_duplicate: c.refunded_as_duplicate(),
         customer: c.customer.clone(),
@@ -779,7 +786,10 @@ fn orphans(
     let leads = Leads::index(effects, by_effect);
     let mut out = Vec::new();
     for (c, ch) in charges.iter().enumerate() {
-        if !window.contains(ch.created) || ch.status == "failed" || by_charge.contains_key(&c) {
+        if !window.contains(ch.created)
+            || ch.status == ChargeStatus::Failed
+            || by_charge.contains_key(&c)
+        {
             continue;
         }
         let suggestions = leads.suggest(ch, effects);
@@ -874,9 +884,10 @@ fn missing(
         if !window.contains(ef.created_at) || ef.state != State::Succeeded {
             continue;
         }
-        let found = by_effect
-            .get(&e)
-            .is_some_and(|cs| cs.iter().any(|&c| charges[c].status != "failed"));
+        let found = by_effect.get(&e).is_some_and(|cs| {
+            cs.iter()
+                .any(|&c| charges[c].status != ChargeStatus::Failed)
+        });
         if found {
             continue;
         }
@@ -1028,7 +1039,7 @@ fn risky_reclaims(
             .flatten()
             .map(|&c| charge_ref(&charges[c]))
             .collect();
-        let ok = cs.iter().filter(|c| c.status == "succeeded").count();
+        let ok = cs.iter().filter(|c| c.paid()).count();
         out.push(Finding {
             kind: FindingKind::RiskyReclaim,
             summary: format!(
@@ -1056,7 +1067,7 @@ fn risky_reclaims(
 
 /// The sum of the successful charges, if there is one and all are in one currency.
 fn one_currency_total(cs: &[ChargeRef]) -> Option<(i64, String)> {
-    let ok: Vec<&ChargeRef> = cs.iter().filter(|c| c.status == "succeeded").collect();
+    let ok: Vec<&ChargeRef> = cs.iter().filter(|c| c.paid()).collect();
     let currency = ok.first()?.currency.clone();
     ok.iter()
         .all(|c| c.currency == currency)

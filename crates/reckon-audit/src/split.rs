@@ -84,10 +84,7 @@ pub(crate) fn split_intents(
                 cs.insert(c);
             }
         }
-        let ok = cs
-            .iter()
-            .filter(|&&c| charges[c].status == "succeeded")
-            .count();
+        let ok = cs.iter().filter(|&&c| charges[c].status.is_paid()).count();
         out.push(Finding {
             kind: FindingKind::SplitIntent,
             summary: format!(

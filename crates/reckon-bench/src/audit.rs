@@ -126,7 +126,7 @@ async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
                 tenant,
                 NewProvider {
                     name: "pay".into(),
-                    kind: "demo".into(),
+                    kind: reckon_ledger::ProviderKind::Demo,
                     secret: None,
                     // Never contacted: the benchmark measures the audit, import excluded.
                     settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),

@@ -158,7 +158,7 @@ async fn write(
             tenant.id,
             reckon_ledger::NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({"base_url": "https://pay.example/"}),
             },

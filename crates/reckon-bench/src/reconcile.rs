@@ -208,7 +208,7 @@ async fn seed(
             t.id,
             NewProvider {
                 name: "demo".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({
                     "base_url": base,
@@ -243,7 +243,7 @@ async fn anchor(
         )
         .await?;
     let provider = build_provider(
-        "demo",
+        reckon_providers::ProviderKind::Demo,
         &serde_json::json!({ "base_url": base, "rate_per_sec": 0, "visibility_lag_secs": 0 }),
         None,
         GetClient::shared(),

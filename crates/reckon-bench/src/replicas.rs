@@ -208,7 +208,7 @@ async fn measure(
                 t.id,
                 NewProvider {
                     name: "pay".into(),
-                    kind: "demo".into(),
+                    kind: reckon_ledger::ProviderKind::Demo,
                     secret: None,
                     settings: serde_json::json!({ "base_url": provider_url }),
                 },

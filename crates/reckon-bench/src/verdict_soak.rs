@@ -71,7 +71,7 @@ fn provider(sim: &Sim, settings: serde_json::Value, timeout: Duration) -> Arc<dy
         s[k] = v.clone();
     }
     build_provider(
-        "stripe",
+        reckon_providers::ProviderKind::Stripe,
         &s,
         Some(SecretString::from("rk_test_soak".to_owned())),
         GetClient::new(timeout),

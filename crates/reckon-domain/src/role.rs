@@ -28,9 +28,9 @@ impl Role {
 }
 
 impl TryFrom<String> for Role {
-    type Error = String;
+    type Error = crate::UnknownWord;
 
-    fn try_from(s: String) -> Result<Role, String> {
+    fn try_from(s: String) -> Result<Role, crate::UnknownWord> {
         crate::word("role", &Role::ALL, Role::as_str, &s)
     }
 }

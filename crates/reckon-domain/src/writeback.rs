@@ -93,9 +93,9 @@ impl WritebackStatus {
 }
 
 impl TryFrom<String> for WritebackAction {
-    type Error = String;
+    type Error = crate::UnknownWord;
 
-    fn try_from(s: String) -> Result<WritebackAction, String> {
+    fn try_from(s: String) -> Result<WritebackAction, crate::UnknownWord> {
         crate::word(
             "write-back action",
             &WritebackAction::ALL,
@@ -106,9 +106,9 @@ impl TryFrom<String> for WritebackAction {
 }
 
 impl TryFrom<String> for WritebackStatus {
-    type Error = String;
+    type Error = crate::UnknownWord;
 
-    fn try_from(s: String) -> Result<WritebackStatus, String> {
+    fn try_from(s: String) -> Result<WritebackStatus, crate::UnknownWord> {
         crate::word(
             "write-back status",
             &WritebackStatus::ALL,

@@ -16,7 +16,7 @@ use crate::answer::route_of;
 use reckon_audit::{
     AuditEffect, DayWindow, MARGIN_SECS, MatchRules, ProviderCharge, Refund, Releaser,
 };
-use reckon_domain::Disappearance;
+use reckon_domain::{ChargeStatus, Disappearance};
 use reckon_ledger::{
     ALL_PROVIDERS, AuditRun, ChainBreak, Effect, Lease, Ledger, LedgerError, NewAuditRun,
     Provider as ProviderRow, SCHEDULE_AUTHOR, StoredCharge, TenantId,
@@ -147,10 +147,11 @@ fn stored(provider_id: i64, c: ListedCharge, now: f64, redactor: &Redactor) -> S
     StoredCharge {
         provider_id,
         charge_id: c.id,
-        payment_intent: c.payment_intent,
+        // The ledger's columns keep their names; the words are the neutral model's.
+        payment_intent: c.payment,
         amount: c.amount,
         currency: c.currency,
-        status: c.status,
+        status: c.status.as_str().to_owned(),
         amount_captured: c.amount_captured,
         amount_refunded: c.amount_refunded,
         refunds: serde_json::to_value(&c.refunds).unwrap_or(Value::Array(vec![])),
@@ -167,7 +168,7 @@ fn stored(provider_id: i64, c: ListedCharge, now: f64, redactor: &Redactor) -> S
 #[derive(Debug, Clone)]
 pub struct ProviderPart {
     pub provider: String,
-    pub kind: String,
+    pub kind: reckon_ledger::ProviderKind,
     /// `complete` or `failed`.
     pub status: &'static str,
     pub reason: Option<String>,
@@ -211,7 +212,7 @@ async fn list_one(
     let redactor = Redactor::new(secret.iter().map(|s| s.expose_secret().to_owned()));
     // The client resolves every host through the egress policy when it connects.
     let client = crate::provider_client(&ctx.client, &ctx.egress);
-    let adapter = build_provider(&p.kind, &p.settings, secret, client)
+    let adapter = build_provider(p.kind, &p.settings, secret, client)
         .map_err(|e| format!("provider {}: {e}", p.name))?;
     match adapter.list_charges(from, to).await {
         Ok(listing) => {
@@ -248,14 +249,14 @@ async fn import(
                 all.extend(charges);
                 ProviderPart {
                     provider: p.name.clone(),
-                    kind: p.kind.clone(),
+                    kind: p.kind,
                     status: "complete",
                     reason: None,
                 }
             }
             Err(reason) => ProviderPart {
                 provider: p.name.clone(),
-                kind: p.kind.clone(),
+                kind: p.kind,
                 status: "failed",
                 reason: Some(reason),
             },
@@ -330,10 +331,10 @@ fn provider_charge(c: StoredCharge) -> ProviderCharge {
         .unwrap_or_default();
     ProviderCharge {
         id: c.charge_id,
-        payment_intent: c.payment_intent,
+        payment: c.payment_intent,
         amount: c.amount,
         currency: c.currency,
-        status: c.status,
+        status: ChargeStatus::from_stored(&c.status),
         amount_captured: c.amount_captured,
         amount_refunded: c.amount_refunded,
         refunds,

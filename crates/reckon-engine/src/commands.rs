@@ -11,7 +11,7 @@ use reckon_ledger::{
     Route, Source, Tenant, TenantId, TokenCreator, User,
 };
 use reckon_sources::EgressPolicy;
-use secrecy::SecretString;
+use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 /// The surface a person acted through; the audit log names it (`detail.via`).
@@ -99,7 +99,7 @@ async fn log(
 }
 
 fn parse_role(role: &str) -> Result<Role, CommandError> {
-    Role::try_from(role.to_owned()).map_err(CommandError::Invalid)
+    Role::try_from(role.to_owned()).map_err(|e| CommandError::Invalid(e.to_string()))
 }
 
 /// Add a source (`source.add`).
@@ -173,7 +173,7 @@ pub async fn add_provider(c: &Ctx<'_>, input: ProviderInput) -> Result<Provider,
     let name = input.name.clone();
     let new = new_provider(input, c.egress)
         .await
-        .map_err(CommandError::Invalid)?;
+        .map_err(|e| CommandError::Invalid(e.to_string()))?;
     let provider = c
         .ledger
         .add_provider(c.tenant.id, new)
@@ -225,16 +225,21 @@ pub async fn edit_provider(
     }
     let has_secret = edit.secret.is_some() || provider.has_secret;
     check_provider(
-        &provider.kind,
+        provider.kind,
         settings,
-        edit.secret.as_deref(),
+        edit.secret.as_ref().map(ExposeSecret::expose_secret),
         has_secret,
         c.egress,
     )
     .await
-    .map_err(|why| match &edit.secret {
-        Some(s) if !s.is_empty() => CommandError::Invalid(why.replace(s.as_str(), "<redacted>")),
-        _ => CommandError::Invalid(why),
+    .map_err(|e| {
+        let why = e.to_string();
+        match &edit.secret {
+            Some(s) if !s.expose_secret().is_empty() => {
+                CommandError::Invalid(why.replace(s.expose_secret(), "<redacted>"))
+            }
+            _ => CommandError::Invalid(why),
+        }
     })?;
     let fields: Vec<&str> = [
         edit.secret.is_some().then_some("secret"),
@@ -244,7 +249,7 @@ pub async fn edit_provider(
     .flatten()
     .collect();
     let change = ProviderChange {
-        secret: edit.secret.map(SecretString::from),
+        secret: edit.secret,
         settings: edit.settings,
     };
     let provider = c.ledger.update_provider(c.tenant.id, name, change).await?;

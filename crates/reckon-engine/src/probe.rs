@@ -186,7 +186,7 @@ pub async fn test_provider(
             .provider_secret(tenant.id, provider)
             .await
             .map_err(|e| e.to_string())?;
-        let adapter = build_provider(&provider.kind, &provider.settings, secret, client)
+        let adapter = build_provider(provider.kind, &provider.settings, secret, client)
             .map_err(|e| e.to_string())?;
         adapter
             .list_charges(now - PROVIDER_PROBE_WINDOW_SECS, now)

@@ -25,7 +25,10 @@ impl AddressPolicy for Confine {
         // The port does not change what is allowed; the resolver wants one.
         Box::pin(async move {
             match policy {
-                Some(p) => p.provider_addresses(&host, 443).await.map_err(|e| e.0),
+                Some(p) => p
+                    .provider_addresses(&host, 443)
+                    .await
+                    .map_err(|e| e.to_string()),
                 None => Err("the egress policy is gone".to_owned()),
             }
         })

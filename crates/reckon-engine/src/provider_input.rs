@@ -2,38 +2,51 @@
 //! checked before it is stored: a known kind, settings it understands, a secret where one is
 //! needed, a base URL the egress policy allows. The errors never quote the secret.
 
-use reckon_ledger::NewProvider;
-use secrecy::SecretString;
+use reckon_domain::UnknownProviderKind;
+use reckon_ledger::{NewProvider, ProviderKind};
+use reckon_providers::SettingsError;
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::Value;
 
+// Its secret is a `SecretString`: `Debug` shows `[REDACTED]`, and nothing prints it.
 /// A new provider as the API and the CLI take it.
-#[derive(Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderInput {
     #[schema(max_length = 63, pattern = "^[a-z0-9][a-z0-9_-]*$")]
     pub name: String,
-    #[schema(value_type = crate::schema::ProviderKind)]
+    // Text, read by `ProviderKind::parse` in `new_provider`: an unknown kind is refused
+    // with the kinds there are, like every other check of the input.
+    #[schema(value_type = ProviderKind)]
     pub kind: String,
     /// Stripe: a restricted read-only key (`rk_live_...`); http: the auth header's value.
     /// Stored sealed, never shown again.
     #[serde(default)]
-    pub secret: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub secret: Option<SecretString>,
     /// Non-secret settings (base_url, account, mode, metadata_field, key_template, ...).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub settings: Option<Value>,
 }
 
-impl std::fmt::Debug for ProviderInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderInput")
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
-            .field("settings", &self.settings)
-            .finish()
-    }
+/// Why a provider as given is not stored. Never quotes the secret.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderInputError {
+    #[error(transparent)]
+    Kind(#[from] UnknownProviderKind),
+    #[error("settings must be a JSON object")]
+    NotAnObject,
+    #[error("secret is empty")]
+    EmptySecret,
+    /// Settings the kind does not accept (its adapter's refusal).
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error("base_url: {0}")]
+    BaseUrl(url::ParseError),
+    #[error("base_url is refused by the egress policy: {0}")]
+    Egress(reckon_sources::EgressError),
 }
 
 /// Check a provider before it is stored: known kind, settings it understands, a secret
@@ -42,89 +55,51 @@ impl std::fmt::Debug for ProviderInput {
 pub async fn new_provider(
     input: ProviderInput,
     egress: &reckon_sources::EgressPolicy,
-) -> Result<NewProvider, String> {
+) -> Result<NewProvider, ProviderInputError> {
+    let kind = ProviderKind::parse(input.kind.trim())?;
     let settings = input.settings.unwrap_or(Value::Object(Default::default()));
     check_provider(
-        &input.kind,
+        kind,
         &settings,
-        input.secret.as_deref(),
+        input.secret.as_ref().map(ExposeSecret::expose_secret),
         input.secret.is_some(),
         egress,
     )
     .await?;
     Ok(NewProvider {
         name: input.name,
-        kind: input.kind,
-        secret: input.secret.map(SecretString::from),
+        kind,
+        secret: input.secret,
         settings,
     })
 }
 
 /// The checks a provider passes when added and again when edited: settings an object the
-/// kind understands, a non-empty secret where given, one where needed (`has_secret`: given
-/// now or already stored), a base URL the egress policy allows. Never quotes the secret.
+/// kind understands (with the kind's own checks, `reckon_providers::settings::validate`),
+/// a non-empty secret where given, one where needed (`has_secret`: given now or already
+/// stored), a base URL the egress policy allows. Never quotes the secret.
 pub async fn check_provider(
-    kind: &str,
+    kind: ProviderKind,
     settings: &Value,
     new_secret: Option<&str>,
     has_secret: bool,
     egress: &reckon_sources::EgressPolicy,
-) -> Result<(), String> {
+) -> Result<(), ProviderInputError> {
     if !settings.is_object() {
-        return Err("settings must be a JSON object".into());
+        return Err(ProviderInputError::NotAnObject);
     }
     if let Some(secret) = new_secret
         && secret.trim().is_empty()
     {
-        return Err("secret is empty".into());
+        return Err(ProviderInputError::EmptySecret);
     }
-    reckon_providers::settings::validate(kind, settings, has_secret).map_err(|e| e.to_string())?;
-    check_stripe_lists(kind, settings)?;
+    reckon_providers::settings::validate(kind, settings, new_secret, has_secret)?;
     if let Some(base) = settings.get("base_url").and_then(|u| u.as_str()) {
-        let url = url::Url::parse(base).map_err(|e| format!("base_url: {e}"))?;
-        // A live Stripe key moves money: it never crosses the network in clear text.
-        let live = settings
-            .get("mode")
-            .and_then(|m| m.as_str())
-            .is_none_or(|m| m == "live")
-            || new_secret.is_some_and(|s| s.trim_start().contains("_live_"));
-        if kind == "stripe" && live && url.scheme() != "https" {
-            return Err("a live Stripe key is only sent over https: base_url must be https".into());
-        }
+        let url = url::Url::parse(base).map_err(ProviderInputError::BaseUrl)?;
         egress
             .check_url(&url)
             .await
-            .map_err(|e| format!("base_url is refused by the egress policy: {e}"))?;
-    }
-    Ok(())
-}
-
-/// A Stripe provider that lists charges only never sees a key the application put on its
-/// PaymentIntents (Stripe does not copy a PaymentIntent's metadata to its charges), and its
-/// empty lists would read as absence. Refused unless a person says why their keys live on
-/// charges (`override_reason`); the calibration then checks that claim against the
-/// application's known outcomes.
-fn check_stripe_lists(kind: &str, settings: &Value) -> Result<(), String> {
-    let Some(lists) = settings.get("list_objects").and_then(Value::as_array) else {
-        return Ok(());
-    };
-    let reason = settings
-        .get("override_reason")
-        .and_then(Value::as_str)
-        .is_some_and(|r| !r.trim().is_empty());
-    if kind == "stripe"
-        && lists.iter().any(|l| l == "charges")
-        && !lists.iter().any(|l| l == "payment_intents")
-        && !reason
-    {
-        return Err(
-            "list_objects reads charges only, but Stripe does not copy a PaymentIntent's \
-             metadata to its charges: keys the application puts on PaymentIntents would never \
-             be found, and the empty list would read as \"not charged\". Add \
-             \"payment_intents\" to list_objects, or, if the application puts its keys on \
-             charges, say so in \"override_reason\""
-                .into(),
-        );
+            .map_err(ProviderInputError::Egress)?;
     }
     Ok(())
 }
@@ -139,21 +114,35 @@ pub fn base_url(settings: &Value) -> Option<String> {
 
 /// An edit of a provider: left-out fields keep their stored value. `settings` replaces the
 /// settings whole; `secret` replaces the stored secret, which is otherwise kept.
-#[derive(Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderEdit {
     #[serde(default)]
-    pub secret: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub secret: Option<SecretString>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub settings: Option<Value>,
 }
 
-impl std::fmt::Debug for ProviderEdit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProviderEdit")
-            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
-            .field("settings", &self.settings)
-            .finish()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider's secret, as the API and the CLI take it, is read but never shown by
+    /// `Debug` (a log line or a panic message of the input).
+    #[test]
+    fn the_inputs_debug_shows_no_secret() {
+        let input: ProviderInput = serde_json::from_value(serde_json::json!({
+            "name": "p", "kind": "stripe", "secret": "rk_live_canary-1"
+        }))
+        .unwrap();
+        let edit: ProviderEdit =
+            serde_json::from_value(serde_json::json!({ "secret": "rk_live_canary-2" })).unwrap();
+        let shown = format!("{input:?} {edit:?} {input:#?}");
+        assert!(!shown.contains("canary"), "{shown}");
+        assert!(shown.contains("REDACTED"), "{shown}");
+        let secret = input.secret.as_ref().map(ExposeSecret::expose_secret);
+        assert_eq!(secret, Some("rk_live_canary-1"));
     }
 }

@@ -514,11 +514,11 @@ impl Routing {
             let secret = ctx.ledger.provider_secret(tenant.id, &p).await?;
             let redactor = Redactor::new(secret.iter().map(|s| s.expose_secret().to_owned()));
             let client = match &ctx.metrics {
-                Some(m) => confined.observed(m.clone(), &p.kind, &p.name),
+                Some(m) => confined.observed(m.clone(), p.kind, &p.name),
                 None => confined.clone(),
             };
             let mut built =
-                build_provider(&p.kind, &p.settings, secret, client).map_err(|e| e.to_string());
+                build_provider(p.kind, &p.settings, secret, client).map_err(|e| e.to_string());
             if built.is_ok()
                 && let Some(base) = p.settings.get("base_url").and_then(|u| u.as_str())
             {
@@ -1036,7 +1036,7 @@ pub async fn replay_window(
     };
     let p = ledger.provider_by_id(tenant.id, provider_id).await?;
     Ok(
-        reckon_providers::settings::replay_window_secs(&p.kind, &p.settings).map(|w| {
+        reckon_providers::settings::replay_window_secs(p.kind, &p.settings).map(|w| {
             let closes_at = effect.created_at + w;
             ReplayWindow {
                 provider: p.name,

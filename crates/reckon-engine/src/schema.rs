@@ -225,14 +225,8 @@ pub struct Provider {
     calibration: Option<reckon_providers::Calibration>,
 }
 
-/// The kinds of provider reckon can ask.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    Stripe,
-    Http,
-    Demo,
-}
+/// The kinds of provider reckon can ask: the domain's own enum, not a copy.
+pub use reckon_ledger::ProviderKind;
 
 /// An operation pattern of one source routed to a provider (or to none).
 #[derive(Serialize, ToSchema)]

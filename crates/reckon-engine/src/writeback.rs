@@ -621,7 +621,9 @@ async fn contradicted(
         .await?;
     let paid: Vec<String> = charges
         .iter()
-        .filter(|ch| ch.status == "succeeded" && ch.amount_captured > 0)
+        .filter(|ch| {
+            reckon_domain::ChargeStatus::from_stored(&ch.status).is_paid() && ch.amount_captured > 0
+        })
         .map(|ch| ch.charge_id.clone())
         .collect();
     Ok((!paid.is_empty()).then(|| {

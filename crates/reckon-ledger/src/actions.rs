@@ -3,9 +3,9 @@
 //! and lists.
 
 use crate::Result;
-use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
+use crate::scope::Scope;
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, Row};

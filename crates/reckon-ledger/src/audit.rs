@@ -8,10 +8,10 @@
 use crate::LedgerError;
 use crate::Result;
 use crate::Tenants;
-use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::TenantId;
 use crate::rows;
+use crate::scope::Scope;
 use macro_rules_attribute::apply;
 pub use reckon_audit::chain::{
     ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, ChainBreak, ChainLink,
@@ -246,7 +246,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
 
     /// Store the tenant's zone and nightly time (validated by the caller: reckon-audit).
     async fn set_audit_settings(&self, tenant: TenantId, s: &AuditSettings) -> Result<()> {
-        s.check().map_err(LedgerError::Invalid)?;
+        s.check().map_err(|e| LedgerError::Invalid(e.to_string()))?;
         let stmt = sqlx::query("UPDATE tenant SET time_zone = $1, audit_time = $2 WHERE id = $3");
         let stmt = stmt.bind(&s.time_zone).bind(&s.audit_time).bind(tenant.0);
         self.exec(Scope::Tenant(tenant), stmt).await?;
@@ -429,7 +429,7 @@ impl<B: Driver> Audits for SqlLedger<B> {
         // UNIQUE (tenant_id, seq) and it tries again on top of the winner.
         for _ in 0..8 {
             let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-            crate::lease::fence::<B>(&mut tx, lease).await?;
+            crate::driver::fence::<B>(&mut tx, lease).await?;
             B::lock_audit_chain(&mut tx, tenant).await?;
             if run.triggered_by == SCHEDULE_AUTHOR && run.status == "complete" {
                 let done = sqlx::query(SCHEDULED_DONE_SQL)

@@ -6,10 +6,10 @@
 //! row may still say `unknown` until write-back.
 
 use crate::Result;
-use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{Effect, TenantId};
+use crate::scope::Scope;
 use macro_rules_attribute::apply;
 use serde::Serialize;
 use sqlx::AssertSqlSafe;

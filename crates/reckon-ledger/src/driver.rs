@@ -11,15 +11,14 @@
 //! `&mut *tx` (sqlx's pool executor is what makes a generic future "not general enough").
 //! The sqlx bounds generic code needs are stated once, by [`sql!`].
 
-use crate::accounts::Scope;
-use crate::lease::fence;
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{IngestBatch, Lease, TenantId};
-use crate::{Keyring, Result};
+use crate::scope::Scope;
+use crate::{Keyring, LedgerError, Result};
 use reckon_domain::StoredSnapshot;
 use reckon_domain::ingest::IngestPlan;
-use sqlx::Database;
 use sqlx::postgres::PgConnectOptions;
+use sqlx::{AssertSqlSafe, Database, Decode, Encode, Type};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
@@ -213,6 +212,36 @@ impl<B: Driver> SqlLedger<B> {
         let row = q.fetch_optional(&mut *tx).await?;
         tx.commit().await?;
         Ok(row)
+    }
+}
+
+/// Inside a write transaction: refuse to go on unless `lease` (when given) is still held,
+/// and keep it from changing hands until this transaction ends.
+pub(crate) async fn fence<B: Driver>(
+    conn: &mut <B::DB as Database>::Connection,
+    lease: Option<&Lease>,
+) -> Result<()>
+where
+    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
+    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
+    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
+    for<'q> String: Encode<'q, B::DB> + Type<B::DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, <B::DB as Database>::Row>,
+{
+    let Some(lease) = lease else { return Ok(()) };
+    let (now, lock) = (B::NOW, B::LOCK_FENCE);
+    let held: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT CAST(1 AS BIGINT) FROM work_lease \
+         WHERE name = $1 AND owner = $2 AND term = $3 AND expires_at > {now}{lock}"
+    )))
+    .bind(lease.name.clone())
+    .bind(lease.owner.clone())
+    .bind(lease.term)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(LedgerError::LeaseLost(lease.name.clone())),
     }
 }
 

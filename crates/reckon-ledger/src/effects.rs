@@ -1,14 +1,13 @@
 //! Effects and their history: what ingest stores (one batch per transaction, with its
 //! quarantined rows and the source's cursor), what leaves the source, and the reads.
 
-use crate::accounts::Scope;
-use crate::driver::{Driver, SqlLedger, sql};
-use crate::lease::fence;
+use crate::driver::{Driver, SqlLedger, fence, sql};
 use crate::model::{
     Effect, EffectDetail, EffectQuery, IngestBatch, IngestOutcome, Lease, Origin, QuarantineCount,
     QuarantineEntry, TenantId,
 };
 use crate::rows::{self, cursor_parts};
+use crate::scope::Scope;
 use crate::{LedgerError, Result, Tenants};
 use macro_rules_attribute::apply;
 use reckon_domain::ingest::ingest_plan;

@@ -1,17 +1,17 @@
 //! Leases: who does a piece of shared work (a source's scan, a tenant's audit) and in which
 //! term. Times come from the database's clock ([`Driver::NOW`]), so replicas whose clocks
-//! disagree still agree on who holds what. A fence check inside a write transaction keeps
-//! the lease from changing hands until that transaction ends: PostgreSQL takes `FOR SHARE`
-//! on the lease row (a replica taking the lease over waits until the fenced write has
-//! committed, and every write after the takeover finds the old term gone); on SQLite the
-//! write transaction itself excludes every other writer.
+//! disagree still agree on who holds what. A fence check inside a write transaction
+//! ([`crate::driver::fence`]) keeps the lease from changing hands until that transaction
+//! ends: PostgreSQL takes `FOR SHARE` on the lease row (a replica taking the lease over
+//! waits until the fenced write has committed, and every write after the takeover finds
+//! the old term gone); on SQLite the write transaction itself excludes every other writer.
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, sql};
 use crate::rows::check_lease_ttl as check_ttl;
-use crate::{Lease, LedgerError, Result};
+use crate::scope::Scope;
+use crate::{Lease, Result};
 use macro_rules_attribute::apply;
-use sqlx::{AssertSqlSafe, Database, Decode, Encode, Row, Type};
+use sqlx::{AssertSqlSafe, Row};
 
 #[apply(sql!)]
 /// Leases: work that exactly one replica does at a time.
@@ -148,35 +148,5 @@ impl<B: Driver> SqlLedger<B> {
             term: r.get(0),
             expires_at: r.get(1),
         }))
-    }
-}
-
-/// Inside a write transaction: refuse to go on unless `lease` (when given) is still held,
-/// and keep it from changing hands until this transaction ends.
-pub(crate) async fn fence<B: Driver>(
-    conn: &mut <B::DB as Database>::Connection,
-    lease: Option<&Lease>,
-) -> Result<()>
-where
-    for<'c> &'c mut <B::DB as Database>::Connection: sqlx::Executor<'c, Database = B::DB>,
-    <B::DB as Database>::Arguments: sqlx::IntoArguments<B::DB>,
-    for<'q> i64: Encode<'q, B::DB> + Type<B::DB> + Decode<'q, B::DB>,
-    for<'q> String: Encode<'q, B::DB> + Type<B::DB>,
-    (i64,): for<'r> sqlx::FromRow<'r, <B::DB as Database>::Row>,
-{
-    let Some(lease) = lease else { return Ok(()) };
-    let (now, lock) = (B::NOW, B::LOCK_FENCE);
-    let held: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-        "SELECT CAST(1 AS BIGINT) FROM work_lease \
-         WHERE name = $1 AND owner = $2 AND term = $3 AND expires_at > {now}{lock}"
-    )))
-    .bind(lease.name.clone())
-    .bind(lease.owner.clone())
-    .bind(lease.term)
-    .fetch_optional(&mut *conn)
-    .await?;
-    match held {
-        Some(_) => Ok(()),
-        None => Err(LedgerError::LeaseLost(lease.name.clone())),
     }
 }

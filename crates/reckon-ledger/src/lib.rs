@@ -16,6 +16,7 @@ mod postgres;
 mod providers;
 mod reconcile;
 mod rows;
+mod scope;
 mod scrub;
 mod sources;
 mod sqlite;
@@ -44,6 +45,7 @@ pub use metrics::{
 };
 pub use model::*;
 pub use providers::{NewProvider, Provider, ProviderChange, Providers, Route};
+pub use reckon_domain::ProviderKind;
 pub use reckon_domain::ingest::ingest_plan;
 pub use reckon_keyring::{Keyring, KeyringError};
 pub use reconcile::*;

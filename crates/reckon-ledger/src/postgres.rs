@@ -4,10 +4,10 @@
 
 mod metrics;
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, Existing, Pg, SqlLedger};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{IngestBatch, TenantId};
+use crate::scope::Scope;
 use crate::{LedgerError, Result, rows};
 use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::Keyring;

@@ -1,13 +1,13 @@
 //! Provider accounts (their secrets sealed like a source's DSN) and the routes that say
 //! which provider answers for which operation of a source.
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::rows::{self, check_name};
+use crate::scope::Scope;
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
-use reckon_domain::time;
+use reckon_domain::{ProviderKind, time};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Serialize;
 use sqlx::{AssertSqlSafe, Row};
@@ -17,7 +17,7 @@ use sqlx::{AssertSqlSafe, Row};
 pub struct Provider {
     pub id: i64,
     pub name: String,
-    pub kind: String,
+    pub kind: ProviderKind,
     /// Non-secret settings (base_url, account, mode, metadata_field, ...), as JSON.
     pub settings: serde_json::Value,
     pub has_secret: bool,
@@ -32,7 +32,7 @@ pub struct Provider {
 #[derive(Debug)]
 pub struct NewProvider {
     pub name: String,
-    pub kind: String,
+    pub kind: ProviderKind,
     pub secret: Option<secrecy::SecretString>,
     pub settings: serde_json::Value,
 }
@@ -72,7 +72,10 @@ pub(crate) fn provider_row<DB: Database>(row: &DB::Row) -> Result<Provider> {
     Ok(Provider {
         id: row.try_get("id")?,
         name: row.try_get("name")?,
-        kind: row.try_get("kind")?,
+        kind: {
+            let kind: String = row.try_get("kind")?;
+            ProviderKind::parse(&kind).map_err(|e| LedgerError::Invalid(format!("stored {e}")))?
+        },
         settings: rows::json(row, "settings")?,
         has_secret: row.try_get("has_secret")?,
         created_at: row.try_get("created_at")?,
@@ -111,7 +114,7 @@ impl<B: Driver> Providers for SqlLedger<B> {
         )))
         .bind(tenant.0)
         .bind(&new.name)
-        .bind(&new.kind)
+        .bind(new.kind.as_str())
         .bind(sealed)
         .bind(new.settings.to_string())
         .bind(time::now());

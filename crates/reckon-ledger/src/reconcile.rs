@@ -7,10 +7,10 @@ pub use reckon_domain::reconcile::{
     ReconcileView, Resolution,
 };
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::rows;
+use crate::scope::Scope;
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use reckon_domain::time;

@@ -8,9 +8,9 @@
 //! re-linked (that would hide the break): its runs are scrubbed in place and the log line
 //! names the runs that were broken before.
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, RowsAffected, SqlLedger, sql};
 use crate::model::TenantId;
+use crate::scope::Scope;
 use crate::{Result, Tenants};
 use macro_rules_attribute::apply;
 use reckon_audit::chain::{ChainWalk, run_content};

@@ -1,10 +1,10 @@
 //! Tenants and sources: the rows every other feature hangs from, and a source's scans. A
 //! source's DSN is sealed before it is stored and opened only by [`Sources::source_dsn`].
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, sql};
 use crate::model::{Lease, NewSource, Source, SourceChange, Tenant, TenantId};
 use crate::rows::{self, check_name};
+use crate::scope::Scope;
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use reckon_domain::time;

@@ -3,13 +3,13 @@
 //! lock upgrade. There is no row-level security: a transaction's scope is PostgreSQL's
 //! business.
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, Existing, Lite, SqlLedger};
 use crate::metrics::{
     MetricsQuery, MetricsSnapshot, PROVIDERS_SQL, QUARANTINE_SQL, SOURCES_SQL, UNRESOLVED_SQL,
     tenant_param,
 };
 use crate::model::{IngestBatch, TenantId};
+use crate::scope::Scope;
 use crate::{LedgerError, Result, Store, rows};
 use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::{Keyring, files};

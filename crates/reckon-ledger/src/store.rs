@@ -7,8 +7,8 @@
 //! Rotation re-seals every secret in one transaction (never half rotated) and is resumable:
 //! a secret that already opens under the new key is left as it is.
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, sql};
+use crate::scope::Scope;
 use crate::{PoolStatus, Result};
 use macro_rules_attribute::apply;
 use serde::Serialize;

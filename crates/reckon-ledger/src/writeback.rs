@@ -7,11 +7,11 @@
 //! row: the row reckon writes carries the resolution id in its response. `UNIQUE
 //! (resolution_id)` makes one write-back per resolution (and so per effect).
 
-use crate::accounts::Scope;
 use crate::driver::{Driver, SqlLedger, row, sql};
 use crate::model::TenantId;
 use crate::reconcile::Resolution;
 use crate::rows;
+use crate::scope::Scope;
 use crate::{LedgerError, Result};
 use macro_rules_attribute::apply;
 use reckon_domain::time;
@@ -183,7 +183,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
         lease: Option<&crate::Lease>,
     ) -> Result<crate::Writeback> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        crate::lease::fence::<B>(&mut tx, lease).await?;
+        crate::driver::fence::<B>(&mut tx, lease).await?;
         // The intent is stored only for a source whose write-back is on, for a
         // resolution of this tenant's effect; one per resolution.
         sqlx::query(
@@ -245,7 +245,7 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
             ));
         }
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        crate::lease::fence::<B>(&mut tx, lease).await?;
+        crate::driver::fence::<B>(&mut tx, lease).await?;
         // Only a pending intent is settled: the first outcome recorded stands.
         sqlx::query(
             "UPDATE writeback SET status = $1, detail = $2, recovered = $3, \

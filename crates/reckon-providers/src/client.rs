@@ -92,7 +92,7 @@ impl reqwest::dns::Resolve for PolicyResolver {
 #[derive(Clone)]
 struct Observer {
     metrics: reckon_metrics::Metrics,
-    kind: String,
+    kind: crate::ProviderKind,
     provider: String,
 }
 
@@ -190,12 +190,17 @@ impl GetClient {
 
     /// The same client (same pool), counting every request in `metrics` under this
     /// provider's labels (`reckon_provider_request_duration_seconds`).
-    pub fn observed(&self, metrics: reckon_metrics::Metrics, kind: &str, provider: &str) -> Self {
+    pub fn observed(
+        &self,
+        metrics: reckon_metrics::Metrics,
+        kind: crate::ProviderKind,
+        provider: &str,
+    ) -> Self {
         GetClient {
             inner: self.inner.clone(),
             observer: Some(Observer {
                 metrics,
-                kind: kind.to_owned(),
+                kind,
                 provider: provider.to_owned(),
             }),
             timeout: self.timeout,
@@ -215,7 +220,7 @@ impl GetClient {
         let result = self.send(url, headers).await;
         if let Some(o) = &self.observer {
             o.metrics.record_provider_request(
-                &o.kind,
+                o.kind.as_str(),
                 &o.provider,
                 status_of(&result),
                 started.elapsed(),

@@ -2,15 +2,28 @@
 //! [`crate::http`]) over a state it keeps itself. `reckon demo` and tests run it on
 //! loopback; it decides nothing itself (the http adapter and `classify` do).
 
+use crate::registry::Adapter;
 use axum::extract::{Query, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use reckon_domain::ProviderKind;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The demo in the registry of provider kinds: the http adapter with loopback defaults.
+pub(crate) static ADAPTER: Adapter = Adapter {
+    kind: ProviderKind::Demo,
+    label: "Demo",
+    needs_secret: None,
+    build: |r, secret, client| crate::http::build(ProviderKind::Demo, r, secret, client),
+    check_at_save: |_, _| Ok(()),
+    replay_window_secs: |r| r.replay_window_secs,
+    calibrates: false,
+};
 
 #[derive(Debug, Clone)]
 pub struct DemoCharge {

@@ -30,16 +30,71 @@
 
 use crate::client::{GetClient, status_fault};
 use crate::listing::{ChargeListing, ListedCharge, ListingFailure, PageEvidence, fail};
+use crate::registry::Adapter;
+use crate::settings::{self, RawSettings, SettingsError};
 use crate::{
     Consistency, Fault, FaultKind, LookupQuery, LookupReport, Money, ProviderObject, Step,
 };
+use reckon_domain::{ChargeStatus, ProviderKind};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 use serde_json::Value;
+use std::sync::Arc;
+
+/// The http protocol in the registry of provider kinds.
+pub(crate) static ADAPTER: Adapter = Adapter {
+    kind: ProviderKind::Http,
+    label: "HTTP lookup",
+    needs_secret: None,
+    build: |r, secret, client| build(ProviderKind::Http, r, secret, client),
+    check_at_save: |_, _| Ok(()),
+    replay_window_secs: |r| r.replay_window_secs,
+    calibrates: false,
+};
+
+/// An adapter speaking the http protocol from its settings: the `http` kind's, or the
+/// demo's (the same protocol, defaults for a provider on loopback).
+pub(crate) fn build(
+    kind: ProviderKind,
+    r: RawSettings,
+    secret: Option<SecretString>,
+    client: GetClient,
+) -> Result<Arc<dyn crate::Provider>, SettingsError> {
+    let demo = kind == ProviderKind::Demo;
+    let consistency = match r.consistency.as_deref().unwrap_or("strong") {
+        "strong" => Consistency::Strong,
+        "eventual" => Consistency::Eventual,
+        other => {
+            return Err(SettingsError::Invalid(format!(
+                "consistency {other:?} (use strong or eventual)"
+            )));
+        }
+    };
+    let base = r
+        .base_url
+        .as_ref()
+        .ok_or_else(|| SettingsError::Invalid("base_url is required".into()))?;
+    Ok(Arc::new(HttpProvider::new(
+        HttpSettings {
+            kind,
+            base_url: settings::url(&Some(base.clone()), "")?,
+            auth_header: r.auth_header.unwrap_or_else(|| "Authorization".into()),
+            consistency,
+            visibility_lag_secs: r
+                .visibility_lag_secs
+                .unwrap_or(if demo { 1.0 } else { 30.0 }),
+            max_call_secs: r.max_call_secs.unwrap_or(60.0),
+            rate_per_sec: r.rate_per_sec.unwrap_or(if demo { 0.0 } else { 20.0 }),
+            replay_window_secs: r.replay_window_secs,
+        },
+        secret,
+        client,
+    )))
+}
 
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
-    pub kind: &'static str,
+    pub kind: ProviderKind,
     pub base_url: url::Url,
     pub auth_header: String,
     pub consistency: Consistency,
@@ -162,7 +217,7 @@ impl WireObject {
 
 #[async_trait::async_trait]
 impl crate::Provider for HttpProvider {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> ProviderKind {
         self.settings.kind
     }
 
@@ -185,7 +240,7 @@ impl crate::Provider for HttpProvider {
         let mut step = Step::new("http.lookup", s.consistency, None);
         self.run(q, &mut step).await;
         LookupReport {
-            provider_kind: s.kind.to_owned(),
+            provider_kind: s.kind,
             provider_key: q.key.clone(),
             account: None,
             mode: None,
@@ -401,9 +456,17 @@ fn wire_charge(o: &Value) -> Result<ListedCharge, String> {
         Some(r) => crate::listing::refunds(r).map_err(|e| format!("{id}: {e}"))?,
     };
     let refunded_sum: i64 = refunds.iter().map(|r| r.amount).sum();
-    let captured_default = if status == "succeeded" { amount } else { 0 };
+    // The protocol's words (`succeeded`, `pending`, `failed`, and `authorized` for money
+    // held, not captured); any other is neither paid nor failed, as before it was typed.
+    let status = match status.as_str() {
+        "succeeded" => ChargeStatus::Paid,
+        "authorized" => ChargeStatus::Authorized,
+        "failed" => ChargeStatus::Failed,
+        _ => ChargeStatus::Pending,
+    };
+    let captured_default = if status.is_paid() { amount } else { 0 };
     Ok(ListedCharge {
-        payment_intent: text("payment_intent"),
+        payment: text("payment_intent"),
         amount,
         currency: currency.to_ascii_lowercase(),
         amount_captured: o["amount_captured"].as_i64().unwrap_or(captured_default),

@@ -11,14 +11,16 @@ pub mod client;
 pub mod demo;
 pub mod http;
 pub mod listing;
+pub mod registry;
 pub mod settings;
 pub mod stripe;
 
 pub use classify::{Certificate, Classification, classify};
 pub use client::{AddressPolicy, GetClient, Pace};
 // The redactor is pure and the ledger scrubs stored answers with it too.
-pub use reckon_domain::Outcome;
 pub use reckon_domain::redact::{self, Redactor};
+pub use reckon_domain::{Outcome, ProviderKind};
+pub use registry::{Adapter, adapter};
 pub use settings::{SettingsError, build_provider, provider_key};
 
 use serde::{Deserialize, Serialize};
@@ -188,7 +190,7 @@ impl Step {
 /// Everything an adapter saw for one effect. Facts only; [`classify`] judges.
 #[derive(Debug, Clone, Serialize)]
 pub struct LookupReport {
-    pub provider_kind: String,
+    pub provider_kind: ProviderKind,
     /// The key as the application sent it to the provider (after the key template).
     pub provider_key: String,
     pub account: Option<String>,
@@ -276,7 +278,7 @@ pub struct LookupQuery {
 
 #[async_trait::async_trait]
 pub trait Provider: Send + Sync {
-    fn kind(&self) -> &'static str;
+    fn kind(&self) -> ProviderKind;
     /// How long after creation the provider keeps an idempotency key (Stripe: 24 h), after
     /// which an application retry with the same key executes again.
     fn replay_window_secs(&self) -> Option<f64>;
@@ -316,7 +318,7 @@ pub trait Provider: Send + Sync {
     ) -> Result<listing::ChargeListing, listing::ListingFailure> {
         let _ = (from, to);
         Err(listing::fail(
-            self.kind(),
+            self.kind().as_str(),
             1,
             Fault::new(FaultKind::Unsupported, "this provider cannot list charges"),
             &[],

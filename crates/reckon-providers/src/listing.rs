@@ -6,6 +6,7 @@
 //! partial day would report the missing charges' effects as `missing` and the day as clean.
 
 use crate::{Fault, FaultKind};
+use reckon_domain::ChargeStatus;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -17,17 +18,19 @@ pub struct ListedRefund {
     pub reason: Option<String>,
 }
 
-/// A money-moving object at the provider, with what the audit needs and the raw object.
+/// A money-moving object at the provider, with what the audit needs and the raw object, in
+/// reckon's words: each adapter maps its provider's own (the raw object keeps them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ListedCharge {
     pub id: String,
-    pub payment_intent: Option<String>,
+    /// The payment the charge is an attempt of, when the provider groups attempts (Stripe:
+    /// its PaymentIntent; the http protocol: `payment_intent`).
+    pub payment: Option<String>,
     /// Minor units.
     pub amount: i64,
     /// Lower case ISO code.
     pub currency: String,
-    /// `succeeded`, `pending`, `failed`, or `authorized` (Stripe: succeeded, not captured).
-    pub status: String,
+    pub status: ChargeStatus,
     pub amount_captured: i64,
     pub amount_refunded: i64,
     pub refunds: Vec<ListedRefund>,

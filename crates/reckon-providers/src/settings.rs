@@ -1,21 +1,31 @@
-//! Provider settings (stored as JSON beside the sealed secret) and the one place a
-//! provider row becomes an adapter. Unknown settings are refused by name.
+//! Provider settings (stored as JSON beside the sealed secret), read once for every kind,
+//! and the one place a provider row becomes an adapter (through the kind's entry in
+//! [`registry`]). Unknown settings are refused by name.
 
-use crate::http::{HttpProvider, HttpSettings};
-use crate::stripe::{StripeProvider, StripeSettings};
-use crate::{Consistency, GetClient, Provider};
+use crate::{GetClient, Provider, registry};
+use reckon_domain::ProviderKind;
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    #[error("provider kind {0:?} is unknown: use stripe, http or demo")]
-    Kind(String),
     #[error("provider settings: {0}")]
     Invalid(String),
     #[error("a {0} provider needs a secret ({1})")]
-    MissingSecret(&'static str, &'static str),
+    MissingSecret(ProviderKind, &'static str),
+    /// A live Stripe key moves money: it never crosses the network in clear text.
+    #[error("a live Stripe key is only sent over https: base_url must be https")]
+    LiveKeyInClear,
+    /// Stripe lists that cannot see a key on a PaymentIntent, with no reason given.
+    #[error(
+        "list_objects reads charges only, but Stripe does not copy a PaymentIntent's \
+         metadata to its charges: keys the application puts on PaymentIntents would never \
+         be found, and the empty list would read as \"not charged\". Add \
+         \"payment_intents\" to list_objects, or, if the application puts its keys on \
+         charges, say so in \"override_reason\""
+    )]
+    ChargesOnly,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -55,7 +65,7 @@ pub fn parse(settings: &serde_json::Value) -> Result<RawSettings, SettingsError>
     serde_json::from_value(settings.clone()).map_err(|e| SettingsError::Invalid(e.to_string()))
 }
 
-fn url(s: &Option<String>, default: &str) -> Result<url::Url, SettingsError> {
+pub(crate) fn url(s: &Option<String>, default: &str) -> Result<url::Url, SettingsError> {
     let text = s.as_deref().unwrap_or(default);
     // join() needs a trailing slash to keep a base path.
     let text = if text.ends_with('/') {
@@ -70,7 +80,7 @@ fn url(s: &Option<String>, default: &str) -> Result<url::Url, SettingsError> {
     Ok(u)
 }
 
-fn nonnegative(name: &str, v: Option<f64>, default: f64) -> Result<f64, SettingsError> {
+pub(crate) fn nonnegative(name: &str, v: Option<f64>, default: f64) -> Result<f64, SettingsError> {
     match v {
         None => Ok(default),
         Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
@@ -80,123 +90,33 @@ fn nonnegative(name: &str, v: Option<f64>, default: f64) -> Result<f64, Settings
     }
 }
 
-/// Check settings for a kind without building (for `provider add`).
+/// Check settings for a kind when a person saves them (`provider add`, `provider edit`):
+/// the kind's own checks of what is saved (`new_secret`: the secret given now, if any;
+/// `has_secret`: one given now or already stored), then that it builds.
 pub fn validate(
-    kind: &str,
+    kind: ProviderKind,
     settings: &serde_json::Value,
+    new_secret: Option<&str>,
     has_secret: bool,
 ) -> Result<(), SettingsError> {
-    let secret = has_secret.then(|| SecretString::from("sk_test_validate".to_owned()));
-    match kind {
-        "stripe" if !has_secret => Err(SettingsError::MissingSecret(
-            "stripe",
-            "a restricted read-only key rk_live_... or rk_test_...",
-        )),
-        _ => build_provider(kind, settings, secret, GetClient::shared()).map(|_| ()),
+    let adapter = registry::adapter(kind);
+    if let (Some(what), false) = (adapter.needs_secret, has_secret) {
+        return Err(SettingsError::MissingSecret(kind, what));
     }
+    let raw = parse(settings)?;
+    (adapter.check_at_save)(&raw, new_secret)?;
+    let secret = has_secret.then(|| SecretString::from("sk_test_validate".to_owned()));
+    (adapter.build)(raw, secret, GetClient::shared()).map(|_| ())
 }
 
+/// The adapter of a provider row: its kind's entry in the registry, over its settings.
 pub fn build_provider(
-    kind: &str,
+    kind: ProviderKind,
     settings: &serde_json::Value,
     secret: Option<SecretString>,
     client: GetClient,
 ) -> Result<Arc<dyn Provider>, SettingsError> {
-    let r = parse(settings)?;
-    let lag = r.visibility_lag_secs.unwrap_or(60.0);
-    let max_call = r.max_call_secs.unwrap_or(60.0);
-    match kind {
-        "stripe" => {
-            let mode = r.mode.clone().unwrap_or_else(|| "live".into());
-            if mode != "live" && mode != "test" {
-                return Err(SettingsError::Invalid("mode must be live or test".into()));
-            }
-            let list_objects = r
-                .list_objects
-                .clone()
-                .unwrap_or_else(|| vec!["payment_intents".into(), "charges".into()]);
-            if let Some(bad) = list_objects
-                .iter()
-                .find(|o| !matches!(o.as_str(), "payment_intents" | "charges"))
-            {
-                return Err(SettingsError::Invalid(format!(
-                    "list_objects: {bad:?} (use payment_intents, charges)"
-                )));
-            }
-            let key = secret.ok_or(SettingsError::MissingSecret(
-                "stripe",
-                "a restricted read-only key rk_live_... or rk_test_...",
-            ))?;
-            Ok(Arc::new(StripeProvider::new(
-                StripeSettings {
-                    base_url: url(&r.base_url, "https://api.stripe.com")?,
-                    account: r.account,
-                    mode,
-                    metadata_field: r.metadata_field.unwrap_or_else(|| "idempotency_key".into()),
-                    visibility_lag_secs: lag,
-                    max_call_secs: max_call,
-                    skew_secs: r.skew_secs.unwrap_or(300.0),
-                    // Stripe allows 100 req/s live per account, shared with checkout: take
-                    // a small slice by default.
-                    rate_per_sec: r.rate_per_sec.unwrap_or(5.0),
-                    list_objects,
-                    upper_bound: r.upper_bound.unwrap_or(true),
-                    use_search: r.use_search.unwrap_or(true),
-                    // Stripe: "searchable in less than a minute. Occasionally ... up to an
-                    // hour behind during outages": a miss counts after the hour.
-                    search_lag_secs: nonnegative("search_lag_secs", r.search_lag_secs, 3600.0)?,
-                    use_events: r.use_events.unwrap_or(true),
-                    // An application clock a few hours off (a time zone taken for UTC) or a
-                    // payment made the same day still falls inside.
-                    witness_span_secs: nonnegative(
-                        "witness_span_secs",
-                        r.witness_span_secs,
-                        86_400.0,
-                    )?,
-                    event_types: r.event_types.unwrap_or_default(),
-                    max_pages: r.max_pages.unwrap_or(200),
-                },
-                key,
-                client,
-            )))
-        }
-        "http" | "demo" => {
-            let consistency = match r.consistency.as_deref().unwrap_or("strong") {
-                "strong" => Consistency::Strong,
-                "eventual" => Consistency::Eventual,
-                other => {
-                    return Err(SettingsError::Invalid(format!(
-                        "consistency {other:?} (use strong or eventual)"
-                    )));
-                }
-            };
-            let base = r
-                .base_url
-                .as_ref()
-                .ok_or_else(|| SettingsError::Invalid("base_url is required".into()))?;
-            Ok(Arc::new(HttpProvider::new(
-                HttpSettings {
-                    kind: if kind == "demo" { "demo" } else { "http" },
-                    base_url: url(&Some(base.clone()), "")?,
-                    auth_header: r.auth_header.unwrap_or_else(|| "Authorization".into()),
-                    consistency,
-                    visibility_lag_secs: r.visibility_lag_secs.unwrap_or(if kind == "demo" {
-                        1.0
-                    } else {
-                        30.0
-                    }),
-                    max_call_secs: max_call,
-                    rate_per_sec: r
-                        .rate_per_sec
-                        .unwrap_or(if kind == "demo" { 0.0 } else { 20.0 }),
-                    replay_window_secs: r.replay_window_secs,
-                },
-                secret,
-                client,
-            )))
-        }
-        other => Err(SettingsError::Kind(other.to_owned())),
-    }
+    (registry::adapter(kind).build)(parse(settings)?, secret, client)
 }
 
 /// The key the application sent to the provider, from the provider's key template.
@@ -219,9 +139,6 @@ pub fn provider_key(
 /// How long the provider keeps an idempotency key, from a provider row's kind and settings
 /// alone (no secret needed): Stripe's documented 24 hours, or an http/demo provider's
 /// `replay_window_secs`. `None`: the provider does not say.
-pub fn replay_window_secs(kind: &str, settings: &serde_json::Value) -> Option<f64> {
-    match kind {
-        "stripe" => Some(crate::stripe::REPLAY_WINDOW_SECS),
-        _ => parse(settings).ok()?.replay_window_secs,
-    }
+pub fn replay_window_secs(kind: ProviderKind, settings: &serde_json::Value) -> Option<f64> {
+    (registry::adapter(kind).replay_window_secs)(&parse(settings).ok()?)
 }

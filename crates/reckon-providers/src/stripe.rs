@@ -15,17 +15,122 @@
 //! false` the lookup sends nothing more.
 
 use crate::client::{GetClient, GetResponse, status_fault};
+use crate::registry::Adapter;
+use crate::settings::{self, RawSettings, SettingsError};
 use crate::{
     Consistency, Fault, FaultKind, LookupQuery, LookupReport, Money, ProviderObject, Step,
 };
+use reckon_domain::{ChargeStatus, ProviderKind};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Stripe keeps events for 30 days ("List events, going back up to 30 days").
 const EVENTS_WINDOW_SECS: f64 = 30.0 * 86_400.0;
 /// Stripe may prune an idempotency key after 24 hours.
 pub const REPLAY_WINDOW_SECS: f64 = 86_400.0;
+
+/// Stripe in the registry of provider kinds.
+pub(crate) static ADAPTER: Adapter = Adapter {
+    kind: ProviderKind::Stripe,
+    label: "Stripe",
+    needs_secret: Some(KEY_WANTED),
+    build,
+    check_at_save,
+    replay_window_secs: |_| Some(REPLAY_WINDOW_SECS),
+    calibrates: true,
+};
+
+const KEY_WANTED: &str = "a restricted read-only key rk_live_... or rk_test_...";
+
+/// What a person may not save for Stripe, though it would build: a live key sent over
+/// plain http, and lists that read charges only with no reason given (Stripe does not copy
+/// a PaymentIntent's metadata to its charges, so a key the application put on its
+/// PaymentIntents would never be found and the empty lists would read as absence; with a
+/// reason, the calibration checks the claim against the application's known outcomes).
+fn check_at_save(r: &RawSettings, new_secret: Option<&str>) -> Result<(), SettingsError> {
+    if let Some(base) = &r.base_url {
+        let live = r.mode.as_deref().is_none_or(|m| m == "live")
+            || new_secret.is_some_and(|s| s.trim_start().contains("_live_"));
+        if live && settings::url(&Some(base.clone()), "")?.scheme() != "https" {
+            return Err(SettingsError::LiveKeyInClear);
+        }
+    }
+    if let Some(lists) = &r.list_objects {
+        let reason = r
+            .override_reason
+            .as_deref()
+            .is_some_and(|why| !why.trim().is_empty());
+        if lists.iter().any(|l| l == "charges")
+            && !lists.iter().any(|l| l == "payment_intents")
+            && !reason
+        {
+            return Err(SettingsError::ChargesOnly);
+        }
+    }
+    Ok(())
+}
+
+/// A Stripe provider from its settings, with Stripe's defaults.
+fn build(
+    r: RawSettings,
+    secret: Option<SecretString>,
+    client: GetClient,
+) -> Result<Arc<dyn crate::Provider>, SettingsError> {
+    let mode = r.mode.clone().unwrap_or_else(|| "live".into());
+    if mode != "live" && mode != "test" {
+        return Err(SettingsError::Invalid("mode must be live or test".into()));
+    }
+    let list_objects = r
+        .list_objects
+        .clone()
+        .unwrap_or_else(|| vec!["payment_intents".into(), "charges".into()]);
+    if let Some(bad) = list_objects
+        .iter()
+        .find(|o| !matches!(o.as_str(), "payment_intents" | "charges"))
+    {
+        return Err(SettingsError::Invalid(format!(
+            "list_objects: {bad:?} (use payment_intents, charges)"
+        )));
+    }
+    let key = secret.ok_or(SettingsError::MissingSecret(
+        ProviderKind::Stripe,
+        KEY_WANTED,
+    ))?;
+    Ok(Arc::new(StripeProvider::new(
+        StripeSettings {
+            base_url: settings::url(&r.base_url, "https://api.stripe.com")?,
+            account: r.account,
+            mode,
+            metadata_field: r.metadata_field.unwrap_or_else(|| "idempotency_key".into()),
+            visibility_lag_secs: r.visibility_lag_secs.unwrap_or(60.0),
+            max_call_secs: r.max_call_secs.unwrap_or(60.0),
+            skew_secs: r.skew_secs.unwrap_or(300.0),
+            // Stripe allows 100 req/s live per account, shared with checkout: take a small
+            // slice by default.
+            rate_per_sec: r.rate_per_sec.unwrap_or(5.0),
+            list_objects,
+            upper_bound: r.upper_bound.unwrap_or(true),
+            use_search: r.use_search.unwrap_or(true),
+            // Stripe: "searchable in less than a minute. Occasionally ... up to an hour
+            // behind during outages": a miss counts after the hour.
+            search_lag_secs: settings::nonnegative("search_lag_secs", r.search_lag_secs, 3600.0)?,
+            use_events: r.use_events.unwrap_or(true),
+            // An application clock a few hours off (a time zone taken for UTC) or a payment
+            // made the same day still falls inside.
+            witness_span_secs: settings::nonnegative(
+                "witness_span_secs",
+                r.witness_span_secs,
+                86_400.0,
+            )?,
+            event_types: r.event_types.unwrap_or_default(),
+            max_pages: r.max_pages.unwrap_or(200),
+        },
+        key,
+        client,
+    )))
+}
 
 #[derive(Debug, Clone)]
 pub struct StripeSettings {
@@ -1022,8 +1127,8 @@ fn clean_complete(st: &Step) -> bool {
 
 #[async_trait::async_trait]
 impl crate::Provider for StripeProvider {
-    fn kind(&self) -> &'static str {
-        "stripe"
+    fn kind(&self) -> ProviderKind {
+        ProviderKind::Stripe
     }
 
     fn replay_window_secs(&self) -> Option<f64> {
@@ -1059,7 +1164,7 @@ impl crate::Provider for StripeProvider {
         let widen = calibration.as_ref().map_or(0.0, |c| c.widen_secs);
         let (effect_window, window) = self.windows(q, widen);
         let mut report = LookupReport {
-            provider_kind: "stripe".into(),
+            provider_kind: ProviderKind::Stripe,
             provider_key: q.key.clone(),
             account: s.account.clone(),
             mode: Some(s.mode.clone()),
@@ -1509,7 +1614,7 @@ impl StripeProvider {
                     )
                 })?;
             }
-            if let Some(md) = c.payment_intent.as_ref().and_then(|pi| pi_metadata.get(pi)) {
+            if let Some(md) = c.payment.as_ref().and_then(|pi| pi_metadata.get(pi)) {
                 for (k, val) in md {
                     c.metadata.entry(k.clone()).or_insert_with(|| val.clone());
                 }
@@ -1638,14 +1743,16 @@ impl StripeProvider {
             .ok_or_else(|| format!("{id}: no amount"))?;
         let status = text("status").ok_or_else(|| format!("{id}: no status"))?;
         let captured = v["captured"].as_bool().unwrap_or(true);
-        let status = if status == "succeeded" && !captured {
-            // Authorised only: no money has moved yet.
-            "authorized".to_owned()
-        } else {
-            status
+        // Stripe's charge statuses are `succeeded`, `pending` and `failed`; a succeeded
+        // charge not captured is authorised only: no money has moved yet.
+        let status = match status.as_str() {
+            "succeeded" if captured => ChargeStatus::Paid,
+            "succeeded" => ChargeStatus::Authorized,
+            "failed" => ChargeStatus::Failed,
+            _ => ChargeStatus::Pending,
         };
         Ok(ListedCharge {
-            payment_intent: text("payment_intent"),
+            payment: text("payment_intent"),
             amount,
             currency: text("currency")
                 .ok_or_else(|| format!("{id}: no currency"))?

@@ -14,25 +14,70 @@ use std::path::PathBuf;
 /// these in `database_url` instead.
 const SERVICE_PG_ENV: [&str; 4] = ["PGSSLCERT", "PGSSLKEY", "PGSSLROOTCERT", "PGOPTIONS"];
 
+/// One of [`SERVICE_PG_ENV`] is set in reckon's own process (its name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "reckon's own environment sets {0}, which a tenant's PostgreSQL connection would \
+     inherit; the operator must unset it (reckon's own database takes it in database_url)"
+)]
+pub struct ServicePgEnv(pub &'static str);
+
 /// `Err` naming the first of [`SERVICE_PG_ENV`] set in this process.
-pub(crate) fn refuse_service_pg_env() -> Result<(), String> {
-    for name in SERVICE_PG_ENV {
-        if std::env::var_os(name).is_some_and(|v| !v.is_empty()) {
-            return Err(format!(
-                "reckon's own environment sets {name}, which a tenant's PostgreSQL connection \
-                 would inherit; the operator must unset it (reckon's own database takes it \
-                 in database_url)"
-            ));
-        }
+pub(crate) fn refuse_service_pg_env() -> Result<(), ServicePgEnv> {
+    match SERVICE_PG_ENV
+        .into_iter()
+        .find(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()))
+    {
+        Some(name) => Err(ServicePgEnv(name)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 pub use reckon_domain::Dialect;
 
+/// Why a DSN (or a table name) is refused, one variant per reason. The text is fixed or
+/// names only the allow-list: a parameter's name or value, a user or a password is never
+/// repeated, so no answer can depend on what a DSN holds beyond its shape (a caller that
+/// cut a stored password out of an echoed name would say whether the name was that
+/// password).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid DSN: {0}")]
-pub struct DsnError(pub String);
+pub enum DsnError {
+    #[error("invalid DSN: a SQLite source is a path to an existing database file")]
+    SqliteNotAFile,
+    #[error("invalid DSN: SQLite source paths take no URI parameters (no '?', no NUL)")]
+    SqliteParameters,
+    #[error("invalid DSN: a SQLite source path must be absolute")]
+    SqliteRelative,
+    #[error("invalid DSN: not a URL ({0})")]
+    NotAUrl(url::ParseError),
+    /// The scheme is not one of the dialect's (`expected`: `postgres or postgresql`).
+    #[error("invalid DSN: the scheme does not match the source kind (expected {expected})")]
+    Scheme { expected: &'static str },
+    #[error("invalid DSN: a host is required (sockets and defaults are not used)")]
+    NoHost,
+    #[error("invalid DSN: a user name is required")]
+    NoUser,
+    #[error("invalid DSN: a database name is required")]
+    NoDatabase,
+    /// A parameter outside the allow-list (`only`: the one parameter accepted).
+    #[error("invalid DSN: the DSN has a parameter that is not allowed: only {only} is accepted")]
+    Parameter { only: &'static str },
+    #[error("invalid DSN: {only} is given more than once")]
+    Repeated { only: &'static str },
+    /// A TLS mode outside the dialect's list.
+    #[error("invalid DSN: {only} is not one of {}", .modes.join(", "))]
+    TlsMode {
+        only: &'static str,
+        modes: &'static [&'static str],
+    },
+    #[error("invalid DSN: percent-encoded part is not UTF-8")]
+    NotUtf8,
+    #[error(
+        "invalid DSN: the table name must be an identifier (letters, digits, '_', up to 63), \
+         optionally schema.table"
+    )]
+    TableName,
+}
 
 /// A parsed, validated DSN. `Debug` never shows the password.
 #[derive(Clone)]
@@ -113,7 +158,6 @@ impl Transport {
 
 impl SourceDsn {
     pub fn parse(dialect: Dialect, dsn: &str) -> Result<SourceDsn, DsnError> {
-        let err = |m: &str| DsnError(m.to_owned());
         match dialect {
             Dialect::Sqlite => {
                 let path = dsn
@@ -121,43 +165,36 @@ impl SourceDsn {
                     .or_else(|| dsn.strip_prefix("sqlite:"))
                     .unwrap_or(dsn);
                 if path.is_empty() || path.contains(":memory:") || path.starts_with("file:") {
-                    return Err(err(
-                        "a SQLite source is a path to an existing database file",
-                    ));
+                    return Err(DsnError::SqliteNotAFile);
                 }
                 if path.contains('?') || path.contains('\0') {
-                    return Err(err(
-                        "SQLite source paths take no URI parameters (no '?', no NUL)",
-                    ));
+                    return Err(DsnError::SqliteParameters);
                 }
                 let path = PathBuf::from(path);
                 if !path.is_absolute() {
-                    return Err(err("a SQLite source path must be absolute"));
+                    return Err(DsnError::SqliteRelative);
                 }
                 Ok(SourceDsn::Sqlite { path })
             }
             Dialect::Postgres | Dialect::Mysql => {
-                let url = url::Url::parse(dsn).map_err(|e| DsnError(format!("not a URL ({e})")))?;
-                let schemes: &[&str] = match dialect {
-                    Dialect::Postgres => &["postgres", "postgresql"],
-                    _ => &["mysql", "mariadb"],
+                let url = url::Url::parse(dsn).map_err(DsnError::NotAUrl)?;
+                let (schemes, expected): (&[&str], _) = match dialect {
+                    Dialect::Postgres => (&["postgres", "postgresql"], "postgres or postgresql"),
+                    _ => (&["mysql", "mariadb"], "mysql or mariadb"),
                 };
                 if !schemes.contains(&url.scheme()) {
-                    return Err(DsnError(format!(
-                        "the scheme does not match the source kind (expected {})",
-                        schemes.join(" or ")
-                    )));
+                    return Err(DsnError::Scheme { expected });
                 }
                 let host = url
                     .host_str()
                     .filter(|h| !h.is_empty())
-                    .ok_or_else(|| err("a host is required (sockets and defaults are not used)"))?
+                    .ok_or(DsnError::NoHost)?
                     .trim_start_matches('[')
                     .trim_end_matches(']')
                     .to_owned();
                 let user = decode(url.username())?;
                 if user.is_empty() {
-                    return Err(err("a user name is required"));
+                    return Err(DsnError::NoUser);
                 }
                 let password = url
                     .password()
@@ -166,36 +203,27 @@ impl SourceDsn {
                     .map(SecretString::from);
                 let database = decode(url.path().trim_start_matches('/'))?;
                 if database.is_empty() || database.contains('/') {
-                    return Err(err("a database name is required"));
+                    return Err(DsnError::NoDatabase);
                 }
-                // The messages below are fixed text: a parameter's name or value is never
-                // repeated, so no answer can depend on what a DSN holds beyond its shape
-                // (a caller that cut a stored password out of an echoed name would say
-                // whether the name was that password).
-                let (only, modes): (&str, &[&str]) = match dialect {
+                // The refusals below name the allow-list only, never the parameter given.
+                let (only, modes): (&'static str, &'static [&'static str]) = match dialect {
                     Dialect::Postgres => ("sslmode", &PG_SSL_MODES),
                     _ => ("ssl-mode", &MYSQL_SSL_MODES),
                 };
                 let mut ssl_mode = None;
                 for (k, v) in url.query_pairs() {
                     if k != only {
-                        return Err(DsnError(format!(
-                            "the DSN has a parameter that is not allowed: only {only} is \
-                             accepted"
-                        )));
+                        return Err(DsnError::Parameter { only });
                     }
                     if ssl_mode.is_some() {
-                        return Err(DsnError(format!("{only} is given more than once")));
+                        return Err(DsnError::Repeated { only });
                     }
                     let known = match dialect {
                         Dialect::Postgres => modes.contains(&v.as_ref()),
                         _ => modes.contains(&v.to_ascii_lowercase().as_str()),
                     };
                     if !known {
-                        return Err(DsnError(format!(
-                            "{only} is not one of {}",
-                            modes.join(", ")
-                        )));
+                        return Err(DsnError::TlsMode { only, modes });
                     }
                     ssl_mode = Some(v.into_owned());
                 }
@@ -289,7 +317,7 @@ fn decode(s: &str) -> Result<String, DsnError> {
     percent_encoding::percent_decode_str(s)
         .decode_utf8()
         .map(std::borrow::Cow::into_owned)
-        .map_err(|_| DsnError("percent-encoded part is not UTF-8".into()))
+        .map_err(|_| DsnError::NotUtf8)
 }
 
 /// A table name is interpolated into SQL, so it is held to a strict shape: an identifier,
@@ -305,11 +333,7 @@ pub fn validate_table_name(name: &str) -> Result<(), DsnError> {
     if parts.len() <= 2 && parts.iter().all(|p| ident(p)) {
         Ok(())
     } else {
-        Err(DsnError(
-            "the table name must be an identifier (letters, digits, '_', up to 63), \
-             optionally schema.table"
-                .into(),
-        ))
+        Err(DsnError::TableName)
     }
 }
 
@@ -335,20 +359,70 @@ mod tests {
 
     #[test]
     fn parameters_outside_the_allow_list_are_refused() {
-        for bad in [
-            "postgres://u:p@h/db?sslrootcert=/etc/passwd",
-            "postgres://u:p@h/db?passfile=/root/.pgpass",
-            "postgres://u:p@h/db?options=-c%20role%3Dpostgres",
-            "postgres://u:p@h/db?service=prod",
-            "postgres://u:p@h/db?sslmode=bogus",
-            "postgres://u:p@/db",
-            "postgres://:p@h/db",
-            "postgres://u:p@h/",
-            "mysql://u:p@h/db",
+        let only = "sslmode";
+        for (bad, why) in [
+            (
+                "postgres://u:p@h/db?sslrootcert=/etc/passwd",
+                DsnError::Parameter { only },
+            ),
+            (
+                "postgres://u:p@h/db?passfile=/root/.pgpass",
+                DsnError::Parameter { only },
+            ),
+            (
+                "postgres://u:p@h/db?options=-c%20role%3Dpostgres",
+                DsnError::Parameter { only },
+            ),
+            (
+                "postgres://u:p@h/db?service=prod",
+                DsnError::Parameter { only },
+            ),
+            (
+                "postgres://u:p@h/db?sslmode=bogus",
+                DsnError::TlsMode {
+                    only,
+                    modes: &PG_SSL_MODES,
+                },
+            ),
+            (
+                "postgres://u:p@h/db?sslmode=require&sslmode=disable",
+                DsnError::Repeated { only },
+            ),
+            (
+                "postgres://u:p@/db",
+                DsnError::NotAUrl(url::ParseError::EmptyHost),
+            ),
+            ("postgres://:p@h/db", DsnError::NoUser),
+            ("postgres://u:p@h/", DsnError::NoDatabase),
+            ("postgres://u:p@h/a/b", DsnError::NoDatabase),
+            ("postgres://u:p@h/%FF", DsnError::NotUtf8),
+            (
+                "mysql://u:p@h/db",
+                DsnError::Scheme {
+                    expected: "postgres or postgresql",
+                },
+            ),
+            (
+                "not a dsn",
+                DsnError::NotAUrl(url::ParseError::RelativeUrlWithoutBase),
+            ),
         ] {
-            assert!(SourceDsn::parse(Dialect::Postgres, bad).is_err(), "{bad}");
+            assert_eq!(
+                SourceDsn::parse(Dialect::Postgres, bad).unwrap_err(),
+                why,
+                "{bad}"
+            );
         }
-        assert!(SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?local_infile=1").is_err());
+        assert_eq!(
+            SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?local_infile=1").unwrap_err(),
+            DsnError::Parameter { only: "ssl-mode" }
+        );
+        assert_eq!(
+            SourceDsn::parse(Dialect::Mysql, "postgres://u:p@h/db").unwrap_err(),
+            DsnError::Scheme {
+                expected: "mysql or mariadb"
+            }
+        );
         assert!(SourceDsn::parse(Dialect::Mysql, "mysql://u:p@h/db?ssl-mode=REQUIRED").is_ok());
     }
 
@@ -357,7 +431,7 @@ mod tests {
     /// what was there.
     #[test]
     fn refusals_never_repeat_a_parameter_name_or_value() {
-        let said = |dialect, dsn: &str| SourceDsn::parse(dialect, dsn).unwrap_err().0;
+        let said = |dialect, dsn: &str| SourceDsn::parse(dialect, dsn).unwrap_err().to_string();
         let one = said(Dialect::Postgres, "postgres://u:hunter2@h/db?hunter2=1");
         let other = said(Dialect::Postgres, "postgres://u:hunter2@h/db?GUESS=zz");
         assert_eq!(one, other);
@@ -374,7 +448,7 @@ mod tests {
         assert!(twice.contains("more than once"), "{twice}");
         let scheme = said(Dialect::Postgres, "hunter2://u:p@h/db");
         assert!(!scheme.contains("hunter2"), "{scheme}");
-        let table = validate_table_name("hunter2;x").unwrap_err().0;
+        let table = validate_table_name("hunter2;x").unwrap_err().to_string();
         assert!(!table.contains("hunter2"), "{table}");
     }
 
@@ -382,14 +456,19 @@ mod tests {
     fn sqlite_paths_are_plain_absolute_files() {
         assert!(SourceDsn::parse(Dialect::Sqlite, "/data/shop.db").is_ok());
         assert!(SourceDsn::parse(Dialect::Sqlite, "sqlite:///data/shop.db").is_ok());
-        for bad in [
-            ":memory:",
-            "file:x.db?mode=rwc",
-            "rel/x.db",
-            "/x.db?vfs=unix",
-            "",
+        for (bad, why) in [
+            (":memory:", DsnError::SqliteNotAFile),
+            ("file:x.db?mode=rwc", DsnError::SqliteNotAFile),
+            ("", DsnError::SqliteNotAFile),
+            ("rel/x.db", DsnError::SqliteRelative),
+            ("/x.db?vfs=unix", DsnError::SqliteParameters),
+            ("/x\0.db", DsnError::SqliteParameters),
         ] {
-            assert!(SourceDsn::parse(Dialect::Sqlite, bad).is_err(), "{bad}");
+            assert_eq!(
+                SourceDsn::parse(Dialect::Sqlite, bad).unwrap_err(),
+                why,
+                "{bad}"
+            );
         }
     }
 
@@ -398,7 +477,7 @@ mod tests {
         assert!(validate_table_name("justonce_keys").is_ok());
         assert!(validate_table_name("billing.justonce_keys").is_ok());
         for bad in ["", "a b", "x;drop", "a.b.c", "\"x\"", "1abc", "x`y"] {
-            assert!(validate_table_name(bad).is_err(), "{bad}");
+            assert_eq!(validate_table_name(bad), Err(DsnError::TableName), "{bad}");
         }
     }
 }

@@ -135,7 +135,8 @@ impl SourceConn {
                 ssl_mode,
                 ..
             } => {
-                crate::dsn::refuse_service_pg_env().map_err(ScanError::Invalid)?;
+                crate::dsn::refuse_service_pg_env()
+                    .map_err(|e| ScanError::Invalid(e.to_string()))?;
                 let ssl = match ssl_mode.as_deref() {
                     None => PgSslMode::Prefer,
                     Some(m) => PgSslMode::from_str(m).map_err(connect_err)?,

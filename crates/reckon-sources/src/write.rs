@@ -147,7 +147,8 @@ impl SourceWriter {
                 ssl_mode,
                 ..
             } => {
-                crate::dsn::refuse_service_pg_env().map_err(WriteError::Invalid)?;
+                crate::dsn::refuse_service_pg_env()
+                    .map_err(|e| WriteError::Invalid(e.to_string()))?;
                 let ssl = match ssl_mode.as_deref() {
                     None => PgSslMode::Prefer,
                     Some(m) => PgSslMode::from_str(m).map_err(connect_err)?,

@@ -224,7 +224,7 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
             t.id,
             NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": base, "visibility_lag_secs": 30 }),
             },
@@ -240,7 +240,7 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
             t.id,
             NewProvider {
                 name: "legacy".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": down }),
             },

@@ -57,7 +57,7 @@ pub fn api_ctx<'a>(state: &'a AppState, auth: &'a Auth) -> reckon_engine::comman
 /// A command made on the dashboard by the person signed in.
 pub fn dash_ctx<'a>(
     state: &'a AppState,
-    s: &'a crate::web::WebSession,
+    s: &'a crate::session::WebSession,
 ) -> reckon_engine::commands::Ctx<'a> {
     reckon_engine::commands::Ctx {
         ledger: state.ledger.as_ref(),

@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod password;
 pub mod routes;
 pub mod server;
+pub mod session;
 pub mod web;
 
 pub use auth::{mint_token, token_hash};

@@ -10,7 +10,7 @@ use crate::AppState;
 use crate::auth::Auth;
 use crate::authz::{Permission, allows};
 use crate::error::ApiError;
-use crate::web::{self, WebSession};
+use crate::session::{self, WebSession};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
@@ -273,11 +273,12 @@ pub async fn guard(State(state): State<AppState>, req: Request, next: Next) -> R
             parts.extensions.insert(auth);
         }
         Session(permission) => {
-            let mut session: WebSession = match web::current_session(&state, &parts.headers).await {
-                Ok(Some(s)) => s,
-                Ok(None) => return Redirect::to("/signin").into_response(),
-                Err(e) => return e.into_response(),
-            };
+            let mut session: WebSession =
+                match session::current_session(&state, &parts.headers).await {
+                    Ok(Some(s)) => s,
+                    Ok(None) => return Redirect::to("/signin").into_response(),
+                    Err(e) => return e.into_response(),
+                };
             // The tenant named in the path, if the person is a member of it (their role
             // there); 404 otherwise.
             if spec.path.starts_with(crate::dash::TENANT_PREFIX) {

@@ -26,12 +26,15 @@
 use crate::AppState;
 use crate::error::ApiError;
 use crate::password;
+use crate::session::{
+    COOKIE_NAME, WebSession, cookie_named, cookie_value, same_token, sha256_hex, well_formed_id,
+};
 use askama::Template;
 use axum::Extension;
 use axum::Form;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, State};
-use axum::http::header::{CACHE_CONTROL, COOKIE, SET_COOKIE};
+use axum::http::header::{CACHE_CONTROL, SET_COOKIE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -39,21 +42,18 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
 use reckon_domain::time;
-use reckon_ledger::{Admission, NewSession, Role, Tenant, ThrottlePolicy, User};
+use reckon_ledger::{Admission, NewSession, ThrottlePolicy};
 use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use tower_http::csrf::CsrfLayer;
 
-pub const COOKIE_NAME: &str = "__Host-reckon_session";
 /// The browser's device id: set at a sign-in, kept a year, only ever a key to its own
 /// attempt count (it grants nothing: the password is still checked).
 pub const DEVICE_COOKIE: &str = "__Host-reckon_device";
 const DEVICE_MAX_AGE_SECS: u64 = 365 * 24 * 3600;
-/// A session ends after this long without a request...
-pub const IDLE_SECS: f64 = 30.0 * 60.0;
-/// ...and after this long in any case.
+/// A session ends after this long in any case (and after
+/// [`crate::session::IDLE_SECS`] without a request).
 pub const ABSOLUTE_SECS: f64 = 12.0 * 3600.0;
 /// Attempts of one client address counted per window.
 pub const THROTTLE_WINDOW_SECS: f64 = 15.0 * 60.0;
@@ -86,16 +86,6 @@ pub const FAILURE_RECORD_DELAY: std::time::Duration = std::time::Duration::from_
 /// Sign-in forms are small.
 const FORM_LIMIT_BYTES: usize = 16 * 1024;
 
-/// A signed-in person, as the route guard found them.
-#[derive(Debug, Clone)]
-pub struct WebSession {
-    pub tenant: Tenant,
-    pub user: User,
-    pub role: Role,
-    pub csrf_token: String,
-    pub id_hash: String,
-}
-
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/signin", get(signin_page).post(signin))
@@ -105,67 +95,15 @@ pub fn router() -> Router<AppState> {
         .layer(CsrfLayer::new())
 }
 
-fn sha256_hex(s: &str) -> String {
-    hex::encode(Sha256::digest(s.as_bytes()))
-}
-
 fn random_token() -> String {
     let mut b = [0u8; 32];
     rand::rng().fill_bytes(&mut b);
     URL_SAFE_NO_PAD.encode(b)
 }
 
-fn cookie_value(headers: &HeaderMap) -> Option<String> {
-    cookie_named(headers, COOKIE_NAME)
-}
-
-fn cookie_named(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == name)
-        .map(|(_, v)| v.to_owned())
-}
-
-/// Random ids are 43 characters of base64url; anything else cannot exist.
-fn well_formed_id(id: &str) -> bool {
-    id.len() == 43
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-}
-
 /// The device id the browser sent, if it is one reckon could have made.
 fn device_id(headers: &HeaderMap) -> Option<String> {
     cookie_named(headers, DEVICE_COOKIE).filter(|id| well_formed_id(id))
-}
-
-/// The live session of this request, if its cookie names one.
-pub async fn current_session(
-    state: &AppState,
-    headers: &HeaderMap,
-) -> Result<Option<WebSession>, ApiError> {
-    let Some(id) = cookie_value(headers) else {
-        return Ok(None);
-    };
-    if !well_formed_id(&id) {
-        return Ok(None);
-    }
-    let id_hash = sha256_hex(&id);
-    let grant = state
-        .ledger
-        .session(&id_hash, time::now(), IDLE_SECS)
-        .await?;
-    Ok(grant.map(|g| WebSession {
-        tenant: g.tenant,
-        user: g.user,
-        role: g.role,
-        csrf_token: g.csrf_token,
-        id_hash,
-    }))
 }
 
 #[derive(Template)]
@@ -462,27 +400,13 @@ pub struct SignOutForm {
     csrf: String,
 }
 
-/// The dashboard's forms check their CSRF token with the same comparison.
-pub(crate) fn same_token(a: &str, b: &str) -> bool {
-    same(a, b)
-}
-
-/// Constant-time comparison, so the CSRF token cannot be guessed byte by byte.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
-}
-
 async fn signout(
     State(state): State<AppState>,
     Extension(session): Extension<WebSession>,
     form: Result<Form<SignOutForm>, axum::extract::rejection::FormRejection>,
 ) -> Result<Response, ApiError> {
     let csrf = form.map(|f| f.0.csrf).unwrap_or_default();
-    if !same(&csrf, &session.csrf_token) {
+    if !same_token(&csrf, &session.csrf_token) {
         return Ok((StatusCode::FORBIDDEN, "missing or wrong CSRF token").into_response());
     }
     state.ledger.delete_session(&session.id_hash).await?;

@@ -2,26 +2,34 @@
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::time::Duration;
 
-#[derive(Clone, Deserialize, Serialize)]
+/// The secrets (`database_url`, `master_key`, `metrics_token`) are [`SecretString`]s:
+/// `Debug` shows `[REDACTED]` for them, nothing prints them, and they are never written
+/// back out (`skip_serializing`: the defaults figment starts from hold none).
+#[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct Settings {
     /// `postgres://...` selects PostgreSQL; unset means the embedded SQLite file in
-    /// `data_dir`.
-    pub database_url: Option<String>,
+    /// `data_dir`. A secret: a PostgreSQL URL carries its password.
+    #[serde(default, skip_serializing)]
+    pub database_url: Option<SecretString>,
     pub data_dir: PathBuf,
     /// Where `reckon serve` listens.
     pub listen: String,
     /// Base64 of 32 bytes; unset means a key file in `data_dir` (single node only).
-    pub master_key: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub master_key: Option<SecretString>,
     /// Largest request body the API accepts, in bytes.
     pub max_body_bytes: usize,
     // `/metrics` is off unless one of these two is set.
     /// A listener of its own serving `/metrics` without a token (`RECKON_METRICS_LISTEN`).
     pub metrics_listen: Option<String>,
     /// Bearer token that may read `/metrics` on the main listener (`RECKON_METRICS_TOKEN`).
-    pub metrics_token: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub metrics_token: Option<SecretString>,
     /// Networks (CIDR) tenants' sources may reach although they are not public addresses
     /// (loopback, private, link-local), e.g. `["10.0.0.0/8"]`. Empty: public addresses only.
     #[serde(default)]
@@ -60,19 +68,35 @@ pub struct Settings {
     pub reconcile_concurrency_max: usize,
     /// How long a claimed effect stays leased to one replica: a replica that dies gives its
     /// claims up this long after it took them.
-    #[serde(default = "default_lease")]
-    pub reconcile_lease_secs: f64,
+    #[serde(
+        rename = "reconcile_lease_secs",
+        with = "seconds",
+        default = "default_lease"
+    )]
+    pub reconcile_lease: Duration,
     /// On SIGTERM, readiness turns false this long before the server stops taking
     /// requests, so load balancers stop sending first.
-    #[serde(default = "default_drain")]
-    pub shutdown_drain_secs: f64,
+    #[serde(
+        rename = "shutdown_drain_secs",
+        with = "seconds",
+        default = "default_drain"
+    )]
+    pub shutdown_drain: Duration,
     /// How often each replica looks for tenants whose nightly audit is due (the day is
     /// claimed through the ledger, so any number of replicas run it once).
-    #[serde(default = "default_audit_check")]
-    pub audit_check_secs: f64,
+    #[serde(
+        rename = "audit_check_secs",
+        with = "seconds",
+        default = "default_audit_check"
+    )]
+    pub audit_check: Duration,
     /// An API request still running after this many seconds is stopped and answered 503.
-    #[serde(default = "default_request_timeout")]
-    pub request_timeout_secs: f64,
+    #[serde(
+        rename = "request_timeout_secs",
+        with = "seconds",
+        default = "default_request_timeout"
+    )]
+    pub request_timeout: Duration,
     /// Open client connections at most. Unset: derived from the descriptor limit
     /// (`ulimit -n`), a quarter of it (at least 256) kept for the ledger, sources and
     /// providers; a value above that is lowered to it.
@@ -80,8 +104,12 @@ pub struct Settings {
     pub max_connections: Option<usize>,
     /// A client has this many seconds to send a request's headers, and an idle keep-alive
     /// connection is closed after as long.
-    #[serde(default = "default_header_read_timeout")]
-    pub header_read_timeout_secs: f64,
+    #[serde(
+        rename = "header_read_timeout_secs",
+        with = "seconds",
+        default = "default_header_read_timeout"
+    )]
+    pub header_read_timeout: Duration,
     /// The largest answer read from a provider, in bytes; a larger one is refused unread
     /// past the limit and the lookup stays indeterminate ("answer too large").
     #[serde(default = "default_max_provider_answer")]
@@ -97,54 +125,45 @@ fn default_concurrency() -> usize {
 fn default_concurrency_max() -> usize {
     64
 }
-fn default_lease() -> f64 {
-    120.0
+fn default_lease() -> Duration {
+    Duration::from_secs(120)
 }
-fn default_drain() -> f64 {
-    2.0
+fn default_drain() -> Duration {
+    Duration::from_secs(2)
 }
-fn default_audit_check() -> f64 {
-    60.0
+fn default_audit_check() -> Duration {
+    Duration::from_secs(60)
 }
-fn default_request_timeout() -> f64 {
-    reckon_web::DEFAULT_REQUEST_TIMEOUT.as_secs_f64()
+fn default_request_timeout() -> Duration {
+    reckon_web::DEFAULT_REQUEST_TIMEOUT
 }
-fn default_header_read_timeout() -> f64 {
-    reckon_web::server::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64()
+fn default_header_read_timeout() -> Duration {
+    reckon_web::server::DEFAULT_HEADER_READ_TIMEOUT
+}
+
+/// A duration of the configuration, written as a number of seconds (`audit_check_secs =
+/// 0.5`), as the keys' names say. Anything that is not a finite number of seconds, 0 or
+/// more, is refused while reading, and figment's error names the key.
+mod seconds {
+    use serde::de::Error;
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let secs = f64::deserialize(d)?;
+        Duration::try_from_secs_f64(secs).map_err(|_| {
+            D::Error::custom(format!(
+                "{secs} is not a number of seconds (finite, 0 or more)"
+            ))
+        })
+    }
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
 }
 fn default_max_provider_answer() -> usize {
     reckon_providers::client::DEFAULT_MAX_ANSWER_BYTES
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("database_url", &self.database_url.as_ref().map(|_| "<set>"))
-            .field("data_dir", &self.data_dir)
-            .field("listen", &self.listen)
-            .field("master_key", &self.master_key.as_ref().map(|_| "<set>"))
-            .field("metrics_listen", &self.metrics_listen)
-            .field(
-                "metrics_token",
-                &self.metrics_token.as_ref().map(|_| "<set>"),
-            )
-            .field("egress_allow", &self.egress_allow)
-            .field("trusted_proxies", &self.trusted_proxies)
-            .field("client_address_header", &self.client_address_header)
-            .field("throttle_ipv6_prefix", &self.throttle_ipv6_prefix)
-            .field("sqlite_source_dir", &self.sqlite_source_dir)
-            .field("reconcile", &self.reconcile)
-            .field("reconcile_concurrency", &self.reconcile_concurrency)
-            .field("reconcile_concurrency_max", &self.reconcile_concurrency_max)
-            .field("reconcile_lease_secs", &self.reconcile_lease_secs)
-            .field("shutdown_drain_secs", &self.shutdown_drain_secs)
-            .field("audit_check_secs", &self.audit_check_secs)
-            .field("request_timeout_secs", &self.request_timeout_secs)
-            .field("max_connections", &self.max_connections)
-            .field("header_read_timeout_secs", &self.header_read_timeout_secs)
-            .field("max_provider_answer_bytes", &self.max_provider_answer_bytes)
-            .finish()
-    }
 }
 
 impl Default for Settings {
@@ -165,12 +184,12 @@ impl Default for Settings {
             reconcile: true,
             reconcile_concurrency: default_concurrency(),
             reconcile_concurrency_max: default_concurrency_max(),
-            reconcile_lease_secs: default_lease(),
-            shutdown_drain_secs: default_drain(),
-            audit_check_secs: default_audit_check(),
-            request_timeout_secs: default_request_timeout(),
+            reconcile_lease: default_lease(),
+            shutdown_drain: default_drain(),
+            audit_check: default_audit_check(),
+            request_timeout: default_request_timeout(),
             max_connections: None,
-            header_read_timeout_secs: default_header_read_timeout(),
+            header_read_timeout: default_header_read_timeout(),
             max_provider_answer_bytes: default_max_provider_answer(),
         }
     }
@@ -194,35 +213,20 @@ impl Settings {
             .merge(Env::prefixed("RECKON_"))
             .merge(Serialized::defaults(overrides))
             .extract()?;
-        // Durations in seconds: a typo such as `inf` or `nan` is refused by name here
-        // rather than panicking where it becomes a `Duration`.
-        for (name, v) in [
-            ("reconcile_lease_secs", s.reconcile_lease_secs),
-            ("shutdown_drain_secs", s.shutdown_drain_secs),
-            ("audit_check_secs", s.audit_check_secs),
-        ] {
-            if !v.is_finite() || v < 0.0 {
-                anyhow::bail!("{name} must be a number of seconds, not {v}");
-            }
-        }
-        // A day at most: `Duration` takes any finite number, and a zero deadline would
-        // answer every request 503.
-        if !(s.request_timeout_secs.is_finite()
-            && s.request_timeout_secs > 0.0
-            && s.request_timeout_secs <= 86_400.0)
-        {
+        // A day at most (a deadline is a timer), and a zero deadline would answer every
+        // request 503.
+        let day = Duration::from_secs(86_400);
+        if s.request_timeout.is_zero() || s.request_timeout > day {
             anyhow::bail!(
                 "request_timeout_secs must be a number of seconds above 0 and at most 86400, not {}",
-                s.request_timeout_secs
+                s.request_timeout.as_secs_f64()
             );
         }
-        if !(s.header_read_timeout_secs.is_finite()
-            && s.header_read_timeout_secs > 0.0
-            && s.header_read_timeout_secs <= 3600.0)
-        {
+        let hour = Duration::from_secs(3600);
+        if s.header_read_timeout.is_zero() || s.header_read_timeout > hour {
             anyhow::bail!(
                 "header_read_timeout_secs must be a number of seconds above 0 and at most 3600, not {}",
-                s.header_read_timeout_secs
+                s.header_read_timeout.as_secs_f64()
             );
         }
         Ok(s)
@@ -272,7 +276,9 @@ impl Settings {
             .map_err(|e| anyhow::anyhow!("egress_allow: {e}"))?
             .with_own_database(OwnDatabase::File(self.data_dir.join("reckon.db")));
         if let Some(url) = &self.database_url
-            && let Ok(o) = <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(url)
+            && let Ok(o) = <sqlx::postgres::PgConnectOptions as std::str::FromStr>::from_str(
+                secrecy::ExposeSecret::expose_secret(url),
+            )
         {
             p = p.with_own_database(OwnDatabase::Network {
                 host: o.get_host().to_owned(),
@@ -304,8 +310,8 @@ mod duration_tests {
         assert!(e.to_string().contains("shutdown_drain_secs"), "{e}");
         std::fs::write(&file, "audit_check_secs = 0.5\n").unwrap();
         let s = Settings::load(&file, Overrides::default()).unwrap();
-        assert_eq!(s.audit_check_secs, 0.5);
-        assert_eq!(s.request_timeout_secs, 120.0);
+        assert_eq!(s.audit_check, Duration::from_millis(500));
+        assert_eq!(s.request_timeout, Duration::from_secs(120));
         // A zero deadline would answer every API request 503.
         for bad in ["0", "-1.0", "inf", "100000"] {
             std::fs::write(&file, format!("request_timeout_secs = {bad}\n")).unwrap();
@@ -314,6 +320,57 @@ mod duration_tests {
         }
         std::fs::write(&file, "request_timeout_secs = 2.5\n").unwrap();
         let s = Settings::load(&file, Overrides::default()).unwrap();
-        assert_eq!(s.request_timeout_secs, 2.5);
+        assert_eq!(s.request_timeout, Duration::from_millis(2500));
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::*;
+    use secrecy::ExposeSecret;
+
+    /// The configuration's secrets are read, and never shown by `Debug` (a log line or a
+    /// panic message of the settings).
+    #[test]
+    fn the_settings_debug_shows_no_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("reckon.toml");
+        std::fs::write(
+            &file,
+            "database_url = \"postgres://reckon:pw-canary-1@db.internal/reckon\"\n\
+             master_key = \"key-canary-2\"\n\
+             metrics_token = \"tok-canary-3\"\n",
+        )
+        .unwrap();
+        let s = Settings::load(&file, Overrides::default()).unwrap();
+        let url = s.database_url.as_ref().map(ExposeSecret::expose_secret);
+        assert_eq!(
+            url,
+            Some("postgres://reckon:pw-canary-1@db.internal/reckon")
+        );
+        assert_eq!(
+            s.master_key.as_ref().map(ExposeSecret::expose_secret),
+            Some("key-canary-2")
+        );
+        assert_eq!(
+            s.metrics_token.as_ref().map(ExposeSecret::expose_secret),
+            Some("tok-canary-3")
+        );
+        let shown = format!("{s:?} {s:#?}");
+        for canary in ["pw-canary-1", "db.internal", "key-canary-2", "tok-canary-3"] {
+            assert!(!shown.contains(canary), "{canary} in {shown}");
+        }
+        assert!(shown.contains("REDACTED"), "{shown}");
+        // The flag overrides the file, and is as secret.
+        let flags = Overrides {
+            database_url: Some("postgres://u:pw-canary-4@h/db".into()),
+            ..Overrides::default()
+        };
+        let s = Settings::load(&file, flags).unwrap();
+        assert!(!format!("{s:?}").contains("pw-canary-4"));
+        assert_eq!(
+            s.database_url.as_ref().map(ExposeSecret::expose_secret),
+            Some("postgres://u:pw-canary-4@h/db")
+        );
     }
 }

@@ -13,6 +13,7 @@ use reckon_engine::reconcile::{ReconcileCtx, reconcile_all};
 use reckon_engine::{ScanOptions, SourceInput, new_source, scan_source};
 use reckon_ledger::Role;
 use reckon_providers::demo::DemoState;
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::sqlite::SqliteConnectOptions;
@@ -294,7 +295,8 @@ fn write_config(path: &Path, settings: &Settings) -> anyhow::Result<()> {
         toml.push_str(&format!("sqlite_source_dir = {}\n", text(d)?));
     }
     if let Some(t) = &settings.metrics_token {
-        toml.push_str(&format!("metrics_token = {}\n", serde_json::to_string(t)?));
+        let t = serde_json::to_string(t.expose_secret())?;
+        toml.push_str(&format!("metrics_token = {t}\n"));
     }
     let mut open = std::fs::OpenOptions::new();
     open.write(true).create_new(true);
@@ -440,7 +442,7 @@ async fn demo(
         rand::rng().fill_bytes(&mut b);
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
     };
-    settings.metrics_token = Some(metrics_token.clone());
+    settings.metrics_token = Some(SecretString::from(metrics_token.clone()));
     let tenant = ledger.create_tenant(DEMO_TENANT).await?;
     let (token, hash) = reckon_web::mint_token();
     ledger
@@ -474,7 +476,7 @@ async fn demo(
             tenant.id,
             reckon_ledger::NewProvider {
                 name: "demo-pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: json!({ "base_url": provider_url, "replay_window_secs": 86400.0 }),
             },
@@ -490,7 +492,7 @@ async fn demo(
             tenant.id,
             reckon_ledger::NewProvider {
                 name: "legacy-ledger".into(),
-                kind: "http".into(),
+                kind: reckon_ledger::ProviderKind::Http,
                 secret: None,
                 settings: json!({ "base_url": format!("{provider_url}down/") }),
             },
@@ -653,7 +655,10 @@ mod tests {
         assert_eq!(back.data_dir, data);
         assert_eq!(back.egress_allow, ["127.0.0.1/32"]);
         assert_eq!(back.sqlite_source_dir, Some(data.join("sources")));
-        assert_eq!(back.metrics_token.as_deref(), Some("tok"));
+        assert_eq!(
+            back.metrics_token.as_ref().map(ExposeSecret::expose_secret),
+            Some("tok")
+        );
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

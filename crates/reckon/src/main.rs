@@ -22,6 +22,7 @@ use reckon_engine::commands;
 use reckon_engine::schedule::{Claimed, SCAN_LEASE_SECS, ScanScheduler};
 use reckon_engine::{ScanOptions, SourceInput};
 use reckon_ledger::{Keyring, Ledger};
+use secrecy::ExposeSecret;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -312,7 +313,11 @@ pub enum Access {
 /// The SQLite file the settings name, if the ledger is an embedded one (`None` for
 /// PostgreSQL, and for an in-memory SQLite URL, which has no file).
 fn sqlite_file(settings: &Settings) -> anyhow::Result<Option<PathBuf>> {
-    match settings.database_url.as_deref() {
+    match settings
+        .database_url
+        .as_ref()
+        .map(ExposeSecret::expose_secret)
+    {
         None => Ok(Some(settings.data_dir.join("reckon.db"))),
         Some(u) if u.starts_with("sqlite:") => {
             let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(u)
@@ -326,7 +331,10 @@ fn sqlite_file(settings: &Settings) -> anyhow::Result<Option<PathBuf>> {
 }
 
 pub async fn open_ledger(settings: &Settings, access: Access) -> anyhow::Result<Arc<dyn Ledger>> {
-    let url = settings.database_url.as_deref();
+    let url = settings
+        .database_url
+        .as_ref()
+        .map(ExposeSecret::expose_secret);
     let dir = &settings.data_dir;
     if access == Access::Existing
         && let Some(file) = sqlite_file(settings)?
@@ -340,7 +348,8 @@ pub async fn open_ledger(settings: &Settings, access: Access) -> anyhow::Result<
         );
     }
     if let Some(k) = &settings.master_key {
-        let keyring = Keyring::from_base64(k).context("reading RECKON_MASTER_KEY")?;
+        let keyring =
+            Keyring::from_base64(k.expose_secret()).context("reading RECKON_MASTER_KEY")?;
         return reckon_ledger::connect(url, dir, keyring)
             .await
             .context("opening the ledger");

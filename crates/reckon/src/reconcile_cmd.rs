@@ -118,7 +118,7 @@ pub async fn provider(
             let input = ProviderInput {
                 name,
                 kind,
-                secret,
+                secret: secret.map(secrecy::SecretString::from),
                 settings,
             };
             let p = commands::add_provider(&crate::operator(ledger, egress, &t), input).await?;
@@ -134,7 +134,7 @@ pub async fn provider(
                 |p| {
                     vec![
                         p.name.clone(),
-                        p.kind.clone(),
+                        p.kind.to_string(),
                         p.has_secret.to_string(),
                         p.settings.to_string(),
                         calibration_words(p.calibration.as_ref()),

@@ -8,6 +8,7 @@ use reckon_engine::reconcile::{ReconcileCtx, ReconcileOptions, reconcile_until};
 use reckon_engine::schedule::ScanScheduler;
 use reckon_engine::writeback::{WritebackCtx, WritebackStep, writeback_next};
 use reckon_ledger::Ledger;
+use secrecy::ExposeSecret;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -83,7 +84,9 @@ pub async fn run_with(
         scans,
         work.clone(),
         tasks.clone(),
-        Duration::from_secs_f64(settings.audit_check_secs.clamp(0.1, 3600.0)),
+        settings
+            .audit_check
+            .clamp(Duration::from_millis(100), Duration::from_secs(3600)),
     )
     .await?;
     let reconciler = if settings.reconcile {
@@ -92,7 +95,7 @@ pub async fn run_with(
                 owner: owner.to_string(),
                 concurrency: settings.reconcile_concurrency.max(1),
                 max_concurrency: settings.reconcile_concurrency_max.max(1),
-                lease_secs: settings.reconcile_lease_secs.clamp(1.0, 3600.0),
+                lease_secs: settings.reconcile_lease.as_secs_f64().clamp(1.0, 3600.0),
                 ..ReconcileOptions::default()
             },
             ..ReconcileCtx::new(ledger.clone())
@@ -107,7 +110,7 @@ pub async fn run_with(
     let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let state = reckon_web::AppState {
         max_body_bytes: settings.max_body_bytes,
-        request_timeout: Duration::from_secs_f64(settings.request_timeout_secs),
+        request_timeout: settings.request_timeout,
         metrics,
         egress,
         draining: draining.clone(),
@@ -131,7 +134,7 @@ pub async fn run_with(
     }
     let app = reckon_web::app(state);
     let shutdown = stop.clone();
-    let drain = Duration::from_secs_f64(settings.shutdown_drain_secs.clamp(0.0, 60.0));
+    let drain = settings.shutdown_drain.min(Duration::from_secs(60));
     let (work2, tasks2) = (work.clone(), tasks.clone());
     tokio::spawn(async move {
         stop_signal.await;
@@ -181,12 +184,12 @@ fn server_limits(settings: &Settings) -> reckon_web::server::ServerLimits {
     let limits = reckon_web::server::ServerLimits::from_descriptor_limit(
         reckon_web::server::descriptor_limit(),
         settings.max_connections,
-        Duration::from_secs_f64(settings.header_read_timeout_secs),
+        settings.header_read_timeout,
     );
     tracing::info!(
         max_connections = limits.max_connections,
         probe_reserve = limits.probe_reserve,
-        header_read_timeout_secs = settings.header_read_timeout_secs,
+        header_read_timeout_secs = settings.header_read_timeout.as_secs_f64(),
         "connection limits"
     );
     limits
@@ -466,7 +469,11 @@ fn instance_id() -> String {
 /// turns on every write. The lock is the OS's (released when the process dies, even by
 /// SIGKILL), on a file beside the ledger. PostgreSQL ledgers take any number of replicas.
 fn lock_sqlite_ledger(settings: &Settings) -> anyhow::Result<Option<std::fs::File>> {
-    let db = match settings.database_url.as_deref() {
+    let db = match settings
+        .database_url
+        .as_ref()
+        .map(ExposeSecret::expose_secret)
+    {
         None => settings.data_dir.join("reckon.db"),
         Some(u) if u.starts_with("sqlite:") => {
             let path = u.trim_start_matches("sqlite:").trim_start_matches("//");
@@ -505,7 +512,7 @@ pub fn metrics_state(
 ) -> reckon_web::metrics::MetricsState {
     let mut ms = reckon_web::metrics::MetricsSettings::default();
     if let Some(t) = &settings.metrics_token {
-        ms = ms.with_operator_token(t);
+        ms = ms.with_operator_token(t.expose_secret());
     }
     reckon_web::metrics::MetricsState::new(instance, ms)
 }

@@ -5,7 +5,7 @@
 use reckon_audit::{
     AuditEffect, DayWindow, FindingKind, MatchRules, ProviderCharge, Refund, Releaser, audit,
 };
-use reckon_domain::{Outcome, State, UnresolvedKind};
+use reckon_domain::{ChargeStatus, Outcome, State, UnresolvedKind};
 use serde_json::json;
 use std::collections::BTreeSet;
 
@@ -59,10 +59,10 @@ impl Day {
         self.next += 1;
         self.charges.push(ProviderCharge {
             id: format!("ch_{:04}", self.next),
-            payment_intent: Some(format!("pi_{:04}", self.next)),
+            payment: Some(format!("pi_{:04}", self.next)),
             amount,
             currency: currency.into(),
-            status: "succeeded".into(),
+            status: ChargeStatus::Paid,
             amount_captured: amount,
             amount_refunded: 0,
             refunds: vec![],
@@ -150,7 +150,7 @@ fn planted_day() -> Day {
     // Orphans (2), plus a failed one that moved no money (not a finding).
     d.charge(777, "usd", start + 7200.0);
     d.charge(31400, "eur", start + 7300.0);
-    d.charge(100, "usd", start + 7400.0).status = "failed".into();
+    d.charge(100, "usd", start + 7400.0).status = ChargeStatus::Failed;
 
     // Missing (2): recorded succeeded, nothing at the provider.
     d.effect("charge:v1:MISS-1", State::Succeeded, start + 9000.0);
@@ -318,7 +318,7 @@ fn totals_per_currency_are_exact_to_the_cent_and_only_count_the_days_charges() {
         let day: Vec<&ProviderCharge> = d
             .charges
             .iter()
-            .filter(|c| c.currency == cur && c.status == "succeeded")
+            .filter(|c| c.currency == cur && c.status.is_paid())
             .filter(|c| c.created >= d.window.start && c.created < d.window.end)
             .collect();
         let charged: i64 = day.iter().map(|c| c.amount).sum();
@@ -460,7 +460,7 @@ fn money_taken_for_an_effect_recorded_failed_is_its_own_finding_never_an_orphan(
     d.effect("charge:v1:CNR-3", State::Failed, at + 200.0);
     let c = d.charge(700, "usd", at + 201.0);
     keyed(c, "charge:v1:CNR-3");
-    c.status = "failed".into();
+    c.status = ChargeStatus::Failed;
     c.amount_captured = 0;
     // Recorded failed, never reached the provider.
     d.effect("charge:v1:CNR-4", State::Failed, at + 300.0);

@@ -111,8 +111,10 @@ fn a_stored_word_reads_back_as_its_variant_and_anything_else_is_refused_with_the
     for r in Role::ALL {
         assert_eq!(Role::try_from(r.as_str().to_owned()), Ok(r));
     }
+    let e = Role::try_from("owner".to_owned()).unwrap_err();
+    assert_eq!((e.what, e.word.as_str()), ("role", "owner"));
     assert_eq!(
-        Role::try_from("owner".to_owned()).unwrap_err(),
+        e.to_string(),
         r#"role "owner" is not one of viewer, support, finance, admin"#
     );
     for a in WritebackAction::ALL {
@@ -121,8 +123,10 @@ fn a_stored_word_reads_back_as_its_variant_and_anything_else_is_refused_with_the
     for s in WritebackStatus::ALL {
         assert_eq!(WritebackStatus::try_from(s.as_str().to_owned()), Ok(s));
     }
+    let e = WritebackStatus::try_from("Written".to_owned()).unwrap_err();
+    assert_eq!(e.words, ["pending", "written", "conflict"]);
     assert_eq!(
-        WritebackStatus::try_from("Written".to_owned()).unwrap_err(),
+        e.to_string(),
         r#"write-back status "Written" is not one of pending, written, conflict"#
     );
 }

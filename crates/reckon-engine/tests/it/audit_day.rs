@@ -192,7 +192,7 @@ async fn add_provider(ledger: &dyn Ledger, tenant: TenantId, kind: &str, setting
             tenant,
             NewProvider {
                 name: "pay".into(),
-                kind: kind.into(),
+                kind: reckon_ledger::ProviderKind::parse(kind).unwrap(),
                 secret: None,
                 settings,
             },
@@ -898,7 +898,7 @@ async fn stripe_has_more_without_a_cursor_fails_the_run_and_records_no_findings(
             t,
             NewProvider {
                 name: "pay".into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(secrecy::SecretString::from("sk_test_audit".to_owned())),
                 settings: json!({ "base_url": server.uri(), "mode": "test",
                                   "list_objects": ["charges"], "rate_per_sec": 0 }),

@@ -244,7 +244,7 @@ async fn the_stripe_list_path_against_localstripe_finds_exactly_the_planted_prob
             t,
             NewProvider {
                 name: "stripe-test".into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(secrecy::SecretString::from(KEY.to_owned())),
                 settings: json!({
                     "base_url": ls.base, "mode": "test", "list_objects": ["charges"],

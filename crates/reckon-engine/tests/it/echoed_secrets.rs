@@ -115,7 +115,7 @@ async fn one_tenant(ledger: &dyn Ledger, n: usize, server: &MockServer) -> recko
             t.id,
             NewProvider {
                 name: "stripe".into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(secrecy::SecretString::from(KEY.to_owned())),
                 settings: json!({"base_url": server.uri(), "mode": "test", "rate_per_sec": 0}),
             },

@@ -82,7 +82,7 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
             t.id,
             NewProvider {
                 name: "demo".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": base, "visibility_lag_secs": 30 }),
             },
@@ -200,7 +200,7 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
             t.id,
             NewProvider {
                 name: "down".into(),
-                kind: "http".into(),
+                kind: reckon_ledger::ProviderKind::Http,
                 secret: None,
                 settings: serde_json::json!({ "base_url": base }),
             },
@@ -337,7 +337,7 @@ async fn one_unknown_charge(
             t.id,
             NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": base_url, "visibility_lag_secs": 30 }),
             },

@@ -130,7 +130,7 @@ async fn fill(ledger: &Arc<dyn Ledger>, n: usize, demo: &DemoState, base: &str) 
             t.id,
             NewProvider {
                 name: "demo".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({
                     "base_url": base,

@@ -198,7 +198,7 @@ async fn add_stripe(ledger: &dyn Ledger, t: &reckon_ledger::Tenant, name: &str, 
             t.id,
             NewProvider {
                 name: name.into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(KEY.to_owned().into()),
                 settings,
             },

@@ -117,7 +117,7 @@ async fn route_to_stripe(
             t.id,
             NewProvider {
                 name: "stripe".into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(secrecy::SecretString::from(key.to_owned())),
                 settings,
             },

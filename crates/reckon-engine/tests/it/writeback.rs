@@ -64,7 +64,7 @@ async fn world(kind: Kind, policy: Option<WritebackPolicy>) -> World {
             t,
             NewProvider {
                 name: "demo".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 // The rows were written a moment ago: no visibility lag and no call time
                 // after the row's updated_at, so a complete miss may conclude not_applied.

@@ -10,7 +10,7 @@ pub(crate) async fn story_audit_charges(ledger: Arc<dyn Ledger>) {
             a.id,
             reckon_ledger::NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
             },
@@ -276,7 +276,7 @@ pub(crate) async fn story_dash_charge_lookup(ledger: Arc<dyn Ledger>) {
                 t.id,
                 reckon_ledger::NewProvider {
                     name: "pay".into(),
-                    kind: "demo".into(),
+                    kind: reckon_ledger::ProviderKind::Demo,
                     secret: None,
                     settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
                 },
@@ -416,7 +416,7 @@ pub(crate) async fn story_charge_terms_backfill(ledger: Arc<dyn Ledger>, raw: Ra
                 t.id,
                 reckon_ledger::NewProvider {
                     name: "pay".into(),
-                    kind: "demo".into(),
+                    kind: reckon_ledger::ProviderKind::Demo,
                     secret: None,
                     settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
                 },
@@ -472,7 +472,7 @@ pub(crate) async fn story_scrub_stored_answers(ledger: Arc<dyn Ledger>, raw: Raw
             t.id,
             reckon_ledger::NewProvider {
                 name: "pay".into(),
-                kind: "http".into(),
+                kind: reckon_ledger::ProviderKind::Http,
                 secret: Some(secrecy::SecretString::from(OWN)),
                 settings: serde_json::json!({"base_url": "https://pay.example/"}),
             },

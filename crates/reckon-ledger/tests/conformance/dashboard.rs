@@ -137,7 +137,7 @@ pub(crate) async fn story_metrics_routes(ledger: Arc<dyn Ledger>) {
             t.id,
             NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": "http://127.0.0.1:9/" }),
             },
@@ -457,7 +457,7 @@ pub(crate) async fn story_dash_parked(ledger: Arc<dyn Ledger>) {
             t.id,
             reckon_ledger::NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({}),
             },
@@ -657,7 +657,7 @@ pub(crate) async fn story_dash_provider_health(ledger: Arc<dyn Ledger>) {
                     tenant,
                     reckon_ledger::NewProvider {
                         name: name.into(),
-                        kind: "demo".into(),
+                        kind: reckon_ledger::ProviderKind::Demo,
                         secret: None,
                         settings: serde_json::json!({"base_url": "https://pay.example/"}),
                     },
@@ -771,7 +771,7 @@ pub(crate) async fn story_metrics_provider_health(ledger: Arc<dyn Ledger>) {
                     tenant,
                     reckon_ledger::NewProvider {
                         name: name.into(),
-                        kind: "demo".into(),
+                        kind: reckon_ledger::ProviderKind::Demo,
                         secret: None,
                         settings: serde_json::json!({"base_url": "https://pay.example/"}),
                     },
@@ -905,7 +905,7 @@ pub(crate) async fn story_backlog_by_operation(ledger: Arc<dyn Ledger>) {
             t.id,
             NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": "http://127.0.0.1:9/" }),
             },

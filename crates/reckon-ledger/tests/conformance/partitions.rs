@@ -90,7 +90,7 @@ async fn tenant_with_rows(l: &dyn Ledger, slug: &str, now: f64) -> (TenantId, i6
             t,
             NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({}),
             },

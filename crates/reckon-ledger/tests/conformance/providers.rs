@@ -9,7 +9,7 @@ pub(crate) async fn story_rc_providers(ledger: Arc<dyn Ledger>, raw: RawDb) {
             t.id,
             reckon_ledger::NewProvider {
                 name: "stripe-live".into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(SecretString::from("rk_live_canary123".to_owned())),
                 settings: serde_json::json!({ "mode": "live" }),
             },
@@ -40,7 +40,7 @@ pub(crate) async fn story_rc_providers(ledger: Arc<dyn Ledger>, raw: RawDb) {
                 t.id,
                 reckon_ledger::NewProvider {
                     name: "stripe-live".into(),
-                    kind: "stripe".into(),
+                    kind: reckon_ledger::ProviderKind::Stripe,
                     secret: None,
                     settings: serde_json::json!({}),
                 },
@@ -154,6 +154,15 @@ pub(crate) async fn story_rc_providers(ledger: Arc<dyn Ledger>, raw: RawDb) {
             .len(),
         1
     );
+    // A kind stored by hand that reckon does not know is read as an error naming the kinds
+    // there are, never passed on as a word to guess from.
+    raw.exec("UPDATE provider SET kind = 'adyen' WHERE name = 'stripe-live'")
+        .await;
+    let e = ledger.list_providers(t.id).await.unwrap_err();
+    assert!(
+        matches!(&e, LedgerError::Invalid(m) if m.contains("\"adyen\" is unknown: use stripe, http or demo")),
+        "{e}"
+    );
 }
 
 /// A provider's calibration is kept for the settings it was measured with: written only
@@ -172,7 +181,7 @@ pub(crate) async fn story_rc_calibration(ledger: Arc<dyn Ledger>) {
                     t,
                     reckon_ledger::NewProvider {
                         name: "stripe".into(),
-                        kind: "stripe".into(),
+                        kind: reckon_ledger::ProviderKind::Stripe,
                         secret: Some(SecretString::from("rk_test_cal".to_owned())),
                         settings,
                     },

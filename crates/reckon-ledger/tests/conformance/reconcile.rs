@@ -686,7 +686,7 @@ pub(crate) async fn story_rc_retract_contradicted(ledger: Arc<dyn Ledger>, raw: 
                     tenant,
                     reckon_ledger::NewProvider {
                         name: "stripe".into(),
-                        kind: "stripe".into(),
+                        kind: reckon_ledger::ProviderKind::Stripe,
                         secret: None,
                         settings: serde_json::json!({}),
                     },

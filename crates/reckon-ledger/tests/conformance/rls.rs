@@ -112,7 +112,7 @@ async fn two_tenants(db: &TestDb) -> (i64, i64) {
                 t.id,
                 reckon_ledger::NewProvider {
                     name: "pay".into(),
-                    kind: "demo".into(),
+                    kind: reckon_ledger::ProviderKind::Demo,
                     secret: None,
                     settings: serde_json::json!({"base_url": "http://127.0.0.1:9/"}),
                 },

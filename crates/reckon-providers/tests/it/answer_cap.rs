@@ -80,7 +80,7 @@ fn client() -> GetClient {
 
 fn stripe(base: &str) -> Arc<dyn Provider> {
     build_provider(
-        "stripe",
+        reckon_providers::ProviderKind::Stripe,
         &json!({
             "base_url": base, "mode": "test", "use_search": false, "use_events": false,
             "list_objects": ["charges"], "rate_per_sec": 0, "visibility_lag_secs": 60,
@@ -94,7 +94,7 @@ fn stripe(base: &str) -> Arc<dyn Provider> {
 
 fn http(base: &str) -> Arc<dyn Provider> {
     build_provider(
-        "http",
+        reckon_providers::ProviderKind::Http,
         &json!({ "base_url": base, "rate_per_sec": 0, "visibility_lag_secs": 0 }),
         None,
         client(),

@@ -26,7 +26,7 @@ fn stripe(base: &str, extra: serde_json::Value) -> Arc<dyn Provider> {
         settings[k] = v.clone();
     }
     build_provider(
-        "stripe",
+        reckon_providers::ProviderKind::Stripe,
         &settings,
         Some(SecretString::from("sk_test_fault".to_owned())),
         GetClient::new(Duration::from_millis(800)),
@@ -514,7 +514,7 @@ fn fixture_stripe(base: &str, extra: serde_json::Value) -> Arc<dyn Provider> {
         settings[k] = v.clone();
     }
     build_provider(
-        "stripe",
+        reckon_providers::ProviderKind::Stripe,
         &settings,
         Some(SecretString::from("rk_test_fixtures".to_owned())),
         GetClient::new(Duration::from_secs(2)),

@@ -46,7 +46,7 @@ fn stripe(sim: &Sim, extra: serde_json::Value) -> Arc<dyn Provider> {
         settings[k] = v.clone();
     }
     build_provider(
-        "stripe",
+        reckon_providers::ProviderKind::Stripe,
         &settings,
         Some(SecretString::from("rk_test_sim".to_owned())),
         GetClient::new(Duration::from_secs(2)),

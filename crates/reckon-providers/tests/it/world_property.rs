@@ -217,7 +217,7 @@ async fn run(c: Case, figures: &Figures) -> Result<(), TestCaseError> {
     };
     let mismatched = c.clock.abs() > 300.0 || c.late || c.other_field || c.lists == 3;
     let p: Arc<dyn Provider> = build_provider(
-        "stripe",
+        reckon_providers::ProviderKind::Stripe,
         &json!({
             "base_url": sim.base_url, "mode": "test", "visibility_lag_secs": 60,
             "rate_per_sec": 0, "max_pages": 50, "list_objects": list_objects,

@@ -13,7 +13,7 @@ use super::fmt::{When, effect_href, money, seg, when_in, zone};
 use super::{PageError, error_page, html, not_found, wants_fragment};
 use crate::AppState;
 use crate::authz::{Permission, allows};
-use crate::web::WebSession;
+use crate::session::WebSession;
 use askama::Template;
 use axum::Extension;
 use axum::extract::rejection::QueryRejection;

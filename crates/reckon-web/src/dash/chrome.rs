@@ -6,7 +6,7 @@ use super::fmt::{seg, zone};
 use super::{assets, error_page};
 use crate::AppState;
 use crate::authz::{Permission, allows};
-use crate::web::WebSession;
+use crate::session::WebSession;
 use askama::Template;
 use axum::http::StatusCode;
 use axum::response::Response;

@@ -4,7 +4,7 @@
 
 use super::chrome::bad_request;
 use super::error_page;
-use crate::web::WebSession;
+use crate::session::WebSession;
 use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::http::StatusCode;
@@ -12,7 +12,7 @@ use axum::response::Response;
 use serde::Deserialize;
 
 fn csrf_ok(s: &WebSession, token: &str) -> bool {
-    crate::web::same_token(token, &s.csrf_token)
+    crate::session::same_token(token, &s.csrf_token)
 }
 
 /// A dashboard form that carries the session's CSRF token.

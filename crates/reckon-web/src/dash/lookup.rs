@@ -5,7 +5,7 @@ use super::chrome::{Chrome, other_tenants, tenant_zone};
 use super::fmt::{When, effect_href, seg, when_in};
 use super::{PageError, html, wants_fragment};
 use crate::AppState;
-use crate::web::WebSession;
+use crate::session::WebSession;
 use askama::Template;
 use axum::Extension;
 use axum::extract::rejection::QueryRejection;

@@ -27,7 +27,7 @@ pub mod settings;
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::web::WebSession;
+use crate::session::WebSession;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header::{CACHE_CONTROL, VARY};
@@ -326,7 +326,7 @@ pub async fn fallback(
     if !path.starts_with("/t/") {
         return not_found();
     }
-    let session = match crate::web::current_session(&st, &headers).await {
+    let session = match crate::session::current_session(&st, &headers).await {
         Ok(Some(s)) => s,
         Ok(None) => return axum::response::Redirect::to("/signin").into_response(),
         Err(e) => return PageError(e).into_response(),

@@ -8,7 +8,7 @@ use super::fmt::{When, age, day_text, when_in, when_opt_in, zone};
 use super::queue::last_unresolved;
 use super::{PageError, html, wants_fragment};
 use crate::AppState;
-use crate::web::WebSession;
+use crate::session::WebSession;
 use askama::Template;
 use axum::Extension;
 use axum::extract::rejection::QueryRejection;
@@ -175,7 +175,7 @@ pub async fn overview(
             let (lookups, indeterminate) = h.map_or((0, 0), |h| (h.lookups, h.indeterminate));
             ProviderHealthView {
                 name: p.name.clone(),
-                kind: p.kind.clone(),
+                kind: p.kind.to_string(),
                 lookups,
                 indeterminate,
                 indeterminate_rate: if lookups == 0 {

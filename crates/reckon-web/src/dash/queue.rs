@@ -8,7 +8,7 @@ use super::fmt::{When, age, effect_href, seg, when_in, when_opt_in};
 use super::{PageError, html, not_found, wants_fragment};
 use crate::AppState;
 use crate::authz::{Permission, allows};
-use crate::web::WebSession;
+use crate::session::WebSession;
 use askama::Template;
 use axum::Extension;
 use axum::Form;

@@ -11,7 +11,7 @@ use super::{PageError, html};
 use crate::AppState;
 use crate::actions::dash_ctx;
 use crate::api::providers::ProviderInput;
-use crate::web::WebSession;
+use crate::session::WebSession;
 use askama::Template;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
@@ -51,6 +51,27 @@ pub struct SettingsFlash {
     pub provider_settings: String,
     /// The connect checks of a source just added or checked: (source, checks).
     pub checks: Option<(String, Vec<reckon_engine::connect::Check>)>,
+}
+
+/// One kind in the provider form's list, from the registry of provider kinds.
+pub struct KindOption {
+    pub value: &'static str,
+    pub label: &'static str,
+    pub selected: bool,
+}
+
+impl SettingsFlash {
+    /// Every provider kind reckon knows, the one typed before an error selected.
+    pub fn provider_kinds(&self) -> Vec<KindOption> {
+        reckon_ledger::ProviderKind::ALL
+            .into_iter()
+            .map(|k| KindOption {
+                value: k.as_str(),
+                label: reckon_providers::adapter(k).label,
+                selected: self.provider_kind.trim() == k.as_str(),
+            })
+            .collect()
+    }
 }
 
 pub struct SettingsSource {
@@ -278,12 +299,12 @@ pub struct ProviderView {
 fn provider_view(p: &reckon_ledger::Provider, base: &str) -> ProviderView {
     ProviderView {
         name: p.name.clone(),
-        kind: p.kind.clone(),
+        kind: p.kind.as_str().to_owned(),
         has_secret: p.has_secret,
         // Settings hold no secret (the key is sealed apart and never read back here).
         settings: p.settings.to_string(),
         calibration: match &p.calibration {
-            None if p.kind == "stripe" => "not measured yet".into(),
+            None if reckon_providers::adapter(p.kind).calibrates => "not measured yet".into(),
             // A lookup by key needs none.
             None => "not needed (looked up by key)".into(),
             Some(c) => c["reason"].as_str().unwrap_or("").to_owned(),
@@ -482,7 +503,9 @@ pub async fn add_provider(
     let input = ProviderInput {
         name: name.clone(),
         kind: f.kind.trim().to_owned(),
-        secret: Some(f.secret.clone()).filter(|x| !x.is_empty()),
+        secret: Some(f.secret.clone())
+            .filter(|x| !x.is_empty())
+            .map(secrecy::SecretString::from),
         settings,
     };
     let ctx = crate::actions::dash_ctx(&st, &s);

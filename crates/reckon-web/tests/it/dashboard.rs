@@ -1189,7 +1189,7 @@ async fn a_provider_charge_id_finds_its_effect_and_the_verdict_says_charged_once
             w.a.id,
             reckon_ledger::NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: json!({"base_url": "http://127.0.0.1:9/"}),
             },
@@ -1283,7 +1283,7 @@ async fn finance_looks_up_a_providers_indeterminate_effects_again_from_the_queue
             w.a.id,
             reckon_ledger::NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 // Loopback: the default egress policy refuses it, so every lookup is
                 // indeterminate (a fault is never an answer).
@@ -2320,7 +2320,7 @@ async fn an_admin_tests_providers_and_the_overview_shows_their_health_and_yester
                 w.a.id,
                 reckon_ledger::NewProvider {
                     name: name.into(),
-                    kind: "demo".into(),
+                    kind: reckon_ledger::ProviderKind::Demo,
                     secret: None,
                     settings: json!({"base_url": url}),
                 },

@@ -325,7 +325,10 @@ async fn providers_are_checked_before_they_are_stored_and_secrets_never_come_bac
     let strict = w.app.clone(); // the default egress policy: loopback refused
     let t = &w.token_a;
     for (body, needle) in [
-        (json!({"name": "x", "kind": "paypal"}), "kind"),
+        (
+            json!({"name": "x", "kind": "paypal"}),
+            "is unknown: use stripe, http or demo",
+        ),
         (
             json!({"name": "x", "kind": "demo", "settings": {"base_url": "http://example.com", "colour": 1}}),
             "colour",

@@ -176,7 +176,7 @@ async fn seed(w: &World) -> Acme {
             w.a.id,
             NewProvider {
                 name: A_PROVIDER.into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(secrecy::SecretString::from("rk_test_roles".to_owned())),
                 settings: json!({"account": "acct_roles", "base_url": "http://127.0.0.1:9"}),
             },

@@ -118,7 +118,7 @@ async fn reckon_audit_runs_prints_every_format_and_verify_catches_an_edit() {
             t,
             NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": base }),
             },

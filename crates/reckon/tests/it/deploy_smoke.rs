@@ -578,7 +578,7 @@ async fn two_replicas_with_the_deploy_environment_start_on_a_password_protected_
             tenant.id,
             reckon_ledger::NewProvider {
                 name: "pay".into(),
-                kind: "http".into(),
+                kind: reckon_ledger::ProviderKind::Http,
                 secret: None,
                 settings: serde_json::json!({ "base_url": "http://127.0.0.1:9/" }),
             },

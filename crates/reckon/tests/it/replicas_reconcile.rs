@@ -134,7 +134,7 @@ async fn seed(
             t.id,
             NewProvider {
                 name: "pay".into(),
-                kind: "demo".into(),
+                kind: reckon_ledger::ProviderKind::Demo,
                 secret: None,
                 settings: serde_json::json!({ "base_url": url }),
             },
