@@ -1,0 +1,215 @@
+//! The reconciler's queue: what `claim_due` takes, read from `reconcile_due`.
+
+use crate::support::RawDb;
+use crate::{attempt, batch, claim, rec, tenant_and_source};
+use reckon_domain::{State, time};
+use reckon_ledger::{Ledger, TenantId};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+async fn keys_claimed(ledger: &dyn Ledger, t: TenantId, owner: &str, at: f64) -> BTreeSet<String> {
+    ledger
+        .claim_due(t, owner, at, 30.0, 50)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.effect.key)
+        .collect()
+}
+
+fn keys(k: &[&str]) -> BTreeSet<String> {
+    k.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// An effect is in the queue while it is open: unknown at once, a claim in progress once it
+/// is abandoned (by time, with no write), put off again when its application renews the
+/// claim, taken out by a verdict or by its source's own answer; and never before its next
+/// attempt or while another holds its lease.
+pub(crate) async fn story_rc_queue(ledger: Arc<dyn Ledger>) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    // The batch abandons a claim 300 s after its lease (`expires_at`) ends.
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:u1", State::Unknown, now - 100.0),
+                rec("charge:v1:s1", State::Succeeded, now - 100.0),
+                claim("charge:v1:p1", now - 500.0, now - 400.0),
+                claim("charge:v1:p2", now - 100.0, now + 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    let first = ledger.claim_due(t.id, "w", now, 30.0, 50).await.unwrap();
+    let got: BTreeSet<String> = first.iter().map(|c| c.effect.key.clone()).collect();
+    assert_eq!(
+        got,
+        keys(&["charge:v1:p1", "charge:v1:u1"]),
+        "the unknown effect and the claim abandoned by now, nothing else"
+    );
+    let id = |k: &str| first.iter().find(|c| c.effect.key == k).unwrap().effect.id;
+    let (u1, p1) = (id("charge:v1:u1"), id("charge:v1:p1"));
+    ledger
+        .record_attempt(t.id, u1, "w", attempt("indeterminate", now, now + 50.0, false))
+        .await
+        .unwrap();
+    ledger
+        .record_attempt(t.id, p1, "w", attempt("applied", now, now + 50.0, true))
+        .await
+        .unwrap();
+    assert!(
+        keys_claimed(&*ledger, t.id, "w", now + 10.0).await.is_empty(),
+        "u1 waits for its next attempt, p1 is resolved, p2 is not abandoned yet"
+    );
+
+    // p2's application renews its claim: abandoned 300 s after the new end, not the old.
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![claim("charge:v1:p2", now + 1.0, now + 1000.0)]),
+        )
+        .await
+        .unwrap();
+    let at = now + 500.0;
+    let c = ledger.claim_due(t.id, "w", at, 30.0, 50).await.unwrap();
+    assert_eq!(
+        c.iter().map(|c| c.effect.key.as_str()).collect::<Vec<_>>(),
+        ["charge:v1:u1"],
+        "p2 was renewed until {}",
+        now + 1300.0
+    );
+    ledger
+        .record_attempt(t.id, u1, "w", attempt("indeterminate", at, now + 2000.0, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        keys_claimed(&*ledger, t.id, "w", now + 1400.0).await,
+        keys(&["charge:v1:p2"]),
+        "abandoned once its renewed claim ran out"
+    );
+
+    // u1's source learns the outcome itself: out of the queue, whatever its schedule.
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![rec("charge:v1:u1", State::Succeeded, now + 2.0)]),
+        )
+        .await
+        .unwrap();
+    // p2's lease (taken at now + 1400 for 30 s) runs out with nobody recording: due again.
+    assert_eq!(
+        keys_claimed(&*ledger, t.id, "w2", now + 3000.0).await,
+        keys(&["charge:v1:p2"]),
+        "a lease that ran out frees its effect, and u1 is closed by its source"
+    );
+    // p2's application finishes it: gone from the queue, even with its lease run out.
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![rec("charge:v1:p2", State::Succeeded, now + 3.0)]),
+        )
+        .await
+        .unwrap();
+    assert!(
+        keys_claimed(&*ledger, t.id, "w3", now + 9000.0).await.is_empty(),
+        "nothing open is left"
+    );
+    // A new unknown effect joins at once; another tenant's never shows.
+    let (o, os) = tenant_and_source(&*ledger, "other", "shop").await;
+    ledger
+        .ingest(
+            o.id,
+            os.id,
+            batch(vec![rec("charge:v1:x1", State::Unknown, now)]),
+        )
+        .await
+        .unwrap();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![rec("charge:v1:u2", State::Unknown, now + 4.0)]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        keys_claimed(&*ledger, t.id, "w4", now + 9000.0).await,
+        keys(&["charge:v1:u2"])
+    );
+}
+
+/// A ledger migrated before the queue existed: its open effects (and their schedules and
+/// leases) are in the queue after the next migrate, its closed and resolved ones are not.
+pub(crate) async fn story_rc_queue_backfill(ledger: Arc<dyn Ledger>, raw: RawDb) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    // As the ledger stood before: no queue, nothing keeping it.
+    raw.exec(match &raw {
+        RawDb::Postgres(_) => {
+            "DROP TABLE reconcile_due; DROP FUNCTION reckon_keep_due() CASCADE; \
+             DROP FUNCTION reckon_schedule_due() CASCADE; \
+             DELETE FROM _sqlx_migrations WHERE version = 33"
+        }
+        RawDb::Sqlite(_) => {
+            "DROP TABLE reconcile_due; DROP TRIGGER effect_enters_due; \
+             DROP TRIGGER effect_stays_due; DROP TRIGGER effect_leaves_due; \
+             DROP TRIGGER reconcile_state_schedules_due; \
+             DROP TRIGGER reconcile_state_reschedules_due; \
+             DELETE FROM _sqlx_migrations WHERE version = 33"
+        }
+    })
+    .await;
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![
+                rec("charge:v1:u1", State::Unknown, now - 100.0),
+                rec("charge:v1:u2", State::Unknown, now - 100.0),
+                rec("charge:v1:u3", State::Unknown, now - 100.0),
+                rec("charge:v1:s1", State::Succeeded, now - 100.0),
+                claim("charge:v1:p1", now - 500.0, now - 400.0),
+                claim("charge:v1:p2", now - 100.0, now + 100.0),
+            ]),
+        )
+        .await
+        .unwrap();
+    let effects = ledger.list_effects(t.id, &crate::everything()).await.unwrap();
+    let id = |k: &str| effects.iter().find(|e| e.key == k).unwrap().id;
+    // u2 leased (as a claim would have left it), u3 resolved by hand.
+    let leased = ledger
+        .claim_effect(t.id, id("charge:v1:u2"), "w", now, 600.0)
+        .await
+        .unwrap();
+    assert!(leased.is_some());
+    ledger
+        .resolve_by_hand(
+            t.id,
+            id("charge:v1:u3"),
+            reckon_ledger::NewResolution {
+                outcome: reckon_ledger::Outcome::Applied,
+                author: "someone@example.test".into(),
+                note: Some("checked by hand".into()),
+                evidence: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap();
+
+    let ledger = raw.reopen().await;
+    assert_eq!(
+        keys_claimed(&*ledger, t.id, "w2", now).await,
+        keys(&["charge:v1:p1", "charge:v1:u1"]),
+        "open and free now: not the leased, the resolved, the closed or the renewed"
+    );
+    assert_eq!(
+        keys_claimed(&*ledger, t.id, "w3", now + 700.0).await,
+        keys(&["charge:v1:p1", "charge:v1:p2", "charge:v1:u1", "charge:v1:u2"]),
+        "with the leases run out, and the claim abandoned since"
+    );
+}
