@@ -12,6 +12,7 @@ mod effects;
 mod lease;
 mod metrics;
 mod model;
+mod pools;
 mod postgres;
 mod providers;
 mod reconcile;
@@ -43,6 +44,7 @@ pub use metrics::{
     UnresolvedGroup,
 };
 pub use model::*;
+pub use pools::operator_view;
 pub use providers::{NewProvider, Provider, ProviderChange, Providers, Route};
 pub use reckon_domain::ingest::ingest_plan;
 pub use reckon_keyring::{Keyring, KeyringError};

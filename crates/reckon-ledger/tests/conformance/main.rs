@@ -111,6 +111,7 @@ conformance! {
     a_leased_effect_is_claimed_by_one_worker_until_its_lease_or_schedule_expires => story_rc_claims;
     an_effect_is_claimable_while_open_abandoned_claims_by_time_and_never_before_its_schedule => story_rc_queue;
     open_effects_stored_before_the_reconcilers_queue_are_claimable_after_the_next_migrate => story_rc_queue_backfill with raw;
+    the_operators_view_answers_while_background_work_holds_every_connection_of_the_work_pool => story_operator_view_has_its_own_connections with raw;
     an_upgrade_retracts_applied_verdicts_of_the_old_rule_and_makes_them_due => story_rc_upgrade_verdicts with raw;
     an_upgrade_retracts_unwitnessed_absence_and_makes_it_due => story_rc_upgrade_absence with raw;
     a_not_applied_contradicted_by_an_imported_charge_is_retracted_and_parked => story_rc_retract_contradicted with raw;

@@ -1,11 +1,15 @@
-//! The reconciler's queue: what `claim_due` takes, read from `reconcile_due`.
+//! The reconciler's queue (what `claim_due` takes, read from `reconcile_due`) and the
+//! operator's pool (what `/metrics` and the dashboard read through while background work
+//! holds every connection of the work's pool).
 
 use crate::support::RawDb;
 use crate::{attempt, batch, claim, rec, tenant_and_source};
 use reckon_domain::{State, time};
-use reckon_ledger::{Ledger, TenantId};
+use reckon_ledger::{Ledger, LedgerError, MetricsQuery, TenantId};
+use sqlx::Connection;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 async fn keys_claimed(ledger: &dyn Ledger, t: TenantId, owner: &str, at: f64) -> BTreeSet<String> {
     ledger
@@ -212,4 +216,109 @@ pub(crate) async fn story_rc_queue_backfill(ledger: Arc<dyn Ledger>, raw: RawDb)
         keys(&["charge:v1:p1", "charge:v1:p2", "charge:v1:u1", "charge:v1:u2"]),
         "with the leases run out, and the claim abandoned since"
     );
+}
+
+/// Background work holds every connection of the work's pool, each waiting for a lock it
+/// cannot get; the operator's view (the scrape's read, the readiness ping) still answers at
+/// once, from its own connections.
+pub(crate) async fn story_operator_view_has_its_own_connections(
+    ledger: Arc<dyn Ledger>,
+    raw: RawDb,
+) {
+    let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let now = time::now();
+    ledger
+        .ingest(
+            t.id,
+            s.id,
+            batch(vec![rec("charge:v1:u1", State::Unknown, now - 100.0)]),
+        )
+        .await
+        .unwrap();
+    let c = ledger.claim_due(t.id, "w", now, 600.0, 1).await.unwrap();
+    let effect = c[0].effect.id;
+
+    // Held outside the ledger: PostgreSQL, the effect's row (recording an attempt locks it
+    // first); SQLite, the write lock (recording begins a write).
+    let holder: Box<dyn std::any::Any + Send> = match &raw {
+        RawDb::Postgres(url) => {
+            let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "BEGIN; SELECT id FROM effect WHERE id = {effect} FOR UPDATE"
+            )))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            Box::new(conn)
+        }
+        RawDb::Sqlite(path) => {
+            let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+            let mut conn = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+            sqlx::raw_sql("BEGIN IMMEDIATE")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            Box::new(conn)
+        }
+    };
+    let max = ledger.pool_status().max;
+    let mut work = tokio::task::JoinSet::new();
+    for _ in 0..(3 * max) {
+        let ledger = ledger.clone();
+        work.spawn(async move {
+            ledger
+                .record_attempt(t.id, effect, "w", attempt("indeterminate", now, now, false))
+                .await
+        });
+    }
+    let full = async {
+        while ledger.pool_status().in_use < max {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), full)
+        .await
+        .expect("the work fills its pool");
+    let q = MetricsQuery {
+        tenant: None,
+        now,
+        replay_closing_created_before: now,
+        replay_closed_created_before: now,
+    };
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), ledger.metrics_snapshot(q))
+            .await
+            .is_err(),
+        "outside the operator's view the read waits for the work's pool"
+    );
+    let snapshot = tokio::time::timeout(
+        Duration::from_secs(2),
+        reckon_ledger::operator_view(ledger.metrics_snapshot(q)),
+    )
+    .await
+    .expect("the operator's view answers while the work's pool is full")
+    .unwrap();
+    assert_eq!(
+        snapshot.unresolved.iter().map(|g| g.unknown).sum::<i64>(),
+        1,
+        "with the backlog as it is"
+    );
+    tokio::time::timeout(
+        Duration::from_secs(2),
+        reckon_ledger::operator_view(ledger.ping()),
+    )
+    .await
+    .expect("readiness answers too")
+    .unwrap();
+
+    drop(holder);
+    let mut recorded = 0;
+    while let Some(done) = work.join_next().await {
+        match done.unwrap() {
+            Ok(_) => recorded += 1,
+            Err(LedgerError::LeaseLost(_)) => {}
+            Err(e) => panic!("a held-up write failed: {e}"),
+        }
+    }
+    assert_eq!(recorded, 1, "the lease holder's attempt, once");
 }
