@@ -10,12 +10,14 @@ CREATE TABLE reconcile_due (
 );
 CREATE INDEX reconcile_due_at ON reconcile_due (tenant_id, due_at);
 
--- `max` of several values is NULL when one is: the state's lease is coalesced.
+-- `max` of several values is NULL when one is: the state's lease is coalesced. A row is
+-- replaced by a delete and an insert: a trigger's `OR REPLACE` gives way to the conflict
+-- handling of the statement that fired it (ingest's upsert).
 CREATE TRIGGER effect_enters_due AFTER INSERT ON effect
     WHEN NOT NEW.resolved AND (NEW.state = 'unknown'
          OR (NEW.state = 'in_progress' AND NEW.gone_at IS NULL AND NEW.abandoned_at IS NOT NULL))
 BEGIN
-    INSERT OR REPLACE INTO reconcile_due (effect_id, tenant_id, opens_at, due_at)
+    INSERT INTO reconcile_due (effect_id, tenant_id, opens_at, due_at)
         VALUES (NEW.id, NEW.tenant_id,
                 CASE WHEN NEW.state = 'unknown' THEN 0.0 ELSE NEW.abandoned_at END,
                 CASE WHEN NEW.state = 'unknown' THEN 0.0 ELSE NEW.abandoned_at END);
@@ -24,7 +26,8 @@ CREATE TRIGGER effect_stays_due AFTER UPDATE OF state, gone_at, resolved, abando
     WHEN NOT NEW.resolved AND (NEW.state = 'unknown'
          OR (NEW.state = 'in_progress' AND NEW.gone_at IS NULL AND NEW.abandoned_at IS NOT NULL))
 BEGIN
-    INSERT OR REPLACE INTO reconcile_due (effect_id, tenant_id, opens_at, due_at)
+    DELETE FROM reconcile_due WHERE effect_id = NEW.id;
+    INSERT INTO reconcile_due (effect_id, tenant_id, opens_at, due_at)
         SELECT NEW.id, NEW.tenant_id, o.opens,
                max(o.opens, COALESCE(s.next_attempt_at, o.opens), COALESCE(s.lease_until, o.opens))
         FROM (SELECT CASE WHEN NEW.state = 'unknown' THEN 0.0 ELSE NEW.abandoned_at END AS opens) o

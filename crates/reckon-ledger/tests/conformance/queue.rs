@@ -147,26 +147,33 @@ pub(crate) async fn story_rc_queue(ledger: Arc<dyn Ledger>) {
     );
 }
 
+/// The statements that take the reconciler's queue (0033) out of a ledger, to make one as
+/// it stood before (the migration's row in `_sqlx_migrations` is the caller's to remove).
+pub(crate) fn without_the_queue(raw: &RawDb) -> &'static str {
+    match raw {
+        RawDb::Postgres(_) => {
+            "DROP TABLE reconcile_due; DROP FUNCTION reckon_keep_due() CASCADE; \
+             DROP FUNCTION reckon_schedule_due() CASCADE;"
+        }
+        RawDb::Sqlite(_) => {
+            "DROP TABLE reconcile_due; DROP TRIGGER effect_enters_due; \
+             DROP TRIGGER effect_stays_due; DROP TRIGGER effect_leaves_due; \
+             DROP TRIGGER reconcile_state_schedules_due; \
+             DROP TRIGGER reconcile_state_reschedules_due;"
+        }
+    }
+}
+
 /// A ledger migrated before the queue existed: its open effects (and their schedules and
 /// leases) are in the queue after the next migrate, its closed and resolved ones are not.
 pub(crate) async fn story_rc_queue_backfill(ledger: Arc<dyn Ledger>, raw: RawDb) {
     let (t, s) = tenant_and_source(&*ledger, "acme", "shop").await;
     let now = time::now();
     // As the ledger stood before: no queue, nothing keeping it.
-    raw.exec(match &raw {
-        RawDb::Postgres(_) => {
-            "DROP TABLE reconcile_due; DROP FUNCTION reckon_keep_due() CASCADE; \
-             DROP FUNCTION reckon_schedule_due() CASCADE; \
-             DELETE FROM _sqlx_migrations WHERE version = 33"
-        }
-        RawDb::Sqlite(_) => {
-            "DROP TABLE reconcile_due; DROP TRIGGER effect_enters_due; \
-             DROP TRIGGER effect_stays_due; DROP TRIGGER effect_leaves_due; \
-             DROP TRIGGER reconcile_state_schedules_due; \
-             DROP TRIGGER reconcile_state_reschedules_due; \
-             DELETE FROM _sqlx_migrations WHERE version = 33"
-        }
-    })
+    raw.exec(&format!(
+        "{} DELETE FROM _sqlx_migrations WHERE version = 33",
+        without_the_queue(&raw)
+    ))
     .await;
     ledger
         .ingest(
