@@ -443,7 +443,9 @@ async fn work_off(
     let mut recorded = 0;
     while Instant::now() < stop {
         let now = reckon_domain::time::now();
-        let claims = ledger.claim_due(tenant, &owner, now, 60.0, in_flight).await?;
+        let claims = ledger
+            .claim_due(tenant, &owner, now, 60.0, in_flight)
+            .await?;
         if claims.is_empty() {
             break;
         }

@@ -46,7 +46,10 @@ impl Driver for Lite {
         } else {
             l.pool_now().begin().await?
         };
-        pools::note_acquire(started, "every connection in use, or another writer's lock held");
+        pools::note_acquire(
+            started,
+            "every connection in use, or another writer's lock held",
+        );
         Ok(tx)
     }
 

@@ -56,7 +56,12 @@ pub(crate) async fn story_rc_queue(ledger: Arc<dyn Ledger>) {
     let id = |k: &str| first.iter().find(|c| c.effect.key == k).unwrap().effect.id;
     let (u1, p1) = (id("charge:v1:u1"), id("charge:v1:p1"));
     ledger
-        .record_attempt(t.id, u1, "w", attempt("indeterminate", now, now + 50.0, false))
+        .record_attempt(
+            t.id,
+            u1,
+            "w",
+            attempt("indeterminate", now, now + 50.0, false),
+        )
         .await
         .unwrap();
     ledger
@@ -64,7 +69,9 @@ pub(crate) async fn story_rc_queue(ledger: Arc<dyn Ledger>) {
         .await
         .unwrap();
     assert!(
-        keys_claimed(&*ledger, t.id, "w", now + 10.0).await.is_empty(),
+        keys_claimed(&*ledger, t.id, "w", now + 10.0)
+            .await
+            .is_empty(),
         "u1 waits for its next attempt, p1 is resolved, p2 is not abandoned yet"
     );
 
@@ -86,7 +93,12 @@ pub(crate) async fn story_rc_queue(ledger: Arc<dyn Ledger>) {
         now + 1300.0
     );
     ledger
-        .record_attempt(t.id, u1, "w", attempt("indeterminate", at, now + 2000.0, false))
+        .record_attempt(
+            t.id,
+            u1,
+            "w",
+            attempt("indeterminate", at, now + 2000.0, false),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -120,7 +132,9 @@ pub(crate) async fn story_rc_queue(ledger: Arc<dyn Ledger>) {
         .await
         .unwrap();
     assert!(
-        keys_claimed(&*ledger, t.id, "w3", now + 9000.0).await.is_empty(),
+        keys_claimed(&*ledger, t.id, "w3", now + 9000.0)
+            .await
+            .is_empty(),
         "nothing open is left"
     );
     // A new unknown effect joins at once; another tenant's never shows.
@@ -190,7 +204,10 @@ pub(crate) async fn story_rc_queue_backfill(ledger: Arc<dyn Ledger>, raw: RawDb)
         )
         .await
         .unwrap();
-    let effects = ledger.list_effects(t.id, &crate::everything()).await.unwrap();
+    let effects = ledger
+        .list_effects(t.id, &crate::everything())
+        .await
+        .unwrap();
     let id = |k: &str| effects.iter().find(|e| e.key == k).unwrap().id;
     // u2 leased (as a claim would have left it), u3 resolved by hand.
     let leased = ledger
@@ -220,7 +237,12 @@ pub(crate) async fn story_rc_queue_backfill(ledger: Arc<dyn Ledger>, raw: RawDb)
     );
     assert_eq!(
         keys_claimed(&*ledger, t.id, "w3", now + 700.0).await,
-        keys(&["charge:v1:p1", "charge:v1:p2", "charge:v1:u1", "charge:v1:u2"]),
+        keys(&[
+            "charge:v1:p1",
+            "charge:v1:p2",
+            "charge:v1:u1",
+            "charge:v1:u2"
+        ]),
         "with the leases run out, and the claim abandoned since"
     );
 }

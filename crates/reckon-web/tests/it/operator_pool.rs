@@ -32,8 +32,8 @@ async fn the_operators_view_answers_while_the_work_pool_is_full(backend: Backend
             .unwrap();
         Box::new(conn)
     } else {
-        let opts = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(w.data_dir().join("reckon.db"));
+        let opts =
+            sqlx::sqlite::SqliteConnectOptions::new().filename(w.data_dir().join("reckon.db"));
         let mut conn = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
         sqlx::raw_sql("BEGIN IMMEDIATE")
             .execute(&mut conn)
