@@ -10,7 +10,8 @@
 //! beside each page's p99. Goal: each page p99 <= 50 ms at 1,000,000 effects.
 //! Also printed: a lookup by order id timed at the ledger (server time, no HTTP).
 //!
-//! Run: `cargo run --release -p reckon-bench --bin dashboard -- --effects 1000000`.
+//! Run: `cargo run --release -p reckon-bench --bin dashboard -- --effects 1000000`
+//! (`--busy-core`: with one core kept busy for the whole run).
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -43,6 +44,13 @@ struct Args {
     /// 10,000,000 effects, the measurements one. Kept afterwards.
     #[arg(long, value_name = "DATABASE")]
     reuse: Option<String>,
+    /// Keep one core busy for the whole run (a thread of this process spinning), as another
+    /// process on a shared machine does.
+    #[arg(long)]
+    busy_core: bool,
+    /// The ledger's reads only (the claim among them), without the pages under `wrk`.
+    #[arg(long)]
+    reads_only: bool,
 }
 
 /// The allocator `reckon` runs with (its main.rs says why), for the code this runs in-process.
@@ -52,8 +60,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if Command::new("wrk").arg("--version").output().is_err() {
+    if !args.reads_only && Command::new("wrk").arg("--version").output().is_err() {
         bail!("wrk is not installed: apt-get install wrk");
+    }
+    println!("load average at start: {}", load_average());
+    if args.busy_core {
+        std::thread::spawn(|| {
+            let mut n = 0u64;
+            loop {
+                n = std::hint::black_box(n.wrapping_add(1));
+            }
+        });
+        println!("one core kept busy for the whole run");
     }
     let db = match &args.reuse {
         Some(db) => db.clone(),
@@ -70,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
     let base = args.admin_url.rsplit_once('/').context("admin URL")?.0;
     let url = format!("{base}/{db}");
     let result = run(&args, &url).await;
+    println!("load average at end: {}", load_average());
     if !args.keep && args.reuse.is_none() {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)"
@@ -383,6 +402,9 @@ async fn measure(
     // The reconciler's claim of its next 32 due effects (each claims 32 not yet claimed).
     read!("claim_due (32)", l.claim_due(t, "bench", now, 30.0, 32));
     println!("  load average: {}", load_average());
+    if args.reads_only {
+        return Ok(());
+    }
 
     // The lookup page asks for a different order id at each request (a fixed one would
     // measure one cached row), stepping through the ledger as the ledger-side timing does.

@@ -265,6 +265,8 @@ impl RowsAffected for sqlx::postgres::PgQueryResult {
 /// The ledger over one database.
 pub struct SqlLedger<B: Driver> {
     pub(crate) pool: sqlx::Pool<B::DB>,
+    /// The operator's view's own connections (`pools.rs`).
+    pub(crate) operator: sqlx::Pool<B::DB>,
     pub(crate) keyring: Keyring,
     pub(crate) driver: B,
 }

@@ -12,6 +12,7 @@ mod effects;
 mod lease;
 mod metrics;
 mod model;
+mod pools;
 mod postgres;
 mod providers;
 mod reconcile;
@@ -44,6 +45,7 @@ pub use metrics::{
     UnresolvedGroup,
 };
 pub use model::*;
+pub use pools::operator_view;
 pub use providers::{NewProvider, Provider, ProviderChange, Providers, Route};
 pub use reckon_domain::ProviderKind;
 pub use reckon_domain::ingest::ingest_plan;

@@ -8,14 +8,15 @@ use crate::driver::{Driver, Existing, Pg, SqlLedger};
 use crate::metrics::{MetricsQuery, MetricsSnapshot};
 use crate::model::{IngestBatch, TenantId};
 use crate::scope::Scope;
-use crate::{LedgerError, Result, rows};
+use crate::{LedgerError, Result, pools, rows};
+use log::LevelFilter;
 use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::Keyring;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgConnection, Postgres};
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub type PgLedger = SqlLedger<Pg>;
 
@@ -55,9 +56,14 @@ impl Driver for Pg {
                  set_config('reckon.session', '{session}', true), \
                  set_config('reckon.user', '{user}', true)"
             );
-            return Ok(l.pool.begin_with(AssertSqlSafe(begin)).await?);
+            let started = Instant::now();
+            let tx = l.pool_now().begin_with(AssertSqlSafe(begin)).await?;
+            pools::note_acquire(started, POOL_FULL);
+            return Ok(tx);
         }
-        let mut tx = l.pool.begin().await?;
+        let started = Instant::now();
+        let mut tx = l.pool_now().begin().await?;
+        pools::note_acquire(started, POOL_FULL);
         Self::rescope(&mut tx, scope).await?;
         Ok(tx)
     }
@@ -281,21 +287,14 @@ impl PgLedger {
         // Every pooled connection then acts as reckon_app: not the tables' owner, not a
         // superuser, no BYPASSRLS, so row-level security applies to all of its queries.
         Self::migrate_with(&owner_opts).await?;
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .acquire_timeout(Duration::from_secs(30))
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    sqlx::raw_sql(AssertSqlSafe(format!("SET ROLE reckon_app; {STAGE_TABLE}")))
-                        .execute(conn)
-                        .await?;
-                    Ok(())
-                })
-            })
-            .connect_with(owner_opts.clone())
-            .await?;
+        let pool = Self::pool_of(10).connect_with(owner_opts.clone()).await?;
+        // Opened as the operator's view first asks for a connection (most processes that
+        // open a ledger never do).
+        let operator =
+            Self::pool_of(pools::OPERATOR_CONNECTIONS).connect_lazy_with(owner_opts.clone());
         let ledger = SqlLedger {
             pool,
+            operator,
             keyring,
             driver: Pg {
                 owner_opts,
@@ -306,6 +305,23 @@ impl PgLedger {
         ledger.backfill_recorded_ids().await?;
         ledger.scrub_pending().await?;
         Ok(ledger)
+    }
+
+    /// A pool of `max` connections, each acting as reckon_app, with its staging table.
+    fn pool_of(max: u32) -> PgPoolOptions {
+        PgPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(Duration::from_secs(30))
+            // Slow acquires are warned of by `pools::note_acquire`, at most once a minute.
+            .acquire_slow_level(LevelFilter::Off)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    sqlx::raw_sql(AssertSqlSafe(format!("SET ROLE reckon_app; {STAGE_TABLE}")))
+                        .execute(conn)
+                        .await?;
+                    Ok(())
+                })
+            })
     }
 
     /// Migrations run as the login user (the tables' owner), on a one-connection pool of
@@ -339,6 +355,9 @@ fn already_held(e: &sqlx::Error) -> bool {
 /// the statement that inserts them. Temporary, so it needs no tenant policy (no other
 /// session sees it); emptied by every commit or rollback, so a batch never meets another's
 /// rows.
+/// What a long wait for a connection of this database's pools means.
+pub(crate) const POOL_FULL: &str = "every connection of the pool in use";
+
 const STAGE_TABLE: &str = "CREATE TEMP TABLE effect_stage (n int8, key text, operation text, \
      key_version text, subject text, state text, request_hash text, response text, \
      attempts int8, created_at float8, updated_at float8, expires_at float8, \

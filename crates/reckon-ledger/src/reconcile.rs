@@ -84,8 +84,8 @@ pub const IDS_PER_STATEMENT: usize = 10_000;
 
 #[apply(sql!)]
 impl<B: Driver> Reconciliation for SqlLedger<B> {
-    /// Lease up to `limit` unresolved, unresolution-free effects whose next attempt is due
-    /// and whose lease (if any) has expired. PostgreSQL skips rows another replica is
+    /// Lease up to `limit` unresolved effects whose next attempt is due and whose lease (if
+    /// any) has expired, the longest due first. PostgreSQL skips rows another replica is
     /// claiming; SQLite's one writer needs no lock.
     async fn claim_due(
         &self,
@@ -96,18 +96,20 @@ impl<B: Driver> Reconciliation for SqlLedger<B> {
         limit: i64,
     ) -> Result<Vec<Claim>> {
         let mut tx = B::begin(self, Scope::Tenant(tenant), true).await?;
-        // Chosen from the backlog's covering index (a locking read would fetch each effect of
-        // the backlog from the table), then locked; 16x the batch leaves room for other replicas.
-        // Both reads of `effect` name the tenant, so each is planned on its partition alone.
+        // The front of the reconciler's queue (`reconcile_due`, 0033: a row for each open
+        // effect, due when its schedule, its lease and its abandonment allow), a range of
+        // its index: what is claimed is what is read, however large the backlog. Then the
+        // chosen effects are locked and checked open once more. PostgreSQL reads up to 16x
+        // the batch, room for the rows other replicas are claiming (skipped, not waited
+        // for); it reads them lazily, as far as the batch needs. SQLite's one writer has no
+        // rows to skip.
+        let candidates = if B::LOCK_CLAIM.is_empty() { 1 } else { 16 };
         let ids: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "WITH due AS (SELECT e.id, COALESCE(r.next_attempt_at, 0) AS at \
-               FROM effect e LEFT JOIN reconcile_state r ON r.effect_id = e.id \
-               WHERE e.tenant_id = $1 AND {OPEN_EFFECT} \
-               AND (r.effect_id IS NULL OR (r.next_attempt_at <= $2 \
-                    AND (r.lease_until IS NULL OR r.lease_until <= $2))) \
-               ORDER BY at, e.id LIMIT $3 * 16) \
-             SELECT e.id FROM due JOIN effect e ON e.tenant_id = $1 AND e.id = due.id \
-             ORDER BY due.at, e.id LIMIT $3{}",
+            "SELECT e.id FROM (SELECT d.effect_id, d.due_at FROM reconcile_due d \
+               WHERE d.tenant_id = $1 AND d.due_at <= $2 \
+               ORDER BY d.due_at, d.effect_id LIMIT $3 * {candidates}) due \
+             JOIN effect e ON e.tenant_id = $1 AND e.id = due.effect_id \
+             WHERE {OPEN_EFFECT} ORDER BY due.due_at, due.effect_id LIMIT $3{}",
             B::LOCK_CLAIM
         )))
         .bind(tenant.0)

@@ -10,7 +10,8 @@ use crate::metrics::{
 };
 use crate::model::{IngestBatch, TenantId};
 use crate::scope::Scope;
-use crate::{LedgerError, Result, Store, rows};
+use crate::{LedgerError, Result, Store, pools, rows};
+use log::LevelFilter;
 use reckon_domain::ingest::IngestPlan;
 use reckon_keyring::{Keyring, files};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -19,7 +20,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub type SqliteLedger = SqlLedger<Lite>;
 
@@ -39,11 +40,17 @@ impl Driver for Lite {
         _scope: Scope<'_>,
         write: bool,
     ) -> Result<sqlx::Transaction<'static, Sqlite>> {
-        Ok(if write {
-            l.pool.begin_with("BEGIN IMMEDIATE").await?
+        let started = Instant::now();
+        let tx = if write {
+            l.pool_now().begin_with("BEGIN IMMEDIATE").await?
         } else {
-            l.pool.begin().await?
-        })
+            l.pool_now().begin().await?
+        };
+        pools::note_acquire(
+            started,
+            "every connection in use, or another writer's lock held",
+        );
+        Ok(tx)
     }
 
     async fn rescope(
@@ -177,7 +184,7 @@ impl Driver for Lite {
     async fn metrics_snapshot(l: &SqliteLedger, q: MetricsQuery) -> Result<MetricsSnapshot> {
         let tenant = tenant_param(&q);
         // One read transaction, so the answers describe the same moment.
-        let mut tx = l.pool.begin().await?;
+        let mut tx = Self::begin(l, Scope::Global, false).await?;
         let unresolved = sqlx::query(UNRESOLVED_SQL)
             .bind(q.now)
             .bind(q.replay_closing_created_before)
@@ -268,12 +275,23 @@ impl SqliteLedger {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
+        let pool_of = |max| {
+            SqlitePoolOptions::new()
+                .max_connections(max)
+                // Slow acquires are warned of by `pools::note_acquire`, at most once a minute.
+                .acquire_slow_level(LevelFilter::Off)
+        };
+        let pool = pool_of(4).connect_with(opts.clone()).await?;
+        // The operator's view reads a file of its own connections; a database in memory
+        // lives in its connections, so it has one pool only.
+        let operator = if on_disk {
+            pool_of(pools::OPERATOR_CONNECTIONS).connect_lazy_with(opts)
+        } else {
+            pool.clone()
+        };
         let ledger = SqlLedger {
             pool,
+            operator,
             keyring,
             driver: Lite {
                 marks,

@@ -42,7 +42,7 @@ impl<B: Driver> Store for SqlLedger<B> {
     /// Cheap liveness query for `/readyz`.
     async fn ping(&self) -> Result<()> {
         // One round trip on a pooled connection: no tenant data, so no scope.
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.pool_now().acquire().await?;
         sqlx::query("SELECT 1").execute(&mut *conn).await?;
         Ok(())
     }

@@ -129,6 +129,7 @@ pub fn app(state: AppState) -> Router {
             metrics::track_http,
         ))
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(axum::middleware::from_fn(metrics::operator_view))
         .layer(headers::security_headers())
         // Spans are keyed by the route template, never the raw path: keys and names in
         // paths are tenant data and unbounded.

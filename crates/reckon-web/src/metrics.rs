@@ -705,6 +705,19 @@ pub fn operator_app(state: AppState) -> Router {
     Router::new()
         .route("/metrics", get(open_metrics))
         .with_state(state)
+        .layer(axum::middleware::from_fn(operator_view))
+}
+
+/// Middleware: the operator's and people's views (everything but the API: `/metrics`,
+/// `/healthz`, `/readyz`, sign-in and the dashboard) read the ledger through its operator
+/// pool, which background work cannot fill (`reckon_ledger::operator_view`). The API is
+/// applications' traffic, and shares the work's pool with the reconciler and the scans.
+pub async fn operator_view(req: Request, next: Next) -> Response {
+    if req.uri().path().starts_with("/api/") {
+        next.run(req).await
+    } else {
+        reckon_ledger::operator_view(next.run(req)).await
+    }
 }
 
 /// Middleware: count and time every request by its route template (`MatchedPath`, never

@@ -69,7 +69,9 @@ impl PgLedger {
         q: MetricsQuery,
         batch: Vec<TenantId>,
     ) -> Result<MetricsSnapshot> {
-        let mut conn = self.pool.acquire().await?;
+        let started = std::time::Instant::now();
+        let mut conn = self.pool_now().acquire().await?;
+        crate::pools::note_acquire(started, super::POOL_FULL);
         let mut all = MetricsSnapshot::default();
         for tenant in batch {
             // One round trip (`begin_with` sends a simple query): the isolation level must

@@ -253,7 +253,9 @@ pub(crate) async fn story_rc_upgrade_backlog(ledger: Arc<dyn Ledger>, raw: RawDb
     }
     drop(ledger);
 
-    // The ledger as it was before: no flag, no trigger, indexes of the same names.
+    // The ledger as it was before: no flag, no trigger, indexes of the same names, and no
+    // reconciler's queue (0033, whose triggers read the flag; made again after 0023).
+    let queue = crate::queue::without_the_queue(&raw);
     let (triggers, function) = match raw {
         RawDb::Sqlite(_) => (
             "DROP TRIGGER resolution_marks_effect; DROP TRIGGER resolution_unmarks_effect;",
@@ -265,11 +267,11 @@ pub(crate) async fn story_rc_upgrade_backlog(ledger: Arc<dyn Ledger>, raw: RawDb
         ),
     };
     raw.exec(&format!(
-        "{triggers} {function} DROP INDEX effect_metrics_unresolved; \
+        "{queue} {triggers} {function} DROP INDEX effect_metrics_unresolved; \
          DROP INDEX effect_unresolved_since; ALTER TABLE effect DROP COLUMN resolved; \
          CREATE INDEX effect_metrics_unresolved ON effect (tenant_id); \
          CREATE INDEX effect_unresolved_since ON effect (tenant_id); \
-         DELETE FROM _sqlx_migrations WHERE version = 23;"
+         DELETE FROM _sqlx_migrations WHERE version IN (23, 33);"
     ))
     .await;
     let ledger = raw.reopen().await;

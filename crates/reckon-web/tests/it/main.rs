@@ -16,6 +16,7 @@ mod isolation;
 mod lookup_answers;
 mod nul;
 mod openapi;
+mod operator_pool;
 mod reconcile_api;
 mod roles;
 mod secret_moves;
