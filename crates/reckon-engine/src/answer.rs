@@ -17,11 +17,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::read::LookupReads;
 use jiff::tz::TimeZone;
 use reckon_domain::{Outcome, State, UnresolvedKind};
-use reckon_ledger::{
-    AuditRun, Effect, Ledger, LedgerError, ReconcileView, Route, StoredCharge, TenantId,
-};
+use reckon_ledger::{AuditRun, Effect, LedgerError, ReconcileView, Route, StoredCharge, TenantId};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -289,8 +288,8 @@ pub enum AnswerError {
 }
 
 /// Answer `query` for `tenant` as of `now`, times in `tz`.
-pub async fn answer(
-    ledger: &dyn Ledger,
+pub async fn answer<L: LookupReads + ?Sized>(
+    ledger: &L,
     tenant: TenantId,
     query: &str,
     now: f64,
@@ -354,12 +353,7 @@ pub async fn answer(
     } else {
         MatchedBy::Key
     };
-    let providers: HashMap<i64, String> = ledger
-        .list_providers(tenant)
-        .await?
-        .into_iter()
-        .map(|p| (p.id, p.name))
-        .collect();
+    let providers = provider_names(ledger, tenant).await?;
     let routes = ledger.list_routes(tenant).await?;
     let findings = Findings::read(ledger, tenant, &found, tz).await?;
     let charge_fact = |c: &StoredCharge| charge_fact(c, &providers, tz);
@@ -368,29 +362,15 @@ pub async fn answer(
     let mut effects = Vec::new();
     for e in &found.effects {
         let view = ledger.reconcile_view(tenant, e.id).await?;
-        let rid = response_ids(e);
-        let mine: Vec<&StoredCharge> = found
-            .charges
-            .iter()
-            .filter(|c| {
-                c.idempotency_key.as_deref() == Some(e.key.as_str())
-                    || rid.iter().any(|id| id == &c.charge_id)
-                    || c.payment_intent
-                        .as_deref()
-                        .is_some_and(|pi| rid.iter().any(|id| id == pi))
-            })
-            .collect();
+        let mine = charges_of(e, &found.charges);
         named.extend(mine.iter().map(|c| (c.provider_id, c.charge_id.as_str())));
-        let route = route_of(&routes, e);
-        let facts = Facts {
-            e,
-            view: &view,
-            charges: mine.iter().map(|c| charge_fact(c)).collect(),
-            findings: findings.of_effect(&e.source, &e.key),
-            provider: route.and_then(|r| r.provider.clone()),
-            routed: route.is_some_and(|r| r.provider_id.is_some()),
+        let read = Read {
+            charges: &mine,
+            findings: &findings,
+            routes: &routes,
+            providers: &providers,
         };
-        effects.push(judge(facts, now, tz));
+        effects.push(judge_effect(e, &view, &read, now, tz));
     }
     let orphans: Vec<OrphanAnswer> = found
         .charges
@@ -451,6 +431,103 @@ pub async fn answer(
     })
 }
 
+/// The lookup's judgement of one effect, as [`answer`] gives it for the effect among the
+/// others its search finds: its charges (made with its key, or named by its recorded
+/// result), the audit findings naming it and its route, judged by the same [`judge_effect`].
+/// The effect's own page reads this, so the page and the lookup cannot disagree.
+pub async fn effect_answer<L: LookupReads + ?Sized>(
+    ledger: &L,
+    tenant: TenantId,
+    e: &Effect,
+    view: &ReconcileView,
+    now: f64,
+    tz: &TimeZone,
+) -> Result<EffectAnswer, LedgerError> {
+    let ids = response_ids(e);
+    let charges = ledger
+        .charges_by_ids_or_keys(tenant, &ids, std::slice::from_ref(&e.key), 200)
+        .await?;
+    let found = Found {
+        effects: vec![e.clone()],
+        charges,
+        by_charge: false,
+        truncated: false,
+    };
+    let providers = provider_names(ledger, tenant).await?;
+    let routes = ledger.list_routes(tenant).await?;
+    let findings = Findings::read(ledger, tenant, &found, tz).await?;
+    let mine = charges_of(e, &found.charges);
+    let read = Read {
+        charges: &mine,
+        findings: &findings,
+        routes: &routes,
+        providers: &providers,
+    };
+    Ok(judge_effect(e, view, &read, now, tz))
+}
+
+/// The provider names of a tenant by id.
+async fn provider_names<L: LookupReads + ?Sized>(
+    ledger: &L,
+    tenant: TenantId,
+) -> Result<HashMap<i64, String>, LedgerError> {
+    Ok(ledger
+        .list_providers(tenant)
+        .await?
+        .into_iter()
+        .map(|p| (p.id, p.name))
+        .collect())
+}
+
+/// The charges of `charges` that are `e`'s: made with its key, or named by the ids its
+/// recorded result holds (a charge, its PaymentIntent).
+fn charges_of<'c>(e: &Effect, charges: &'c [StoredCharge]) -> Vec<&'c StoredCharge> {
+    let rid = response_ids(e);
+    charges
+        .iter()
+        .filter(|c| {
+            c.idempotency_key.as_deref() == Some(e.key.as_str())
+                || rid.iter().any(|id| id == &c.charge_id)
+                || c.payment_intent
+                    .as_deref()
+                    .is_some_and(|pi| rid.iter().any(|id| id == pi))
+        })
+        .collect()
+}
+
+/// What was read for judging effects, beside each effect's own reconciliation.
+struct Read<'a> {
+    /// The effect's own charges ([`charges_of`]).
+    charges: &'a [&'a StoredCharge],
+    findings: &'a Findings,
+    routes: &'a [Route],
+    providers: &'a HashMap<i64, String>,
+}
+
+/// The one judgement of an effect, for [`answer`] and [`effect_answer`] alike.
+fn judge_effect(
+    e: &Effect,
+    view: &ReconcileView,
+    read: &Read<'_>,
+    now: f64,
+    tz: &TimeZone,
+) -> EffectAnswer {
+    let route = route_of(read.routes, e);
+    let facts = Facts {
+        e,
+        view,
+        charges: read
+            .charges
+            .iter()
+            .map(|c| charge_fact(c, read.providers, tz))
+            .collect(),
+        findings: read.findings.of_effect(&e.source, &e.key),
+        provider: route.and_then(|r| r.provider.clone()),
+        routed: route.is_some_and(|r| r.provider_id.is_some()),
+    };
+    judge(facts, now, tz)
+}
+
 /// The effects and charges a search names.
 struct Found {
     effects: Vec<Effect>,
@@ -461,7 +538,11 @@ struct Found {
 }
 
 impl Found {
-    async fn read(ledger: &dyn Ledger, tenant: TenantId, q: &str) -> Result<Found, LedgerError> {
+    async fn read<L: LookupReads + ?Sized>(
+        ledger: &L,
+        tenant: TenantId,
+        q: &str,
+    ) -> Result<Found, LedgerError> {
         let limit = LOOKUP_LIMIT as i64 + 1;
         let mut effects = ledger.lookup(tenant, q, limit).await?;
         let mut by_charge = false;
@@ -529,8 +610,8 @@ const MAX_SPELLINGS: usize = 24;
 /// is searched in the tenant's own effects and charges, so nothing of another tenant's is
 /// ever offered. An order number without its prefix is tried with the prefixes of the
 /// tenant's own order ids.
-async fn suggestions(
-    ledger: &dyn Ledger,
+async fn suggestions<L: LookupReads + ?Sized>(
+    ledger: &L,
     tenant: TenantId,
     q: &str,
 ) -> Result<Vec<String>, LedgerError> {
@@ -565,7 +646,10 @@ async fn suggestions(
 /// The prefixes of the tenant's order ids ("ORD-" of "ORD-1017", "INV" of "INV2041"): the
 /// subjects of its first effects up to their last separator (`-`, `_`, `.`, `#`), or with
 /// their trailing number taken off, each once.
-async fn order_prefixes(ledger: &dyn Ledger, tenant: TenantId) -> Result<Vec<String>, LedgerError> {
+async fn order_prefixes<L: LookupReads + ?Sized>(
+    ledger: &L,
+    tenant: TenantId,
+) -> Result<Vec<String>, LedgerError> {
     let sample = ledger
         .list_effects(
             tenant,
@@ -731,8 +815,8 @@ struct Findings {
 }
 
 impl Findings {
-    async fn read(
-        ledger: &dyn Ledger,
+    async fn read<L: LookupReads + ?Sized>(
+        ledger: &L,
         tenant: TenantId,
         found: &Found,
         tz: &TimeZone,

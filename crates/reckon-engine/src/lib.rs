@@ -10,6 +10,7 @@ pub mod probe;
 pub mod provider_client;
 pub mod provider_input;
 pub mod push;
+pub mod read;
 pub mod reconcile;
 pub mod scan;
 pub mod schedule;

@@ -5,6 +5,7 @@ use crate::Format;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use reckon_engine::audit::{AuditCtx, AuditRequest, findings_csv, run_audit, set_settings, verify};
+use reckon_engine::read::audit_day;
 use reckon_ledger::{AuditRun, Ledger};
 use std::sync::Arc;
 
@@ -132,8 +133,7 @@ pub async fn run(
         }
         Some(AuditCmd::Show { tenant, id, format }) => {
             let t = ledger.tenant_by_slug(&tenant).await?;
-            let run = ledger
-                .get_audit_run(t.id, id)
+            let run = audit_day::run(ledger.as_ref(), t.id, id)
                 .await?
                 .with_context(|| format!("no audit run {id} in tenant {tenant}"))?;
             print_run(&run, format)?;
@@ -144,25 +144,23 @@ pub async fn run(
             format,
         }) => {
             let t = ledger.tenant_by_slug(&tenant).await?;
-            let tz = crate::output::tenant_zone(ledger.as_ref(), t.id).await?;
-            let runs = ledger.list_audit_runs(t.id, date.as_deref(), 100).await?;
+            let (tz, runs) =
+                audit_day::run_lines(ledger.as_ref(), t.id, date.as_deref(), 100).await?;
             crate::output::rows(
                 &runs,
                 format,
                 &[
                     "id", "day", "provider", "by", "status", "findings", "finished", "reason",
                 ],
-                |r| {
-                    let total: i64 = r.run.counts["findings"].as_object().map_or(0, |m| {
-                        m.values().filter_map(serde_json::Value::as_i64).sum()
-                    });
+                |l| {
+                    let r = &l.run;
                     vec![
                         r.id.to_string(),
                         r.run.day.clone(),
                         r.run.provider.clone(),
                         r.run.triggered_by.clone(),
                         r.run.status.clone(),
-                        total.to_string(),
+                        l.findings.to_string(),
                         crate::output::when(r.run.finished_at, &tz),
                         r.run.reason.clone().unwrap_or_default(),
                     ]

@@ -1,5 +1,5 @@
 //! `reckon lookup`: support's answer for an order, a key or a provider object id, rendered
-//! from the same [`reckon_engine::answer`] as the dashboard and the API. Exits 1 when
+//! from the same [`reckon_engine::read::lookup`] as the dashboard and the API. Exits 1 when
 //! nothing is found, so a script can tell "no such order" from an answer.
 
 use crate::Format;
@@ -16,11 +16,10 @@ pub async fn lookup(
     format: Format,
 ) -> anyhow::Result<bool> {
     let t = ledger.tenant_by_slug(tenant).await?;
-    let settings = ledger.audit_settings(t.id).await?;
-    let tz = jiff::tz::TimeZone::get(&settings.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
-    let a = reckon_engine::answer::answer(ledger, t.id, text, reckon_domain::time::now(), &tz)
+    let a = reckon_engine::read::lookup(ledger, t.id, text, reckon_domain::time::now())
         .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .answer;
     let mut out = std::io::stdout().lock();
     match format {
         Format::Json => writeln!(out, "{}", serde_json::to_string_pretty(&a)?)?,

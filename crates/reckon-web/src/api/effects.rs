@@ -176,6 +176,9 @@ pub struct EffectDetail {
     /// Lease, schedule, every attempt with its evidence, and the resolution if any.
     #[schema(value_type = reckon_engine::schema::ReconcileView)]
     reconcile: ReconcileView,
+    /// What happened, as support's lookup says it for this effect: the same verdict and
+    /// sentence (`GET /lookup`), never judged apart.
+    answer: reckon_engine::answer::EffectAnswer,
     /// For an unresolved effect: when its provider may forget the key (a retry would run
     /// the call again).
     #[schema(required = true)]
@@ -203,27 +206,26 @@ pub async fn detail(
     auth: Auth,
     ApiPath((source, key)): ApiPath<(String, String)>,
 ) -> Result<Json<EffectDetail>, ApiError> {
-    let found = state
-        .ledger
-        .get_effect(auth.tenant.id, &source, &key)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("no effect with that key in source {source:?}"))
-        })?;
-    let reconcile = state
-        .ledger
-        .reconcile_view(auth.tenant.id, found.effect.id)
-        .await?;
-    let replay_window = match (&found.effect.unresolved_kind, &reconcile.resolution) {
-        (Some(_), None) => {
-            replay_window(&*state.ledger, &auth.tenant, &found.effect, time::now()).await?
-        }
-        _ => None,
+    let now = time::now();
+    let v = reckon_engine::read::effect::effect_view(
+        &*state.ledger,
+        auth.tenant.id,
+        &source,
+        &key,
+        now,
+    )
+    .await?
+    .ok_or_else(|| ApiError::NotFound(format!("no effect with that key in source {source:?}")))?;
+    let replay_window = if v.open {
+        replay_window(&*state.ledger, &auth.tenant, &v.effect, now).await?
+    } else {
+        None
     };
     Ok(Json(EffectDetail {
-        effect: found.effect.try_into()?,
-        history: found.history,
-        reconcile,
+        effect: v.effect.try_into()?,
+        history: v.history,
+        reconcile: v.reconcile,
+        answer: v.answer,
         replay_window,
     }))
 }
@@ -254,18 +256,15 @@ pub async fn lookup(
     auth: Auth,
     ApiQuery(params): ApiQuery<LookupParams>,
 ) -> Result<Json<reckon_engine::answer::Answer>, ApiError> {
-    let settings = state.ledger.audit_settings(auth.tenant.id).await?;
-    let tz = jiff::tz::TimeZone::get(&settings.time_zone).unwrap_or(jiff::tz::TimeZone::UTC);
-    match reckon_engine::answer::answer(
+    match reckon_engine::read::lookup(
         &*state.ledger,
         auth.tenant.id,
         &params.q,
         reckon_domain::time::now(),
-        &tz,
     )
     .await
     {
-        Ok(a) => Ok(Json(a)),
+        Ok(v) => Ok(Json(v.answer)),
         Err(reckon_engine::answer::AnswerError::Invalid(why)) => {
             Err(ApiError::BadRequest(format!("q: {why}")))
         }

@@ -4,12 +4,11 @@
 //! recorded in the audit log like the API's export), and the run history with each run's
 //! place in the verified digest chain.
 //!
-//! Reads: the tenant's settings, the day's runs, the recent runs, and the whole chain for
-//! its verification (`reckon_engine::audit::verify`: one run a day per provider scope, so
-//! it grows by a few hundred rows a year).
+//! What it shows is read and grouped by `reckon_engine::read::audit_day`; this page writes
+//! it as HTML (amounts as money, times in the tenant's zone).
 
 use super::chrome::Chrome;
-use super::fmt::{When, effect_href, money, seg, when_in, zone};
+use super::fmt::{When, effect_href, money, seg, when_in};
 use super::{PageError, error_page, html, not_found, wants_fragment};
 use crate::AppState;
 use crate::authz::{Permission, allows};
@@ -21,14 +20,14 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use jiff::tz::TimeZone;
-use reckon_audit::chain::RunCounts;
-use reckon_audit::{DayWindow, Finding, FindingKind};
-use reckon_ledger::AuditRun;
+use reckon_audit::Finding;
+use reckon_engine::read::audit_day::{
+    self, AuditDayError, AuditDayQuery, RunLine, RunReport, audit_day,
+};
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
 
 /// Runs listed in the history.
-pub const HISTORY: i64 = 30;
+pub use reckon_engine::read::audit_day::HISTORY;
 
 #[derive(Template)]
 #[template(path = "audit.html", blocks = ["report"])]
@@ -146,54 +145,6 @@ pub struct AuditQuery {
     run: Option<String>,
 }
 
-fn title_of(kind: FindingKind) -> (&'static str, &'static str) {
-    match kind {
-        FindingKind::Duplicate => (
-            "Duplicate charges",
-            "One effect, charged more than once: money moved twice.",
-        ),
-        FindingKind::Orphan => (
-            "Orphan charges",
-            "Charged at the provider, with no effect record behind it.",
-        ),
-        FindingKind::Missing => (
-            "Missing charges",
-            "Recorded as succeeded, but the provider has no charge for it.",
-        ),
-        FindingKind::Unresolved => (
-            "Unresolved effects",
-            "Nobody knows yet whether these happened.",
-        ),
-        FindingKind::RiskyReclaim => (
-            "Risky reclaims",
-            "Claimed more than once (attempts > 1): a retry may have charged again.",
-        ),
-        FindingKind::SplitIntent => ("Split intents", "One payment intent with several charges."),
-        FindingKind::ChargedNotRecorded => (
-            "Charged, recorded as failed",
-            "The application recorded it as failed, but the provider took the money: record \
-             it as paid or refund it; never charge again.",
-        ),
-        FindingKind::Other => (
-            "Other findings",
-            "Of a kind a newer version of reckon reports.",
-        ),
-    }
-}
-
-/// Sum per currency, written `$20.00 + €5.00`.
-fn per_currency(amounts: &BTreeMap<String, i64>) -> String {
-    amounts
-        .iter()
-        .map(|(cur, minor)| money(*minor, cur))
-        .collect::<Vec<_>>()
-        .join(" + ")
-}
-
-fn findings_total(run: &AuditRun) -> i64 {
-    run.counts().map_or(0, |c| c.findings.values().sum())
-}
-
 fn finding_view(f: &Finding, tenant_slug: &str, tz: &TimeZone) -> FindingView {
     FindingView {
         summary: f.summary.clone(),
@@ -241,104 +192,58 @@ fn finding_view(f: &Finding, tenant_slug: &str, tz: &TimeZone) -> FindingView {
     }
 }
 
-pub fn run_view(
-    run: &AuditRun,
-    tenant_slug: &str,
-    base: &str,
-    tz: &TimeZone,
-    breaks: &HashMap<i64, String>,
-) -> RunView {
-    let mut problem = breaks.get(&run.id).cloned();
-    let mut unreadable = |what: &str, e: serde_json::Error| {
-        problem.get_or_insert_with(|| format!("its stored {what} could not be read ({e})"));
-    };
-    let findings = run.findings().unwrap_or_else(|e| {
-        unreadable("findings", e);
-        Vec::new()
-    });
-    let totals = run.totals().unwrap_or_else(|e| {
-        unreadable("totals", e);
-        Vec::new()
-    });
-    let counts = run.counts().unwrap_or_else(|e| {
-        unreadable("counts", e);
-        RunCounts::default()
-    });
-    let mut kinds: Vec<FindingKind> = findings.iter().map(|f| f.kind).collect();
-    kinds.sort();
-    kinds.dedup();
-    let groups = kinds
-        .into_iter()
-        .map(|kind| {
-            let of_kind = findings.iter().filter(|f| f.kind == kind);
-            let mut stake: BTreeMap<String, i64> = BTreeMap::new();
-            for f in of_kind.clone() {
-                if let Some((a, cur)) = f.at_stake() {
-                    *stake.entry(cur).or_default() += a;
-                }
-            }
-            let (title, explain) = title_of(kind);
-            FindingGroup {
-                kind: kind.as_str().to_owned(),
-                title: title.to_owned(),
-                explain,
-                at_stake: if stake.is_empty() {
-                    String::new()
-                } else {
-                    reckon_audit::stake_words(kind, &per_currency(&stake))
-                },
-                findings: of_kind.map(|f| finding_view(f, tenant_slug, tz)).collect(),
-            }
-        })
-        .collect();
-    let totals = totals
-        .iter()
-        .map(|t| {
-            let m = |minor: i64| money(minor, &t.currency);
-            TotalView {
-                currency: t.currency.to_ascii_uppercase(),
-                charged: m(t.charged),
-                refunded: m(t.refunded),
-                net: m(t.net),
-                matched: m(t.matched),
-                unmatched: m(t.unmatched),
-            }
-        })
-        .collect();
+/// The page's view of a [`RunReport`]: amounts as money, times in the tenant's zone.
+pub fn run_view(r: &RunReport, tenant_slug: &str, base: &str, tz: &TimeZone) -> RunView {
+    let run = &r.run;
     RunView {
         id: run.id,
         seq: run.seq,
-        complete: run.run.status == "complete" || run.run.status == "partial",
-        failed_parts: run.failed_parts(),
+        complete: r.complete,
+        failed_parts: r.failed_parts.clone(),
         reason: run.run.reason.clone().unwrap_or_default(),
-        provider: provider_words(&run.run.provider),
+        provider: r.provider.clone(),
         triggered_by: run.run.triggered_by.clone(),
         finished: when_in(run.run.finished_at, tz),
-        verified: problem.is_none(),
-        problem: problem.unwrap_or_default(),
+        verified: r.problem.is_none(),
+        problem: r.problem.clone().unwrap_or_default(),
         csv_href: format!("{base}/audit/{}/csv", run.id),
-        effects_in_day: counts.effects_in_day,
-        charges_in_day: counts.charges_in_day,
-        groups,
-        totals,
+        effects_in_day: r.counts.effects_in_day,
+        charges_in_day: r.counts.charges_in_day,
+        groups: r
+            .groups
+            .iter()
+            .map(|g| FindingGroup {
+                kind: g.kind.as_str().to_owned(),
+                title: g.title.to_owned(),
+                explain: g.explain,
+                at_stake: g.at_stake.clone(),
+                findings: g
+                    .findings
+                    .iter()
+                    .map(|f| finding_view(f, tenant_slug, tz))
+                    .collect(),
+            })
+            .collect(),
+        totals: r
+            .totals
+            .iter()
+            .map(|t| {
+                let m = |minor: i64| money(minor, &t.currency);
+                TotalView {
+                    currency: t.currency.to_ascii_uppercase(),
+                    charged: m(t.charged),
+                    refunded: m(t.refunded),
+                    net: m(t.net),
+                    matched: m(t.matched),
+                    unmatched: m(t.unmatched),
+                }
+            })
+            .collect(),
     }
 }
 
-fn provider_words(p: &str) -> String {
-    if p == reckon_ledger::ALL_PROVIDERS {
-        "all providers".into()
-    } else {
-        p.to_owned()
-    }
-}
-
-fn row(
-    run: &AuditRun,
-    base: &str,
-    tz: &TimeZone,
-    breaks: &HashMap<i64, String>,
-    selected: Option<i64>,
-) -> RunRow {
+fn row(line: &RunLine, base: &str, tz: &TimeZone, selected: Option<i64>) -> RunRow {
+    let run = &line.run;
     RunRow {
         id: run.id,
         seq: run.seq,
@@ -346,12 +251,12 @@ fn row(
         href: format!("{base}/audit?day={}&run={}", run.run.day, run.id),
         complete: run.run.status == "complete",
         status: run.run.status.clone(),
-        provider: provider_words(&run.run.provider),
+        provider: line.provider.clone(),
         triggered_by: run.run.triggered_by.clone(),
         finished: when_in(run.run.finished_at, tz),
-        findings: findings_total(run),
-        verified: !breaks.contains_key(&run.id),
-        problem: breaks.get(&run.id).cloned().unwrap_or_default(),
+        findings: line.findings,
+        verified: line.problem.is_none(),
+        problem: line.problem.clone().unwrap_or_default(),
         selected: selected == Some(run.id),
     }
 }
@@ -372,12 +277,6 @@ pub async fn audit_page(
             "The day or run is malformed.",
         ));
     };
-    let tenant = s.tenant.id;
-    let settings = st.ledger.audit_settings(tenant).await?;
-    let tz = zone(&settings.time_zone);
-    let now = reckon_domain::time::now();
-    let yesterday =
-        DayWindow::yesterday(now, &settings.time_zone).map_err(crate::error::ApiError::internal)?;
     let run_id = match q.run.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
         None => None,
         Some(r) => match r.parse::<i64>() {
@@ -390,92 +289,48 @@ pub async fn audit_page(
             }
         },
     };
-    let asked = q.day.as_deref().map(str::trim).filter(|d| !d.is_empty());
-    let window = match asked {
-        None => yesterday.clone(),
-        Some(d) => match DayWindow::new(d, &settings.time_zone) {
-            Ok(w) if d.len() == 10 => w,
-            _ => {
-                return Ok(error_page(
-                    StatusCode::BAD_REQUEST,
-                    "day must be a date written YYYY-MM-DD.",
-                ));
-            }
-        },
+    let fragment = wants_fragment(&headers);
+    let asked = AuditDayQuery {
+        day: q.day.as_deref().map(str::trim).filter(|d| !d.is_empty()),
+        run: run_id,
+        history: !fragment,
     };
-    let day = window.date.clone();
+    let now = reckon_domain::time::now();
+    let v = match audit_day(&*st.ledger, s.tenant.id, &asked, now).await {
+        Ok(v) => v,
+        Err(AuditDayError::BadDay) => {
+            return Ok(error_page(
+                StatusCode::BAD_REQUEST,
+                "day must be a date written YYYY-MM-DD.",
+            ));
+        }
+        Err(AuditDayError::NoSuchRun) => return Ok(not_found()),
+        Err(AuditDayError::Ledger(e)) => return Err(e.into()),
+        Err(e @ AuditDayError::Zone(_)) => return Err(crate::error::ApiError::internal(e).into()),
+    };
+    let tz = &v.zone;
     let mut c = Chrome::new(&s, "audit");
     let base = c.base.clone();
-    // The whole chain's links (seq and digests, small whatever the runs hold), and the
-    // content of every run this page shows. Reading every run's findings and evidence on
-    // each load would grow with the tenant's history; `reckon audit verify` does that.
-    let links = st.ledger.audit_links(tenant).await?;
-    let checked = links.len();
-    let mut breaks = reckon_ledger::verify_links(&links);
-    let day_runs = st.ledger.list_audit_runs(tenant, Some(&day), 50).await?;
-    let history_runs = if wants_fragment(&headers) {
-        vec![]
-    } else {
-        st.ledger.list_audit_runs(tenant, None, HISTORY).await?
-    };
-    let mut seen = std::collections::HashSet::new();
-    for r in day_runs.iter().chain(&history_runs) {
-        if seen.insert(r.id)
-            && let Some(b) = reckon_ledger::verify_content(tenant.get(), r)
-        {
-            breaks.push(b);
-        }
-    }
-    breaks.sort_by_key(|b| b.seq);
-    let mut broken: HashMap<i64, String> = HashMap::new();
-    for b in &breaks {
-        broken
-            .entry(b.id)
-            .and_modify(|r| {
-                r.push_str("; ");
-                r.push_str(&b.reason);
-            })
-            .or_insert_with(|| b.reason.clone());
-    }
-    // The day's run as the overview, the API and support's lookup have it.
-    let glance = st.ledger.audit_glance(tenant, &day).await?;
-    let chosen: Option<AuditRun> = match run_id {
-        Some(id) => match day_runs.iter().find(|r| r.id == id) {
-            Some(r) => Some(r.clone()),
-            // Another tenant's run and a run of another day look the same: not here.
-            None => return Ok(not_found()),
-        },
-        None => match &glance {
-            Some(g) => match day_runs.iter().find(|r| r.id == g.id) {
-                Some(r) => Some(r.clone()),
-                None => st.ledger.get_audit_run(tenant, g.id).await?,
-            },
-            None => None,
-        },
-    };
-    let newer_failure = glance
+    let selected = v.run.as_ref().map(|r| r.run.id);
+    let run = v
+        .run
         .as_ref()
-        .and_then(|g| g.failure.clone())
-        .filter(|_| day_runs.first().map(|r| r.id) != chosen.as_ref().map(|r| r.id))
-        .map(|(why, at)| (why, when_in(at, &tz)));
-    let selected = chosen.as_ref().map(|r| r.id);
-    let run = chosen
-        .as_ref()
-        .map(|r| run_view(r, &s.tenant.slug, &base, &tz, &broken));
-    let day_rows = day_runs
+        .map(|r| run_view(r, &s.tenant.slug, &base, tz));
+    let day_rows = v
+        .day_runs
         .iter()
-        .map(|r| row(r, &base, &tz, &broken, selected))
+        .map(|r| row(r, &base, tz, selected))
         .collect();
-    let history = if wants_fragment(&headers) {
+    let history = if fragment {
         vec![]
     } else {
         c.tenants = super::chrome::other_tenants(&st, &s).await?;
-        history_runs
+        v.history
             .iter()
-            .map(|r| row(r, &base, &tz, &broken, selected))
+            .map(|r| row(r, &base, tz, selected))
             .collect()
     };
-    let civil: jiff::civil::Date = day.parse().map_err(crate::error::ApiError::internal)?;
+    let civil: jiff::civil::Date = v.day.parse().map_err(crate::error::ApiError::internal)?;
     let prev = civil
         .yesterday()
         .map(|d| day_href(&base, &d.to_string()))
@@ -484,27 +339,31 @@ pub async fn audit_page(
     let next_href = civil
         .tomorrow()
         .ok()
-        .filter(|d| d.to_string() <= yesterday.date)
+        .filter(|d| d.to_string() <= v.yesterday)
         .map(|d| day_href(&base, &d.to_string()));
     let page = AuditPage {
-        is_yesterday: day == yesterday.date,
-        day,
-        time_zone: settings.time_zone.clone(),
+        is_yesterday: v.day == v.yesterday,
+        day: v.day.clone(),
+        time_zone: v.time_zone.clone(),
         prev_href: prev,
         next_href,
         run,
-        newer_failure,
+        newer_failure: v
+            .newer_failure
+            .as_ref()
+            .map(|(why, at)| (why.clone(), when_in(*at, tz))),
         day_runs: day_rows,
         history,
-        chain_checked: checked,
-        chain_breaks: breaks
+        chain_checked: v.chain_checked,
+        chain_breaks: v
+            .chain_breaks
             .iter()
             .map(|b| format!("run #{}: {}", b.seq, b.reason))
             .collect(),
         can_export: allows(s.role, Permission::Export),
         c,
     };
-    if wants_fragment(&headers) {
+    if fragment {
         return Ok(html(StatusCode::OK, &page.as_report(), true));
     }
     Ok(html(StatusCode::OK, &page, true))
@@ -530,7 +389,7 @@ pub async fn audit_csv(
     let Ok(id) = p.id.parse::<i64>() else {
         return Ok(not_found());
     };
-    let Some(run) = st.ledger.get_audit_run(s.tenant.id, id).await? else {
+    let Some(run) = audit_day::run(&*st.ledger, s.tenant.id, id).await? else {
         return Ok(not_found());
     };
     let body =

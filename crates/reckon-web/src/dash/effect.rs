@@ -1,7 +1,7 @@
 //! One effect: its record, timeline (events, lookups, resolution) and reconcile state,
 //! and its two actions, "resolve by hand" (with a note) and "reconcile now".
 
-use super::chrome::{Chrome, other_tenants, tenant_zone};
+use super::chrome::{Chrome, other_tenants};
 use super::csrf::{CsrfOnly, accept, csrf_form};
 use super::fmt::{When, age, effect_href, seg, sentence, when_in, when_opt_in};
 use super::{PageError, html, not_found, wants_fragment};
@@ -15,12 +15,11 @@ use axum::extract::rejection::FormRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use jiff::tz::TimeZone;
-use reckon_domain::{State as EffectState, UnresolvedKind, time};
+use reckon_domain::time;
 use reckon_engine::commands::{self, CommandError};
-use reckon_ledger::{Effect, LedgerError, Outcome, ReconcileView, TenantId};
+use reckon_engine::read::effect::effect_view;
+use reckon_ledger::{LedgerError, TenantId};
 use serde::Deserialize;
-use std::collections::HashMap;
 
 /// What is left of an effect's replay window ("3 h 5 min"), or "closed".
 pub(super) fn replay_left(st: &AppState, created_at: f64, now: f64) -> String {
@@ -37,8 +36,8 @@ pub(super) fn replay_left(st: &AppState, created_at: f64, now: f64) -> String {
 pub struct EffectPage {
     pub c: Chrome,
     pub e: EffectView,
-    /// What happened, as support's lookup says it: the page and the lookup read the same
-    /// judgement (`reckon_engine::answer`), never two.
+    /// What happened, as support's lookup says it: the lookup's own judgement of this effect
+    /// (`reckon_engine::answer::effect_answer`, read by the effect's read model), never two.
     pub answer: Option<AnswerView>,
     /// The answer says a person must check (the page then claims no outcome is known).
     pub needs_person: bool,
@@ -109,37 +108,6 @@ pub struct TimelineItem {
     pub evidence: String,
 }
 
-/// How an effect stands, in words for support.
-pub fn state_words(e: &Effect, now: f64, tz: &TimeZone) -> String {
-    if let Some(g) = e.gone_at {
-        return format!(
-            "gone from the source ({}) at {}",
-            e.gone_reason.as_deref().unwrap_or("removed"),
-            when_in(g, tz).text
-        );
-    }
-    match (e.state, e.unresolved_kind) {
-        (EffectState::Succeeded, _) => {
-            format!("done: succeeded at {}", when_in(e.updated_at, tz).text)
-        }
-        (EffectState::Failed, _) => {
-            format!(
-                "failed at {}: the application did not apply it",
-                when_in(e.updated_at, tz).text
-            )
-        }
-        (_, Some(UnresolvedKind::Unknown)) => format!(
-            "outcome unknown for {}: nobody knows yet whether it happened",
-            age(now - e.unresolved_since.unwrap_or(e.updated_at))
-        ),
-        (_, Some(UnresolvedKind::Abandoned)) => format!(
-            "abandoned for {}: its worker stopped before finishing",
-            age(now - e.unresolved_since.unwrap_or(e.updated_at))
-        ),
-        _ => format!("in progress since {}", when_in(e.updated_at, tz).text),
-    }
-}
-
 #[derive(Deserialize)]
 pub struct EffectPath {
     #[allow(
@@ -159,47 +127,16 @@ async fn effect_response(
     status: StatusCode,
     flash: Flash,
 ) -> Result<Response, PageError> {
-    let tenant = s.tenant.id;
-    let Some(detail) = st
-        .ledger
-        .get_effect(tenant, &path.source, &path.key)
-        .await?
+    let now = time::now();
+    let Some(view) = effect_view(&*st.ledger, s.tenant.id, &path.source, &path.key, now).await?
     else {
         return Ok(not_found());
     };
-    let view = st.ledger.reconcile_view(tenant, detail.effect.id).await?;
-    let tz = tenant_zone(st, tenant).await?;
-    let providers: HashMap<i64, String> = if view.attempts.is_empty() && view.state.is_none() {
-        HashMap::new()
-    } else {
-        st.ledger
-            .list_providers(tenant)
-            .await?
-            .into_iter()
-            .map(|p| (p.id, p.name))
-            .collect()
-    };
-    let now = time::now();
-    let answer = reckon_engine::answer::answer(st.ledger.as_ref(), tenant, &path.key, now, &tz)
-        .await
-        .ok()
-        .and_then(|a| {
-            a.effects
-                .into_iter()
-                .find(|x| x.source == path.source && x.key == path.key)
-        })
-        .map(|x| AnswerView {
-            verdict: x.verdict.as_str().to_owned(),
-            sentence: x.sentence,
-            is_final: x.is_final,
-            needs_person: x.needs_person,
-        });
-    let mut page = effect_page(st, &tz, s, &detail, &view, &providers, now, flash);
-    page.needs_person = answer.as_ref().is_some_and(|a| a.needs_person);
-    page.answer = answer;
+    let page = effect_page(st, s, &view, now, flash);
     if fragment {
         return Ok(html(status, &page.as_live(), true));
     }
+    let mut page = page;
     page.c.tenants = other_tenants(st, s).await?;
     Ok(html(status, &page, true))
 }
@@ -212,99 +149,28 @@ struct Flash {
     outcome: String,
 }
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the page is built from each of its parts; a struct of them would only be unpacked again"
-)]
+/// The page of a read [`reckon_engine::read::effect::EffectView`]: its words as the model
+/// has them, its times in the tenant's zone.
 fn effect_page(
     st: &AppState,
-    tz: &TimeZone,
     s: &WebSession,
-    d: &reckon_ledger::EffectDetail,
-    view: &ReconcileView,
-    providers: &HashMap<i64, String>,
+    v: &reckon_engine::read::effect::EffectView,
     now: f64,
     flash: Flash,
 ) -> EffectPage {
-    let e = &d.effect;
-    let name = |id: Option<i64>| {
-        id.and_then(|i| providers.get(&i).cloned())
-            .unwrap_or_else(|| "none".into())
-    };
-    let mut timeline: Vec<(f64, TimelineItem)> = Vec::new();
-    for ev in &d.history {
-        let change = match (&ev.from_state, &ev.to_state) {
-            (Some(a), Some(b)) if a != b => format!("{a} → {b}"),
-            (None, Some(b)) => format!("first seen as {b}"),
-            (_, Some(b)) => b.clone(),
-            _ => String::new(),
-        };
-        timeline.push((
-            ev.observed_at,
-            TimelineItem {
-                at: when_in(ev.observed_at, tz),
-                class: "event",
-                title: format!("{} ({})", ev.kind, ev.origin),
-                detail: [
-                    change,
-                    ev.attempts
-                        .map(|a| format!("attempts {a}"))
-                        .unwrap_or_default(),
-                    ev.detail.clone().unwrap_or_default(),
-                ]
-                .into_iter()
-                .filter(|x| !x.is_empty())
-                .collect::<Vec<_>>()
-                .join(" · "),
-                evidence: String::new(),
-            },
-        ));
-    }
-    for a in &view.attempts {
-        timeline.push((
-            a.finished_at,
-            TimelineItem {
-                at: when_in(a.finished_at, tz),
-                class: "attempt",
-                title: format!("lookup at {}: {}", name(a.provider_id), a.outcome),
-                detail: [
-                    a.method
-                        .clone()
-                        .map(|m| format!("method {m}"))
-                        .unwrap_or_default(),
-                    a.error
-                        .clone()
-                        .map(|m| format!("error: {m}"))
-                        .unwrap_or_default(),
-                ]
-                .into_iter()
-                .filter(|x| !x.is_empty())
-                .collect::<Vec<_>>()
-                .join(" · "),
-                evidence: serde_json::to_string_pretty(&a.evidence).unwrap_or_default(),
-            },
-        ));
-    }
-    if let Some(r) = &view.resolution {
-        timeline.push((
-            r.created_at,
-            TimelineItem {
-                at: when_in(r.created_at, tz),
-                class: "resolution",
-                title: format!("resolved as {} by {}", r.outcome, r.author),
-                detail: r.note.clone().unwrap_or_default(),
-                evidence: String::new(),
-            },
-        ));
-    }
-    // Stable: events of one moment keep the order they were recorded in.
-    timeline.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let unresolved = e.unresolved_kind.is_some();
+    let e = &v.effect;
+    let tz = &v.zone;
     let base = format!("/t/{}", seg(&s.tenant.slug));
     let tail = format!("{}/{}", seg(&e.source), seg(&e.key));
+    let a = &v.answer;
     EffectPage {
-        answer: None,
-        needs_person: false,
+        answer: Some(AnswerView {
+            verdict: a.verdict.as_str().to_owned(),
+            sentence: a.sentence.clone(),
+            is_final: a.is_final,
+            needs_person: a.needs_person,
+        }),
+        needs_person: a.needs_person,
         e: EffectView {
             id: e.id,
             source: e.source.clone(),
@@ -312,18 +178,7 @@ fn effect_page(
             operation: e.operation.clone().unwrap_or_default(),
             subject: e.subject.clone().unwrap_or_default(),
             state: e.state.as_str(),
-            // The source keeps saying `unknown` until write-back; say what reckon decided.
-            words: match &view.resolution {
-                Some(r) if unresolved => format!(
-                    "resolved as {} by {} on {}; the application's row still says {} \
-                     until it is written back",
-                    r.outcome,
-                    r.author,
-                    when_in(r.created_at, tz).text,
-                    e.state.as_str(),
-                ),
-                _ => state_words(e, now, tz),
-            },
+            words: v.state_words.clone(),
             attempts: e.attempts,
             request_hash: e.request_hash.clone(),
             response: e.response_json.clone().unwrap_or_else(|| "null".into()),
@@ -333,32 +188,35 @@ fn effect_page(
             first_seen: when_in(e.first_seen_at, tz),
             gone: when_opt_in(e.gone_at, tz),
             gone_reason: e.gone_reason.clone().unwrap_or_default(),
-            // Resolved here: no longer open, whatever the source's row says.
-            unresolved: unresolved && view.resolution.is_none(),
+            unresolved: v.open,
             replay_left: replay_left(st, e.created_at, now),
         },
-        timeline: timeline.into_iter().map(|(_, t)| t).collect(),
-        resolution: view.resolution.as_ref().map(|r| ResolutionView {
+        timeline: v
+            .timeline
+            .iter()
+            .map(|t| TimelineItem {
+                at: when_in(t.at, tz),
+                class: t.class,
+                title: t.title.clone(),
+                detail: t.detail.clone(),
+                evidence: t.evidence.clone(),
+            })
+            .collect(),
+        resolution: v.reconcile.resolution.as_ref().map(|r| ResolutionView {
             outcome: r.outcome.to_string(),
             author: r.author.clone(),
             note: r.note.clone().unwrap_or_default(),
             at: when_in(r.created_at, tz),
         }),
-        reconcile: view.state.as_ref().map(|x| ReconcileStateView {
-            lookups: x.attempts,
-            next_attempt: (view.resolution.is_none()
-                && unresolved
-                && !x.needs_attention
-                && x.provider_id.is_some())
-            .then(|| when_in(x.next_attempt_at, tz)),
-            last_outcome: outcome_words(x.last_outcome, x.non_final),
+        reconcile: v.lookups.as_ref().map(|x| ReconcileStateView {
+            lookups: x.lookups,
+            next_attempt: x.next_attempt.map(|t| when_in(t, tz)),
+            last_outcome: x.last_outcome.clone(),
             last_error: x.last_error.clone().unwrap_or_default(),
-            needs_attention: x.needs_attention && view.resolution.is_none(),
-            provider: name(x.provider_id),
+            needs_attention: x.needs_attention,
+            provider: x.provider.clone(),
         }),
-        can_resolve: allows(s.role, Permission::ResolveWithNote)
-            && unresolved
-            && view.resolution.is_none(),
+        can_resolve: allows(s.role, Permission::ResolveWithNote) && v.open,
         resolve_href: format!("{base}/resolve/{tail}"),
         reconcile_href: format!("{base}/reconcile/{tail}"),
         message: flash.message,
@@ -517,25 +375,4 @@ pub async fn reconcile_now(
         ..Flash::default()
     };
     effect_response(&st, &s, &path, fragment, StatusCode::OK, flash).await
-}
-
-/// A lookup's outcome as the effect page says it: a verdict that is not final says so.
-fn outcome_words(outcome: Option<Outcome>, non_final: bool) -> String {
-    match (outcome, non_final) {
-        (None, _) => "none yet".into(),
-        (Some(Outcome::Applied), true) => {
-            "applied, provisional (the check for a second payment is not complete yet; \
-             re-checked, never written back)"
-                .into()
-        }
-        (Some(Outcome::Indeterminate), true) => {
-            "indeterminate: a payment can still move money (re-checked until it settles)".into()
-        }
-        (Some(Outcome::NotApplied), true) => {
-            "not found so far, not proven (nothing vouches that the lookup could have seen the \
-             payment; re-checked, never written back)"
-                .into()
-        }
-        (Some(o), _) => o.to_string(),
-    }
 }

@@ -1,7 +1,7 @@
 //! Support's lookup page: renders [`reckon_engine::answer`]'s answer (the same one the API
 //! and the CLI give); nothing here judges.
 
-use super::chrome::{Chrome, other_tenants, tenant_zone};
+use super::chrome::{Chrome, other_tenants};
 use super::fmt::{When, effect_href, seg, when_in};
 use super::{PageError, html, wants_fragment};
 use crate::AppState;
@@ -15,8 +15,9 @@ use axum::response::Response;
 use jiff::tz::TimeZone;
 use reckon_domain::time;
 use reckon_engine::answer::{
-    Answer, AnswerError, ChargeFact, EffectAnswer, FindingFact, Verdict, VerdictBy, answer,
+    Answer, AnswerError, ChargeFact, EffectAnswer, FindingFact, Verdict, VerdictBy,
 };
+use reckon_engine::read::lookup as lookup_view;
 use serde::Deserialize;
 
 #[derive(Template)]
@@ -212,10 +213,9 @@ pub async fn lookup(
         }
     };
     if !text.is_empty() {
-        let tz = tenant_zone(&st, s.tenant.id).await?;
         page.searched = true;
-        match answer(&*st.ledger, s.tenant.id, &text, time::now(), &tz).await {
-            Ok(a) => fill(&mut page, &a, &s.tenant.slug, &tz),
+        match lookup_view(&*st.ledger, s.tenant.id, &text, time::now()).await {
+            Ok(v) => fill(&mut page, &v.answer, &s.tenant.slug, &v.zone),
             Err(AnswerError::Invalid(why)) => {
                 page.refused = Some(format!("{}.", capitalise(&why)));
                 status = StatusCode::BAD_REQUEST;

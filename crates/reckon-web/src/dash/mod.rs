@@ -43,28 +43,12 @@ use tower_http::csrf::CsrfLayer;
 /// thing. A person's own action (a resolution, "scan now") clears it.
 pub const SUMMARY_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The chart's longest range (30 days) and an hour of margin: the snapshots kept in the
-/// cache serve both ranges.
-const CHART_SECS: f64 = 31.0 * 86400.0;
-
 /// The provider health window (the overview's "last 24 h").
-pub const HEALTH_SECS: f64 = 86400.0;
+pub use reckon_engine::read::provider_health::HEALTH_SECS;
 
 /// Everything the overview shows of one tenant, read together (seven tenant-scoped reads,
 /// one after another).
-pub struct OverviewData {
-    pub kinds: Vec<reckon_ledger::KindSummary>,
-    /// The last 31 days of hourly snapshots.
-    pub snapshots: Vec<reckon_ledger::Snapshot>,
-    pub sources: Vec<reckon_ledger::Source>,
-    pub quarantine: Vec<reckon_ledger::QuarantineCount>,
-    pub providers: Vec<reckon_ledger::Provider>,
-    pub health: Vec<reckon_ledger::ProviderHealth>,
-    pub time_zone: String,
-    /// Yesterday in the tenant's zone, and the newest audit run of it.
-    pub yesterday: String,
-    pub audit: Option<reckon_ledger::AuditGlance>,
-}
+pub use reckon_engine::read::overview::OverviewView as OverviewData;
 
 /// The dashboard's share of [`AppState`]: the overview per tenant. A reading older than
 /// [`SUMMARY_TTL`] is still answered at once while one background task reads the tenant
@@ -185,33 +169,13 @@ async fn read_overview(
     now: f64,
     replay: reckon_ledger::ReplayClosing,
 ) -> Result<OverviewData, ApiError> {
-    let l = &st.ledger;
-    let time_zone = l.audit_settings(tenant).await?.time_zone;
-    let yesterday = reckon_audit::DayWindow::yesterday(now, &time_zone)
-        .map_err(ApiError::internal)?
-        .date;
-    // One after another, one pooled connection at a time: read at once, the seven took
-    // most of the pool (10) every refresh, and the requests of everyone else, which need a
-    // connection for their session, queued behind them (p99 300 ms under load). Nobody
-    // waits for a background refresh, so its length matters little.
-    let kinds = l.unresolved_summary(tenant, now, replay).await?;
-    let snapshots = l.snapshots(tenant, now - CHART_SECS).await?;
-    let sources = l.list_sources(tenant).await?;
-    let quarantine = l.quarantine_counts(tenant).await?;
-    let providers = l.list_providers(tenant).await?;
-    let health = l.provider_health(tenant, now - HEALTH_SECS).await?;
-    let audit = l.audit_glance(tenant, &yesterday).await?;
-    Ok(OverviewData {
-        kinds,
-        snapshots,
-        sources,
-        quarantine,
-        providers,
-        health,
-        time_zone,
-        yesterday,
-        audit,
-    })
+    use reckon_engine::read::overview::{OverviewError, overview};
+    overview(&*st.ledger, tenant, now, replay)
+        .await
+        .map_err(|e| match e {
+            OverviewError::Ledger(e) => e.into(),
+            OverviewError::Zone(why) => ApiError::internal(why),
+        })
 }
 
 /// Forms of the dashboard are small (a note is at most a few KB).

@@ -5,7 +5,6 @@
 use super::chart::{self, Chart};
 use super::chrome::{Chrome, bad_request, other_tenants};
 use super::fmt::{When, age, day_text, when_in, when_opt_in, zone};
-use super::queue::last_unresolved;
 use super::{PageError, html, wants_fragment};
 use crate::AppState;
 use crate::session::WebSession;
@@ -16,8 +15,8 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use reckon_domain::time;
+use reckon_engine::read::queue::last_unresolved;
 use serde::Deserialize;
-use std::collections::HashMap;
 
 #[derive(Template)]
 #[template(path = "overview.html", blocks = ["chart"])]
@@ -88,17 +87,6 @@ pub struct AuditRunGlance {
     pub findings: Vec<(String, i64)>,
 }
 
-/// The audit page's order of finding kinds (the most expensive first).
-const FINDING_ORDER: [&str; 7] = [
-    "duplicate",
-    "charged_not_recorded",
-    "missing",
-    "orphan",
-    "unresolved",
-    "risky_reclaim",
-    "split_intent",
-];
-
 #[derive(Deserialize)]
 pub struct OverviewQuery {
     days: Option<u32>,
@@ -147,51 +135,33 @@ pub async fn overview(
         day_words: day_text(&data.yesterday),
         run: data.audit.as_ref().map(|a| AuditRunGlance {
             id: a.id,
-            failed: (a.status == "failed")
-                .then(|| a.reason.clone().unwrap_or_else(|| "failed".into())),
+            failed: a.failed.clone(),
             failure: a
                 .failure
                 .as_ref()
-                .filter(|_| a.status != "failed")
                 .map(|(why, at)| (why.clone(), when_in(*at, tz))),
-            partial: a.status == "partial",
+            partial: a.partial,
             finished: when_in(a.finished_at, tz),
-            findings: FINDING_ORDER
-                .iter()
-                .filter_map(|k| {
-                    a.findings
-                        .iter()
-                        .find(|(kind, n)| kind == k && *n > 0)
-                        .map(|(kind, n)| (kind.replace('_', " "), *n))
-                })
-                .collect(),
+            findings: a.findings.clone(),
         }),
     };
     let providers = data
         .providers
         .iter()
-        .map(|p| {
-            let h = data.health.iter().find(|h| h.provider == p.name);
-            let (lookups, indeterminate) = h.map_or((0, 0), |h| (h.lookups, h.indeterminate));
-            ProviderHealthView {
-                name: p.name.clone(),
-                kind: p.kind.to_string(),
-                lookups,
-                indeterminate,
-                indeterminate_rate: if lookups == 0 {
-                    "–".into()
-                } else {
-                    format!("{:.1} %", 100.0 * indeterminate as f64 / lookups as f64)
-                },
-                last_error: h.and_then(|h| h.last_error.clone()),
-                last_error_at: h.and_then(|h| h.last_error_at).map(|t| when_in(t, tz)),
-            }
+        .map(|p| ProviderHealthView {
+            name: p.name.clone(),
+            kind: p.kind.clone(),
+            lookups: p.lookups,
+            indeterminate: p.indeterminate,
+            indeterminate_rate: p.indeterminate_rate.clone(),
+            last_error: p.last_error.clone(),
+            last_error_at: p.last_error_at.map(|t| when_in(t, tz)),
         })
         .collect();
     let mut page = OverviewPage {
-        total: data.kinds.iter().map(|k| k.count).sum(),
-        needs_attention: data.kinds.iter().map(|k| k.needs_attention).sum(),
-        replay_closing: data.kinds.iter().map(|k| k.replay_closing).sum(),
+        total: data.total,
+        needs_attention: data.needs_attention,
+        replay_closing: data.replay_closing,
         kinds: vec![],
         sources: vec![],
         providers,
@@ -204,10 +174,6 @@ pub async fn overview(
         return Ok(html(StatusCode::OK, &page.as_chart(), true));
     }
     c.tenants = other_tenants(&st, &s).await?;
-    let mut quarantined: HashMap<&str, i64> = HashMap::new();
-    for qc in &data.quarantine {
-        *quarantined.entry(qc.source.as_str()).or_default() += qc.count;
-    }
     page.kinds = data
         .kinds
         .iter()
@@ -222,14 +188,14 @@ pub async fn overview(
     page.sources = data
         .sources
         .iter()
-        .map(|src| SourceView {
+        .map(|(src, quarantined)| SourceView {
             name: src.name.clone(),
             kind: src.kind.as_str(),
             last_success: when_opt_in(src.last_success_at, tz),
             last_error: src.last_error.clone(),
             last_error_at: when_opt_in(src.last_error_at, tz),
             failures: src.consecutive_failures,
-            quarantined: quarantined.get(src.name.as_str()).copied().unwrap_or(0),
+            quarantined: *quarantined,
         })
         .collect();
     page.c = c;

@@ -1,7 +1,7 @@
 //! The unresolved queue: filtered and keyset-paged ([`QUEUE_PAGE`] rows a page), and its
 //! bulk re-lookup of one provider's indeterminate effects.
 
-use super::chrome::{Chrome, bad_request, given, other_tenants, tenant_zone};
+use super::chrome::{Chrome, bad_request, given, other_tenants};
 use super::csrf::{accept, csrf_form};
 use super::effect::replay_left;
 use super::fmt::{When, age, effect_href, seg, when_in, when_opt_in};
@@ -16,31 +16,14 @@ use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
-use reckon_domain::{State as EffectState, time};
+use reckon_domain::time;
 use reckon_engine::commands::{self, CommandError};
+use reckon_engine::read::queue::queue_view;
 use reckon_ledger::{LedgerError, QueueQuery};
 use serde::Deserialize;
 
 /// Queue rows per page.
 pub const QUEUE_PAGE: i64 = 50;
-
-/// For an empty queue: when effects were last seen unresolved, from the hourly snapshots
-/// ("3 h ago"), or that none were in the period the snapshots cover.
-pub fn last_unresolved(snapshots: &[reckon_ledger::Snapshot], now: f64, days: u32) -> String {
-    match snapshots
-        .iter()
-        .filter(|x| x.unresolved > 0)
-        .map(|x| x.hour)
-        .reduce(f64::max)
-    {
-        // The snapshot of an hour counts what was unresolved during it: cleared after.
-        Some(hour) => format!(
-            "the last unresolved effects were cleared {} ago (hourly snapshots)",
-            age(now - (hour + 3600.0).min(now))
-        ),
-        None => format!("none was unresolved in the last {days} days"),
-    }
-}
 
 #[derive(Deserialize, Default)]
 pub struct QueueParams {
@@ -155,13 +138,12 @@ pub async fn queue(
         outcome,
         needs_attention: attention,
         after,
-        limit: QUEUE_PAGE + 1,
+        limit: QUEUE_PAGE,
         now,
     };
-    let mut found = st.ledger.unresolved_queue(s.tenant.id, &q).await?;
-    let tz = &tenant_zone(&st, s.tenant.id).await?;
-    let more = found.len() as i64 > QUEUE_PAGE;
-    found.truncate(QUEUE_PAGE as usize);
+    let fragment = wants_fragment(&headers);
+    let view = queue_view(&*st.ledger, s.tenant.id, &s.tenant.slug, &q, !fragment).await?;
+    let tz = &view.zone;
     let mut c = Chrome::new(&s, "queue");
     let f = Filters {
         source: q.source.clone().unwrap_or_default(),
@@ -171,65 +153,49 @@ pub async fn queue(
         outcome: q.outcome.clone().unwrap_or_default(),
         attention,
     };
-    let next_href = match (more, found.last()) {
-        (true, Some(last)) => {
-            let mut qs = url::form_urlencoded::Serializer::new(String::new());
-            for (k, v) in [
-                ("source", &f.source),
-                ("operation", &f.operation),
-                ("kind", &f.kind),
-                ("provider", &f.provider),
-                ("outcome", &f.outcome),
-            ] {
-                if !v.is_empty() {
-                    qs.append_pair(k, v);
-                }
+    let next_href = view.next_after.map(|(since, id)| {
+        let mut qs = url::form_urlencoded::Serializer::new(String::new());
+        for (k, v) in [
+            ("source", &f.source),
+            ("operation", &f.operation),
+            ("kind", &f.kind),
+            ("provider", &f.provider),
+            ("outcome", &f.outcome),
+        ] {
+            if !v.is_empty() {
+                qs.append_pair(k, v);
             }
-            if attention {
-                qs.append_pair("attention", "1");
-            }
-            qs.append_pair("after", &format!("{}:{}", last.since, last.effect.id));
-            Some(format!("{}/queue?{}", c.base, qs.finish()))
         }
-        _ => None,
-    };
-    let routes = st.ledger.list_routes(s.tenant.id).await?;
-    let route = |r: &reckon_ledger::QueueRow| {
-        reckon_engine::connect::route_of(&routes, &r.effect.source, r.effect.operation.as_deref())
-    };
-    let rows: Vec<QueueRowView> = found
+        if attention {
+            qs.append_pair("attention", "1");
+        }
+        qs.append_pair("after", &format!("{since}:{id}"));
+        format!("{}/queue?{}", c.base, qs.finish())
+    });
+    let rows: Vec<QueueRowView> = view
+        .rows
         .iter()
-        .map(|r| QueueRowView {
-            href: effect_href(&s.tenant.slug, &r.effect.source, &r.effect.key),
-            source: r.effect.source.clone(),
-            key: r.effect.key.clone(),
-            operation: r.effect.operation.clone().unwrap_or_default(),
-            kind: match r.effect.state {
-                EffectState::Unknown => "unknown",
-                _ => "abandoned",
-            },
-            age: age(now - r.since),
-            since: when_in(r.since, tz),
-            attempts: r.effect.attempts,
-            lookups: r.lookups,
-            last_outcome: r.last_outcome.as_deref().map(|o| match (o, r.non_final) {
-                ("applied", true) => "applied (provisional)".to_owned(),
-                ("indeterminate", true) => "indeterminate (payment pending)".to_owned(),
-                ("not_applied", true) => "not found so far (not proven)".to_owned(),
-                _ => o.to_owned(),
-            }),
-            last_error: r.last_error.clone(),
-            // An effect no provider answers for is never looked up: no time to show.
-            next_attempt: if r.provider.is_none() || r.needs_attention {
-                None
-            } else {
-                when_opt_in(r.next_attempt_at, tz)
-            },
-            unrouted: route(r).is_none(),
-            routed_to_none: route(r).is_some_and(|x| x.provider_id.is_none()),
-            replay_left: replay_left(&st, r.effect.created_at, now),
-            needs_attention: r.needs_attention,
-            provider: r.provider.clone(),
+        .map(|x| {
+            let r = &x.row;
+            QueueRowView {
+                href: effect_href(&s.tenant.slug, &r.effect.source, &r.effect.key),
+                source: r.effect.source.clone(),
+                key: r.effect.key.clone(),
+                operation: r.effect.operation.clone().unwrap_or_default(),
+                kind: x.kind,
+                age: age(now - r.since),
+                since: when_in(r.since, tz),
+                attempts: r.effect.attempts,
+                lookups: r.lookups,
+                last_outcome: x.last_outcome.clone(),
+                last_error: r.last_error.clone(),
+                next_attempt: when_opt_in(x.next_attempt, tz),
+                unrouted: x.unrouted,
+                routed_to_none: x.routed_to_none,
+                replay_left: replay_left(&st, r.effect.created_at, now),
+                needs_attention: r.needs_attention,
+                provider: r.provider.clone(),
+            }
         })
         .collect();
     let filtered = q.source.is_some()
@@ -239,50 +205,20 @@ pub async fn queue(
         || q.outcome.is_some()
         || attention
         || after.is_some();
-    let fragment = wants_fragment(&headers);
     if !fragment {
         c.tenants = other_tenants(&st, &s).await?;
     }
-    let (sources, providers) = if fragment {
-        (vec![], vec![])
-    } else {
-        (
-            st.ledger
-                .list_sources(s.tenant.id)
-                .await?
-                .into_iter()
-                .map(|x| {
-                    let on = x.name == f.source;
-                    (x.name, on)
-                })
-                .collect(),
-            st.ledger
-                .list_providers(s.tenant.id)
-                .await?
-                .into_iter()
-                .map(|x| {
-                    let on = x.name == f.provider;
-                    (x.name, on)
-                })
-                .collect(),
-        )
+    let selected = |names: &[String], on: &str| -> Vec<(String, bool)> {
+        names.iter().map(|n| (n.clone(), n == on)).collect()
     };
+    let sources = selected(&view.sources, &f.source);
+    let providers = selected(&view.providers, &f.provider);
     let outcomes = OUTCOMES.iter().map(|o| (*o, *o == f.outcome)).collect();
-    let cleared = if rows.is_empty() && !filtered {
-        let snapshots = st
-            .ledger
-            .snapshots(s.tenant.id, now - 30.0 * 86400.0)
-            .await?;
-        last_unresolved(&snapshots, now, 30)
-    } else {
-        String::new()
-    };
-    let providers_now = st.ledger.list_providers(s.tenant.id).await?;
-    let first = providers_now.first().map(|p| p.name.as_str());
-    let backlog = st.ledger.unresolved_by_operation(s.tenant.id, now).await?;
-    let unrouted = reckon_engine::connect::unrouted(&backlog, &routes)
+    let cleared = view.cleared.clone();
+    let unrouted = view
+        .unrouted
         .iter()
-        .map(|g| super::fmt::sentence(&g.sentence(&s.tenant.slug, first)))
+        .map(|g| super::fmt::sentence(g))
         .collect();
     let can_route = allows(s.role, Permission::ManageSources);
     let page = QueuePage {

@@ -2,7 +2,8 @@
 //! on the API, the dashboard and the CLI gives the same lines, none with a word of reckon's
 //! workings; a reconciled charge is said with its charge id, amount and time; an order of
 //! several effects is one short line each, named by what it is; a search by an id the
-//! application recorded finds its order; near misses are offered the order meant.
+//! application recorded finds its order; near misses are offered the order meant. Each
+//! effect's own page and its API answer give the verdict and sentence the lookup gives.
 
 use reckon_testkit::answer_cases::developer_words;
 use serde_json::Value;
@@ -140,6 +141,66 @@ fn strings(v: &Value) -> Vec<String> {
         .iter()
         .map(|s| s.as_str().unwrap().to_owned())
         .collect()
+}
+
+/// A path segment: everything but unreserved characters escaped, as the dashboard's links.
+fn seg(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The effect page's verdict (`data-verdict`) and its sentence, badges left out.
+async fn effect_page(base: &str, cookie: &str, source: &str, key: &str) -> (String, String) {
+    let r = client()
+        .get(format!(
+            "{base}/t/demo/effects/{}/{}",
+            seg(source),
+            seg(key)
+        ))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{source}/{key}");
+    let html = r.text().await.unwrap();
+    let Some(block) = html.split("<p class=\"verdict\" id=\"answer\"").nth(1) else {
+        return (
+            String::new(),
+            format!("(no answer on the page of {source}/{key})"),
+        );
+    };
+    let verdict = block
+        .split("data-verdict=\"")
+        .nth(1)
+        .and_then(|v| v.split('"').next())
+        .unwrap_or_default()
+        .to_owned();
+    let body = block.split_once('>').map(|x| x.1).unwrap_or_default();
+    let body = body.split("</p>").next().unwrap_or_default();
+    let sentence = body.split("<span class=\"badge").next().unwrap_or_default();
+    (verdict, text(sentence).trim().to_owned())
+}
+
+/// A sentence with its numbers masked: ages ("for 3 min") move between two readings a
+/// moment apart; the words must not.
+fn words_of(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_digit() {
+            if !out.ends_with('#') {
+                out.push('#');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -301,6 +362,65 @@ async fn every_demo_order_reads_the_same_to_a_customer_on_every_surface() {
         assert_eq!(code, 1, "{q}: {out}");
         assert!(out.contains("Did you mean “ORD-1017”"), "{q}: {out}");
     }
+
+    // Every effect of every order: its own page and its API answer say what the lookup says.
+    let mut page_differs: Vec<String> = Vec::new();
+    let mut api_differs: Vec<String> = Vec::new();
+    let mut walked = 0;
+    for q in &orders {
+        // Asked again now: the demo's reconciler keeps working while the test reads.
+        let a = api(&base, &token, q).await;
+        for e in a["effects"].as_array().unwrap() {
+            let (source, key) = (e["source"].as_str().unwrap(), e["key"].as_str().unwrap());
+            let verdict = e["verdict"].as_str().unwrap();
+            let sentence = e["sentence"].as_str().unwrap();
+            walked += 1;
+            let (v, said) = effect_page(&base, &cookie, source, key).await;
+            if v != verdict || words_of(&said) != words_of(sentence) {
+                page_differs.push(format!(
+                    "{q} {source}/{key}: the lookup says {verdict}: {sentence:?}; \
+                     its page says {v}: {said:?}"
+                ));
+            }
+            let r = client()
+                .get(format!(
+                    "{base}/api/v1/effects/{}/{}",
+                    seg(source),
+                    seg(key)
+                ))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200, "{source}/{key}");
+            let d: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+            let said = d["answer"]["sentence"].as_str().unwrap_or_default();
+            if d["answer"]["verdict"] != e["verdict"]
+                || d["answer"]["needs_person"] != e["needs_person"]
+                || d["answer"]["is_final"] != e["is_final"]
+                || words_of(said) != words_of(sentence)
+            {
+                api_differs.push(format!(
+                    "{q} {source}/{key}: the lookup says {verdict}: {sentence:?}; \
+                     GET /effects says {}: {said:?}",
+                    d["answer"]["verdict"]
+                ));
+            }
+        }
+    }
+    assert!(walked > orders.len(), "{walked} effects walked");
+    assert!(
+        page_differs.is_empty(),
+        "{} of {walked} effect pages disagree with the lookup:\n{}",
+        page_differs.len(),
+        page_differs.join("\n")
+    );
+    assert!(
+        api_differs.is_empty(),
+        "{} of {walked} API effects disagree with the lookup:\n{}",
+        api_differs.len(),
+        api_differs.join("\n")
+    );
 
     for q in [
         "ORD-1017", "ORD-1101", "ORD-1063", "ORD-1040", "ORD-1075", "ORD-9001",
