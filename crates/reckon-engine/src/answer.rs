@@ -41,21 +41,15 @@ pub struct Moment {
 }
 
 impl Moment {
+    /// The words are [`crate::when::text`]'s, the one way reckon writes a moment for people.
     pub fn new(epoch: f64, tz: &TimeZone) -> Moment {
-        match jiff::Timestamp::from_second(epoch.floor() as i64) {
-            Ok(ts) => Moment {
-                epoch,
-                rfc3339: ts.to_string(),
-                text: ts
-                    .to_zoned(tz.clone())
-                    .strftime("%d %b %Y %H:%M %Z")
-                    .to_string(),
+        Moment {
+            epoch,
+            rfc3339: match jiff::Timestamp::from_second(epoch.floor() as i64) {
+                Ok(ts) => ts.to_string(),
+                Err(_) => String::new(),
             },
-            Err(_) => Moment {
-                epoch,
-                rfc3339: String::new(),
-                text: format!("{epoch}"),
-            },
+            text: crate::when::text(epoch, tz),
         }
     }
 }
