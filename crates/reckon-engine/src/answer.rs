@@ -398,11 +398,16 @@ pub async fn answer(
                 .find(|f| f.kind == "orphan")
                 .map(|f| format!(" The audit of {} lists it as an orphan.", f.day))
                 .unwrap_or_default();
+            // One bracket, the charge's: the customer is named in the words before it.
+            let whose = fact
+                .customer
+                .as_deref()
+                .map(|c| format!(" for customer {c} that"))
+                .unwrap_or_default();
             let sentence = format!(
-                "Charged with no order behind it: {} has a charge the application has no \
-                 record of{} ({}{}). A person must check before refunding it.{audit}",
+                "Charged with no order behind it: {} has a charge{whose} the application has \
+                 no record of ({}{}). A person must check before refunding it.{audit}",
                 fact.provider,
-                customer_words(fact.customer.as_deref()),
                 charge_words(&fact),
                 if fact.status == "succeeded" {
                     String::new()
