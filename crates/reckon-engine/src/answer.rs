@@ -40,21 +40,15 @@ pub struct Moment {
 }
 
 impl Moment {
+    /// The words are [`crate::when::text`]'s, the one way reckon writes a moment for people.
     pub fn new(epoch: f64, tz: &TimeZone) -> Moment {
-        match jiff::Timestamp::from_second(epoch.floor() as i64) {
-            Ok(ts) => Moment {
-                epoch,
-                rfc3339: ts.to_string(),
-                text: ts
-                    .to_zoned(tz.clone())
-                    .strftime("%d %b %Y %H:%M %Z")
-                    .to_string(),
+        Moment {
+            epoch,
+            rfc3339: match jiff::Timestamp::from_second(epoch.floor() as i64) {
+                Ok(ts) => ts.to_string(),
+                Err(_) => String::new(),
             },
-            Err(_) => Moment {
-                epoch,
-                rfc3339: String::new(),
-                text: format!("{epoch}"),
-            },
+            text: crate::when::text(epoch, tz),
         }
     }
 }
@@ -384,11 +378,16 @@ pub async fn answer<L: LookupReads + ?Sized>(
                 .find(|f| f.kind == "orphan")
                 .map(|f| format!(" The audit of {} lists it as an orphan.", f.day))
                 .unwrap_or_default();
+            // One bracket, the charge's: the customer is named in the words before it.
+            let whose = fact
+                .customer
+                .as_deref()
+                .map(|c| format!(" for customer {c} that"))
+                .unwrap_or_default();
             let sentence = format!(
-                "Charged with no order behind it: {} has a charge the application has no \
-                 record of{} ({}{}). A person must check before refunding it.{audit}",
+                "Charged with no order behind it: {} has a charge{whose} the application has \
+                 no record of ({}{}). A person must check before refunding it.{audit}",
                 fact.provider,
-                customer_words(fact.customer.as_deref()),
                 charge_words(&fact),
                 if fact.status == "succeeded" {
                     String::new()

@@ -30,7 +30,7 @@ pub struct SettingsPage {
     pub c: Chrome,
     pub sources: Vec<SettingsSource>,
     pub providers: Vec<ProviderView>,
-    pub routes: Vec<(String, String, String)>,
+    pub routes: Vec<RouteView>,
     pub tokens: Vec<TokenView>,
     pub actions: Vec<ActionView>,
     /// (email, role, disabled)
@@ -72,6 +72,14 @@ impl SettingsFlash {
             })
             .collect()
     }
+}
+
+/// A route as its row's form shows it, prefilled.
+pub struct RouteView {
+    pub source: String,
+    pub operation: String,
+    /// The provider's name; empty for a route to none.
+    pub provider: String,
 }
 
 pub struct SettingsSource {
@@ -212,12 +220,10 @@ async fn settings_response(
             .collect(),
         routes: routes
             .into_iter()
-            .map(|r| {
-                (
-                    r.source,
-                    r.operation,
-                    r.provider.unwrap_or_else(|| "none".into()),
-                )
+            .map(|r| RouteView {
+                source: r.source,
+                operation: r.operation,
+                provider: r.provider.unwrap_or_default(),
             })
             .collect(),
         tokens: tokens

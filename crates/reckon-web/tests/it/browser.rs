@@ -96,21 +96,37 @@ async fn start_driver() -> Driver {
 }
 
 async fn browser(driver: &Driver, javascript: bool) -> Client {
+    browser_in(driver, javascript, None).await
+}
+
+/// A browser whose interface (and date inputs) speak `lang`, e.g. `en-US`.
+async fn browser_in(driver: &Driver, javascript: bool, lang: Option<&str>) -> Client {
     let profile = tempfile::TempDir::new().unwrap().keep();
     let mut prefs = json!({});
     if !javascript {
         prefs = json!({"profile.managed_default_content_settings.javascript": 2});
     }
+    let mut args = vec![
+        "--headless".to_owned(),
+        "--no-sandbox".into(),
+        "--disable-gpu".into(),
+        "--disable-dev-shm-usage".into(),
+        "--disable-background-networking".into(),
+        "--disable-component-update".into(),
+        "--disable-sync".into(),
+        "--no-first-run".into(),
+        "--disable-quic".into(),
+        "--window-size=1280,900".into(),
+        format!("--user-data-dir={}", profile.display()),
+    ];
+    if let Some(l) = lang {
+        prefs["intl.accept_languages"] = json!(l);
+        args.push(format!("--lang={l}"));
+    }
     let caps = json!({
         "goog:chromeOptions": {
             "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run", "--disable-quic",
-                "--window-size=1280,900",
-                format!("--user-data-dir={}", profile.display()),
-            ],
+            "args": args,
             "prefs": prefs,
         },
         "goog:loggingPrefs": {"browser": "ALL"},
@@ -1201,4 +1217,85 @@ async fn the_connect_flow_takes_a_justonce_store_to_verdicts_in_a_real_browser()
     );
     background.abort();
     c.close().await.unwrap();
+}
+
+/// The audit page's day in a browser whose locale writes dates month first (en-US): the
+/// day is typed and shown as reckon writes days for machines and commands (YYYY-MM-DD, as
+/// `reckon audit --date` and the API take it), never in the browser's own order, and the
+/// heading beside it says the chosen day in reckon's words. A day written another way is
+/// refused by the browser before it is sent; the previous-day link steps the field too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_day_reads_the_same_in_a_month_first_locale() {
+    let _one = ONE_BROWSER.lock().await;
+    let s = serve().await;
+    let driver = start_driver().await;
+    let c = browser_in(&driver, true, Some("en-US")).await;
+    let base = &s.base;
+    sign_in(&c, base, "alice@acme.test").await;
+    c.goto(&format!("{base}/t/acme/audit")).await.unwrap();
+    let yesterday = reckon_audit::DayWindow::yesterday(reckon_domain::time::now(), "UTC")
+        .unwrap()
+        .date;
+    let field = |c: &Client| {
+        let c = c.clone();
+        async move {
+            c.find(Locator::Css("#day"))
+                .await
+                .unwrap()
+                .prop("value")
+                .await
+                .unwrap()
+                .unwrap_or_default()
+        }
+    };
+    assert_eq!(field(&c).await, yesterday);
+
+    // Three days before yesterday, typed as reckon writes a day.
+    let civil: jiff::civil::Date = yesterday.parse().unwrap();
+    let day = civil
+        .checked_sub(jiff::Span::new().days(3))
+        .unwrap()
+        .to_string();
+    fill(&c, "#day", &day).await;
+    click(&c, "form.filters button[type=submit]").await;
+    let words = reckon_engine::when::day_text(&day);
+    let heading = wait_text(&c, "#audit-day", &words).await;
+    assert!(!heading.contains("(yesterday)"), "{heading}");
+    assert_eq!(field(&c).await, day);
+    // The field says how it is written.
+    let label = text_of(&c, "label[for=day]").await;
+    assert!(label.contains("YYYY-MM-DD"), "{label}");
+    shot(&c, "audit-day-en-us").await;
+
+    // Month first, as an en-US date input would have it: refused before it is sent.
+    fill(&c, "#day", "12/05/2026").await;
+    click(&c, "form.filters button[type=submit]").await;
+    let mismatch = c
+        .execute(
+            "return document.getElementById('day').validity.patternMismatch;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(mismatch, json!(true));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(text_of(&c, "#audit-day").await.contains(&words));
+
+    // The previous day, by its link: the page and the field both move to it.
+    let before = civil
+        .checked_sub(jiff::Span::new().days(4))
+        .unwrap()
+        .to_string();
+    click(&c, "#audit-report .pager a").await;
+    wait_text(&c, "#audit-day", &reckon_engine::when::day_text(&before)).await;
+    for _ in 0..50 {
+        if field(&c).await == before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(field(&c).await, before);
+
+    c.close().await.unwrap();
+    s.w.finish().await;
 }

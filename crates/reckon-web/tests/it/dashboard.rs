@@ -2708,3 +2708,103 @@ async fn adding_a_sqlite_source_confirms_it_and_shows_its_path_while_a_dsn_passw
     assert!(!page.text.contains("hunter2secret") && !r.text.contains("hunter2secret"));
     w.finish().await;
 }
+
+/// The routing section shows each current route as its own form, its provider already
+/// chosen (a route to none as "none"): changing a route is a pick and a click, and the page
+/// after it shows the new choice.
+#[tokio::test]
+async fn the_routing_form_is_prefilled_with_each_current_route() {
+    let w = World::new(Backend::Sqlite).await;
+    seed(&w).await;
+    let (cookie, csrf) = session(&w.app, "alice@acme.test").await;
+    for name in ["pay-a", "pay-b"] {
+        let r = post(
+            &w,
+            &cookie,
+            "/t/acme/settings/providers",
+            &[
+                ("csrf", &csrf),
+                ("name", name),
+                ("kind", "stripe"),
+                ("secret", "rk_test_zzsecretzz"),
+            ],
+            false,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    }
+    for (operation, provider) in [("charge", "pay-b"), ("send_receipt", "")] {
+        let r = post(
+            &w,
+            &cookie,
+            "/t/acme/settings/routes",
+            &[
+                ("csrf", &csrf),
+                ("source", SRC),
+                ("operation", operation),
+                ("provider", provider),
+            ],
+            false,
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    }
+    // The row of a route: its form, with the source and operation it changes and the
+    // provider it has now selected.
+    let row = |html: &str, route: &str| -> String {
+        html.split(&format!("<tr data-route=\"{route}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no row for {route}: {html}"))
+            .split("</tr>")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    let charge = row(&page.text, "shop:charge");
+    for want in [
+        "name=\"source\" value=\"shop\"",
+        "name=\"operation\" value=\"charge\"",
+        "<option value=\"pay-b\" selected>",
+        "<option value=\"pay-a\">",
+        "<option value=\"\">none</option>",
+    ] {
+        assert!(charge.contains(want), "{want}: {charge}");
+    }
+    let receipt = row(&page.text, "shop:send_receipt");
+    assert!(
+        receipt.contains("<option value=\"\" selected>none</option>"),
+        "{receipt}"
+    );
+    assert!(!receipt.contains("\" selected>pay"), "{receipt}");
+
+    // The row's form, sent as it is with another pick, changes that route only.
+    let r = post(
+        &w,
+        &cookie,
+        "/t/acme/settings/routes",
+        &[
+            ("csrf", &csrf),
+            ("source", "shop"),
+            ("operation", "charge"),
+            ("provider", "pay-a"),
+        ],
+        false,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.text);
+    let page = get(&w, &cookie, "/t/acme/settings").await;
+    let charge = row(&page.text, "shop:charge");
+    assert!(
+        charge.contains("<option value=\"pay-a\" selected>"),
+        "{charge}"
+    );
+    assert!(
+        !charge.contains("<option value=\"pay-b\" selected>"),
+        "{charge}"
+    );
+    assert!(
+        row(&page.text, "shop:send_receipt").contains("<option value=\"\" selected>none</option>")
+    );
+    w.finish().await;
+}

@@ -270,6 +270,9 @@ async fn every_demo_order_reads_the_same_to_a_customer_on_every_surface() {
             );
         }
         let mut said: Vec<String> = lines.clone();
+        for o in a["orphans"].as_array().into_iter().flatten() {
+            said.push(o["sentence"].as_str().unwrap().to_owned());
+        }
         for e in a["effects"].as_array().unwrap() {
             said.push(e["sentence"].as_str().unwrap().to_owned());
             let key = e["key"].as_str().unwrap();
@@ -284,6 +287,8 @@ async fn every_demo_order_reads_the_same_to_a_customer_on_every_surface() {
                 "{q}: {s:?} holds {:?}",
                 developer_words(s)
             );
+            // One sentence read out to a customer, not brackets stacked one after another.
+            assert!(!s.contains(") ("), "{q}: {s:?} has two brackets in a row");
         }
         answers.push((q.clone(), a));
     }
@@ -330,6 +335,12 @@ async fn every_demo_order_reads_the_same_to_a_customer_on_every_surface() {
         s.starts_with("Charged twice (customer cus_demo_")
             && s.contains("Refund the extra one: demo_ch_"),
         "{s}"
+    );
+    // The charge with no order behind it: whose it is, then the charge, in one bracket.
+    let orphan = strings(&of("ORD-9001")["lines"]).join("\n");
+    assert!(
+        orphan.contains("has a charge for customer cus_demo_9001 that the application has no record of (demo_ch_"),
+        "{orphan}"
     );
     // The refund its provider never answered for: a person must check, in plain words.
     let unanswered: Vec<String> = answers

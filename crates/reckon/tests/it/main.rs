@@ -26,4 +26,5 @@ mod replicas;
 mod replicas_reconcile;
 mod runbooks;
 mod shared_server;
+mod source_edit_cli;
 mod support;
