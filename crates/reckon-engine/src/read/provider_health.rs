@@ -42,7 +42,7 @@ pub fn health_of(providers: &[Provider], health: &[ProviderHealth]) -> Vec<Provi
             let (lookups, indeterminate) = h.map_or((0, 0), |h| (h.lookups, h.indeterminate));
             ProviderHealthView {
                 name: p.name.clone(),
-                kind: p.kind.clone(),
+                kind: p.kind.to_string(),
                 lookups,
                 indeterminate,
                 indeterminate_rate: if lookups == 0 {
