@@ -195,6 +195,7 @@ async fn run(args: &Args, url: &str) -> anyhow::Result<()> {
                 abandoned_after: None,
                 overlap: None,
                 full_scan_every: None,
+                mapping: None,
             })
             .map_err(anyhow::Error::msg)?;
             let src = ledger.add_source(tenant.id, new).await?;
