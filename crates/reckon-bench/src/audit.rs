@@ -118,6 +118,7 @@ async fn load(args: &Args, total: u64, label: &str) -> anyhow::Result<Loaded> {
                     abandoned_after_secs: 300.0,
                     overlap_secs: 5.0,
                     full_scan_every_secs: 3600,
+                    mapping: None,
                 },
             )
             .await?;

@@ -140,6 +140,7 @@ async fn write(
                 abandoned_after: None,
                 overlap: None,
                 full_scan_every: None,
+                mapping: None,
             })
             .map_err(anyhow::Error::msg)?,
         )

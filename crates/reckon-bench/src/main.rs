@@ -413,6 +413,7 @@ async fn add_source(
         // The default (1h) would do for a run this short; a day makes sure a slow run's
         // rescans still take the incremental path (asserted below).
         full_scan_every: Some("24h".into()),
+        mapping: None,
     })
     .map_err(|e| anyhow::anyhow!("source {name}: {e}"))?;
     Ok(ledger.add_source(tenant.id, new).await?)

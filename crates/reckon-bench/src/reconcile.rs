@@ -175,6 +175,7 @@ async fn seed(
                 abandoned_after_secs: 300.0,
                 overlap_secs: 60.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await?;

@@ -328,6 +328,7 @@ async fn seed(ledger: &dyn Ledger, demo: &DemoState, n: usize) -> anyhow::Result
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await?;

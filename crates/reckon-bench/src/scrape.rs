@@ -229,6 +229,7 @@ async fn tenants(args: &Args, ledger: &dyn Ledger, now: f64) -> anyhow::Result<V
                 abandoned_after: None,
                 overlap: None,
                 full_scan_every: None,
+                mapping: None,
             })
             .map_err(anyhow::Error::msg)?;
             let src = ledger.add_source(tenant.id, new).await?;

@@ -204,6 +204,7 @@ async fn measure(
                     abandoned_after_secs: 300.0,
                     overlap_secs: 5.0,
                     full_scan_every_secs: 3600,
+                    mapping: None,
                 },
             )
             .await?;

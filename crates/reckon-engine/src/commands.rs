@@ -4,14 +4,16 @@
 //! stored and logged is decided here once.
 
 use crate::provider_input::{ProviderEdit, ProviderInput, base_url, check_provider, new_provider};
-use crate::source_input::{SourceEdit, SourceInput, check_dsn_at_save, new_source, source_change};
+use crate::source_input::{
+    SourceEdit, SourceInput, check_dsn_at_save, check_mapping_at_save, new_source, source_change,
+};
 use reckon_domain::{Outcome, time};
 use reckon_ledger::{
     Ledger, LedgerError, NewAction, NewResolution, Provider, ProviderChange, Resolution, Role,
     Route, Source, Tenant, TenantId, TokenCreator, User,
 };
-use reckon_sources::EgressPolicy;
-use secrecy::ExposeSecret;
+use reckon_sources::{EgressPolicy, MappingCheck};
+use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 
 /// The surface a person acted through; the audit log names it (`detail.via`).
@@ -104,11 +106,35 @@ fn parse_role(role: &str) -> Result<Role, CommandError> {
 
 /// Add a source (`source.add`).
 pub async fn add_source(c: &Ctx<'_>, input: SourceInput) -> Result<Source, CommandError> {
+    add_source_checked(c, input).await.map(|(s, _)| s)
+}
+
+/// Add a source (`source.add`), with what its mapping's conditions match in the live table
+/// when it is read through one: a mapping is held against the table before anything is
+/// stored, and refused with the sentence that names the field and the column.
+pub async fn add_source_checked(
+    c: &Ctx<'_>,
+    input: SourceInput,
+) -> Result<(Source, Option<MappingCheck>), CommandError> {
     let name = input.name.clone();
     let new = new_source(input).map_err(CommandError::Invalid)?;
     check_dsn_at_save(new.kind, new.dsn.as_ref(), c.egress, &c.tenant.slug)
         .await
         .map_err(CommandError::Invalid)?;
+    let checked = match &new.mapping {
+        None => None,
+        Some(settings) => Some(
+            check_mapping_at_save(
+                new.kind,
+                new.dsn.as_ref(),
+                settings,
+                c.egress,
+                &c.tenant.slug,
+            )
+            .await
+            .map_err(CommandError::Invalid)?,
+        ),
+    };
     let source = c
         .ledger
         .add_source(c.tenant.id, new)
@@ -122,10 +148,10 @@ pub async fn add_source(c: &Ctx<'_>, input: SourceInput) -> Result<Source, Comma
     c.log(
         "source.add",
         &source.name,
-        json!({ "kind": source.kind.as_str() }),
+        json!({ "kind": source.kind.as_str(), "mapped": source.mapping.is_some() }),
     )
     .await;
-    Ok(source)
+    Ok((source, checked))
 }
 
 /// Change a source's settings (`source.edit`): fields left out keep their stored value; a

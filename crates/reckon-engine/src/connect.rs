@@ -233,14 +233,19 @@ pub async fn check_source(
         let report = probe::test_source(ledger, tenant, source, egress).await;
         if report.ok {
             checks.push(Check::ok("connection", "connected read-only".into()));
-            checks.push(Check::ok(
-                "table",
+            let table = if source.mapping.is_some() {
+                format!(
+                    "table {} read through its column mapping",
+                    source.table_name
+                )
+            } else {
                 format!(
                     "table {} found with the columns justonce writes (key, state, request_hash, \
                      response, attempts, created_at, updated_at, expires_at)",
                     source.table_name
-                ),
-            ));
+                )
+            };
+            checks.push(Check::ok("table", table));
             checks.push(count_rows(ledger, tenant, source, egress).await);
         } else {
             let edit = format!(

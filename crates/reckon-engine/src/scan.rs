@@ -20,7 +20,7 @@ use reckon_domain::{Disappearance, Limits, RawNum, RawRow, time, validate_row};
 use reckon_ledger::{
     Cursor, IngestBatch, IngestOutcome, Lease, Ledger, LedgerError, Origin, Source, Tenant,
 };
-use reckon_sources::{EgressPolicy, ScanError, SourceConn, SourceDsn};
+use reckon_sources::{EgressPolicy, Mapping, ScanError, SourceConn, SourceDsn};
 use secrecy::ExposeSecret;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -167,7 +167,16 @@ pub async fn open_source(
         .await
         .map_err(|e| ScanError::Invalid(format!("refused by the egress policy: {e}")))?;
     // Connected, it is refused if it can see reckon's own ledger identity.
-    Ok(SourceConn::open(&dsn, &source.table_name, egress).await?)
+    match &source.mapping {
+        None => Ok(SourceConn::open(&dsn, &source.table_name, egress).await?),
+        Some(settings) => {
+            let mut mapping = Mapping::parse(settings)
+                .map_err(|e| ScanError::Invalid(format!("the source's mapping: {e}")))?;
+            // The source's table is the mapping's unless a person changed it since.
+            mapping.table = source.table_name.clone();
+            Ok(SourceConn::open_mapped(&dsn, &mapping, egress).await?)
+        }
+    }
 }
 
 fn cursor_of(raw: &RawRow) -> Option<Cursor> {

@@ -2,7 +2,9 @@
 //! with the defaults and the validation both surfaces share.
 
 use reckon_ledger::{NewSource, SourceKind};
-use reckon_sources::{Dialect, EgressPolicy, SourceDsn, validate_table_name};
+use reckon_sources::{
+    Dialect, EgressPolicy, Mapping, MappingCheck, SourceConn, SourceDsn, validate_table_name,
+};
 use secrecy::SecretString;
 use serde::Deserialize;
 use std::time::Duration;
@@ -27,6 +29,11 @@ pub struct SourceInput {
         pattern = "^[A-Za-z_][A-Za-z0-9_]{0,62}(\\.[A-Za-z_][A-Za-z0-9_]{0,62})?$"
     )]
     pub table: Option<String>,
+    /// A table that is not justonce's, read through a column mapping: a preset's name
+    /// (`justonce`, `brandur`) or JSON settings (docs/mapped-sources.md). With the kind
+    /// `mapped`, the dialect is the DSN's.
+    #[serde(default)]
+    pub mapping: Option<String>,
     /// e.g. "60s", "5m"
     #[serde(default)]
     #[schema(example = "60s")]
@@ -56,13 +63,43 @@ fn duration(what: &str, v: &Option<String>, default: Duration) -> Result<Duratio
 /// Validate and complete a source description. Errors are sentences for the person who
 /// typed the input; they never echo a DSN.
 pub fn new_source(input: SourceInput) -> Result<NewSource, String> {
-    let kind = SourceKind::parse(&input.kind).ok_or_else(|| {
-        format!(
-            "kind {:?} is not one of sqlite, postgres, mysql, push",
-            input.kind
-        )
-    })?;
-    let table = input.table.unwrap_or_else(|| DEFAULT_TABLE.to_owned());
+    let kind = match input.kind.as_str() {
+        "mapped" => {
+            let dsn = input
+                .dsn
+                .as_deref()
+                .ok_or("a mapped source needs a DSN (the database its table is in)")?;
+            if input.mapping.is_none() {
+                return Err(
+                    "a mapped source needs a mapping: a preset (justonce, brandur) or \
+                     JSON settings"
+                        .into(),
+                );
+            }
+            dialect_of(dsn)?.into()
+        }
+        k => SourceKind::parse(k).ok_or_else(|| {
+            format!("kind {k:?} is not one of sqlite, postgres, mysql, push, mapped")
+        })?,
+    };
+    let (table, mapping) = match input.mapping {
+        None => (
+            input.table.unwrap_or_else(|| DEFAULT_TABLE.to_owned()),
+            None,
+        ),
+        Some(_) if !kind.is_scanned() => return Err("a push source takes no mapping".into()),
+        Some(settings) => {
+            let m = Mapping::parse(&settings).map_err(|e| e.to_string())?;
+            if input.table.as_ref().is_some_and(|t| *t != m.table) {
+                return Err(format!(
+                    "a mapped source reads the mapping's table ({}): give the table in the \
+                     mapping, not as table",
+                    m.table
+                ));
+            }
+            (m.table, Some(settings))
+        }
+    };
     validate_table_name(&table).map_err(|e| e.to_string())?;
     let (dsn, dsn_display) = match (kind, input.dsn) {
         (SourceKind::Push, None) => (None, None),
@@ -103,7 +140,54 @@ pub fn new_source(input: SourceInput) -> Result<NewSource, String> {
         abandoned_after_secs: abandoned_after.as_secs_f64(),
         overlap_secs: overlap.as_secs_f64(),
         full_scan_every_secs: full_every.as_secs().max(1) as i64,
+        mapping,
     })
+}
+
+/// The dialect of a mapped source's DSN: its URL scheme, or a SQLite file's path.
+fn dialect_of(dsn: &str) -> Result<Dialect, String> {
+    let scheme = dsn.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("postgres" | "postgresql") => Ok(Dialect::Postgres),
+        Some("mysql" | "mariadb") => Ok(Dialect::Mysql),
+        Some("sqlite") => Ok(Dialect::Sqlite),
+        None if dsn.starts_with('/') || dsn.starts_with("sqlite:") => Ok(Dialect::Sqlite),
+        _ => Err(
+            "a mapped source's DSN is a postgres:// or mysql:// URL, or the absolute path \
+             of a SQLite file"
+                .into(),
+        ),
+    }
+}
+
+/// A mapped source's mapping held against its live table at save (`source add`): its DSN
+/// checked by the egress policy like every connection, the table read in a read-only
+/// transaction. The answer is what each state's condition matches now, or the sentence
+/// that refuses the mapping (naming the field and the column).
+pub async fn check_mapping_at_save(
+    kind: SourceKind,
+    dsn: Option<&SecretString>,
+    settings: &str,
+    egress: &EgressPolicy,
+    tenant_slug: &str,
+) -> Result<MappingCheck, String> {
+    use secrecy::ExposeSecret;
+    let (Some(dsn), Some(dialect)) = (dsn, kind.dialect()) else {
+        return Err("a mapped source needs a DSN".into());
+    };
+    let mapping = Mapping::parse(settings).map_err(|e| e.to_string())?;
+    let parsed = SourceDsn::parse(dialect, dsn.expose_secret()).map_err(|e| e.to_string())?;
+    let pinned = egress
+        .for_tenant(tenant_slug)
+        .pin(&parsed)
+        .await
+        .map_err(|e| format!("the DSN is refused by the egress policy: {e}"))?;
+    let mut conn = SourceConn::open_mapped(&pinned, &mapping, egress)
+        .await
+        .map_err(|e| format!("the mapping cannot be checked: {e}"))?;
+    let checked = conn.check_mapping().await;
+    conn.close().await;
+    checked.map_err(|e| e.to_string())
 }
 
 /// T08 / T12 at save: a new or changed DSN (`dsn`, of a source of `kind`) must pass the

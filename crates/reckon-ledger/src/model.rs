@@ -51,6 +51,9 @@ pub struct NewSource {
     pub abandoned_after_secs: f64,
     pub overlap_secs: f64,
     pub full_scan_every_secs: i64,
+    /// The column mapping the table is read through (`reckon_sources::Mapping::parse`);
+    /// `None` for justonce's own table.
+    pub mapping: Option<String>,
 }
 
 /// An edit of a source's settings: `None` keeps the stored value. The name and the kind
@@ -99,6 +102,10 @@ pub struct Source {
     pub created_at: f64,
     /// When a person last asked for a scan now ("scan now"; see [`Source::scan_due`]).
     pub scan_requested_at: Option<f64>,
+    /// The column mapping its table is read through, as given (a preset's name or JSON
+    /// settings); `None` for justonce's own table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mapping: Option<String>,
     /// Off (`None`, the default) or on with this not_applied policy. Not `pub`: only the
     /// ledger's stored setting can turn write-back on, so a `Source` value cannot be made to
     /// claim it (`reckon_sources::SourceWriter` is opened from a `Source` and refuses one

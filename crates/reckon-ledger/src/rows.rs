@@ -83,7 +83,8 @@ pub(crate) fn existing<DB: Database>(found: &[DB::Row]) -> Result<crate::driver:
 pub(crate) const SOURCE_COLUMNS: &str = "id, name, kind, dsn_display, table_name, \
     scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, \
     cursor_updated_at, cursor_key, last_scan_at, last_success_at, last_full_scan_at, \
-    last_error, last_error_at, consecutive_failures, created_at, writeback, scan_requested_at";
+    last_error, last_error_at, consecutive_failures, created_at, writeback, scan_requested_at, \
+    mapping";
 
 /// `Ledger::update_source` for both backends: $1 tenant, $2 name, $3 sealed DSN, $4 its
 /// display, $5 table, $6 scan interval, $7 abandoned after, $8 overlap, $9 full scan every
@@ -131,6 +132,7 @@ pub(crate) fn source<DB: Database>(row: &DB::Row) -> Result<Source> {
         consecutive_failures: row.try_get("consecutive_failures")?,
         created_at: row.try_get("created_at")?,
         scan_requested_at: row.try_get("scan_requested_at")?,
+        mapping: row.try_get("mapping")?,
         writeback: match row.try_get::<Option<String>, _>("writeback")? {
             None => None,
             Some(w) => {

@@ -65,8 +65,9 @@ impl<B: Driver> Sources for SqlLedger<B> {
         });
         let stmt = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO source (tenant_id, name, kind, dsn_ciphertext, dsn_display, table_name, \
-             scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {}",
+             scan_interval_secs, abandoned_after_secs, overlap_secs, full_scan_every_secs, created_at, \
+             mapping) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {}",
             rows::SOURCE_COLUMNS
         )))
         .bind(tenant.0)
@@ -79,7 +80,8 @@ impl<B: Driver> Sources for SqlLedger<B> {
         .bind(new.abandoned_after_secs)
         .bind(new.overlap_secs)
         .bind(new.full_scan_every_secs)
-        .bind(time::now());
+        .bind(time::now())
+        .bind(&new.mapping);
         let row = self.write_opt(Scope::Tenant(tenant), stmt).await;
         let row = row.map_err(|e| e.named(|| format!("source {:?}", new.name)))?;
         rows::source::<B::DB>(&row.expect("an INSERT returns its row"))

@@ -133,6 +133,14 @@ impl<B: Driver> Writebacks for SqlLedger<B> {
                 "source {name:?} is a push source: reckon holds no DSN to write back to"
             )));
         }
+        if source.mapping.is_some() && policy.is_some() {
+            // Write-back's one statement is written for justonce's table and states; a
+            // mapped table's states are conditions reckon cannot write.
+            return Err(LedgerError::Invalid(format!(
+                "source {name:?} is read through a column mapping: reckon writes back only \
+                 to justonce tables"
+            )));
+        }
         tx.commit().await?;
         Ok(source)
     }

@@ -9,12 +9,14 @@
 pub mod dsn;
 pub mod egress;
 mod limits;
+pub mod mapping;
 mod own;
 mod scan;
 pub mod write;
 
 pub use dsn::{Dialect, DsnError, SourceDsn, Transport, validate_table_name};
 pub use egress::{EgressError, EgressPolicy, OwnDatabase, Resolver};
+pub use mapping::{Mapping, MappingCheck, MappingError};
 pub use own::REFUSED as OWN_DATABASE_REFUSED;
 pub use scan::{ScanError, SourceConn};
 pub use write::{Change, RowNow, SourceWriter, WriteError};

@@ -10,6 +10,8 @@
 use crate::dsn::{Dialect, SourceDsn, validate_table_name};
 use crate::egress::EgressPolicy;
 use crate::limits::{CancelOnDrop, Canceller};
+use crate::mapping::cond::Lit;
+use crate::mapping::{Mapping, RequestSpec, render};
 use crate::own;
 use futures::stream::{BoxStream, StreamExt, TryStreamExt};
 use reckon_domain::{RawNum, RawRow};
@@ -49,11 +51,11 @@ pub(crate) fn describe(e: &sqlx::Error) -> String {
     }
 }
 
-fn query_err(e: sqlx::Error) -> ScanError {
+pub(crate) fn query_err(e: sqlx::Error) -> ScanError {
     ScanError::Query(describe(&e))
 }
 
-enum Inner {
+pub(crate) enum Inner {
     Sqlite(sqlx::SqliteConnection),
     Postgres(sqlx::PgConnection),
     Mysql(sqlx::MySqlConnection),
@@ -61,11 +63,37 @@ enum Inner {
 
 /// One open, read-only connection to a source's table.
 pub struct SourceConn {
-    inner: Inner,
+    pub(crate) inner: Inner,
     /// The table name, validated and quoted for the dialect.
     table: String,
     /// Cancels the running statement on the server if this is dropped unclosed.
     cancel: CancelOnDrop,
+    /// A table read through a mapping rather than as justonce's `justonce_keys`.
+    mapping: Option<Box<Mapping>>,
+}
+
+/// Bind a rendered statement's literals, each as its own type.
+macro_rules! bind_lits {
+    ($q:expr, $params:expr) => {{
+        let mut q = $q;
+        for p in $params {
+            q = match p {
+                Lit::Text(s) => q.bind(s.clone()),
+                Lit::Int(i) => q.bind(*i),
+                Lit::Real(r) => q.bind(*r),
+                Lit::Bool(b) => q.bind(*b),
+                Lit::Bytes(b) => q.bind(b.clone()),
+            };
+        }
+        q
+    }};
+}
+pub(crate) use bind_lits;
+
+/// What the first statement of the PostgreSQL cursor binds.
+enum PgBind {
+    Justonce { since: Option<f64>, states: bool },
+    Lits(Vec<Lit>),
 }
 
 /// Rows per FETCH of the PostgreSQL incremental read (bounded memory, bounded statement).
@@ -90,6 +118,25 @@ impl SourceConn {
         dsn: &SourceDsn,
         table: &str,
         egress: &EgressPolicy,
+    ) -> Result<SourceConn, ScanError> {
+        SourceConn::connect(dsn, table, egress, None).await
+    }
+
+    /// Open `dsn` as [`SourceConn::open`] does, for reading the table of `mapping` through
+    /// it.
+    pub async fn open_mapped(
+        dsn: &SourceDsn,
+        mapping: &Mapping,
+        egress: &EgressPolicy,
+    ) -> Result<SourceConn, ScanError> {
+        SourceConn::connect(dsn, &mapping.table, egress, Some(Box::new(mapping.clone()))).await
+    }
+
+    async fn connect(
+        dsn: &SourceDsn,
+        table: &str,
+        egress: &EgressPolicy,
+        mapping: Option<Box<Mapping>>,
     ) -> Result<SourceConn, ScanError> {
         let own = egress.own_identity();
         let mut cancel = CancelOnDrop::default();
@@ -212,6 +259,12 @@ impl SourceConn {
                 crate::limits::mysql_timeouts(&mut conn)
                     .await
                     .map_err(query_err)?;
+                if mapping.is_some() {
+                    // A mapped table's DATETIME columns carry no zone: read as UTC.
+                    conn.execute("SET time_zone = '+00:00'")
+                        .await
+                        .map_err(query_err)?;
+                }
                 cancel = CancelOnDrop::new(
                     Canceller::mysql(&mut conn, &opts)
                         .await
@@ -236,7 +289,21 @@ impl SourceConn {
             inner,
             table,
             cancel,
+            mapping,
         })
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self.inner {
+            Inner::Sqlite(_) => Dialect::Sqlite,
+            Inner::Postgres(_) => Dialect::Postgres,
+            Inner::Mysql(_) => Dialect::Mysql,
+        }
+    }
+
+    /// The mapping this connection reads through, if any.
+    pub fn mapping(&self) -> Option<&Mapping> {
+        self.mapping.as_deref()
     }
 
     /// Rows in `(updated_at, key)` order. With `since`, only rows whose `updated_at >=
@@ -252,6 +319,35 @@ impl SourceConn {
     ) -> BoxStream<'_, Result<RawRow, ScanError>> {
         let table = &self.table;
         let states = since.is_some() && !every_state;
+        if let Some(m) = self.mapping.as_deref() {
+            let dialect = self.dialect();
+            let fp = fingerprints(m);
+            let sql = render::rows(dialect, m, since, every_state);
+            return match &mut self.inner {
+                Inner::Sqlite(c) => bind_lits!(sqlx::query(AssertSqlSafe(sql.text)), &sql.params)
+                    .fetch(c)
+                    .map(move |r| {
+                        r.map_err(query_err)
+                            .and_then(|row| sqlite_row(&row))
+                            .map(|r| fingerprint(r, fp))
+                    })
+                    .boxed(),
+                Inner::Postgres(c) => {
+                    let declare = format!("DECLARE reckon_rows NO SCROLL CURSOR FOR {}", sql.text);
+                    pg_cursor(c, declare, PgBind::Lits(sql.params))
+                        .map(move |r| r.map(|r| fingerprint(r, fp)))
+                        .boxed()
+                }
+                Inner::Mysql(c) => bind_lits!(sqlx::query(AssertSqlSafe(sql.text)), &sql.params)
+                    .fetch(c)
+                    .map(move |r| {
+                        r.map_err(query_err)
+                            .and_then(|row| mysql_row(&row))
+                            .map(|r| fingerprint(r, fp))
+                    })
+                    .boxed(),
+            };
+        }
         match &mut self.inner {
             Inner::Sqlite(c) => {
                 // SQLite sorts text and blobs after every number, so `>=` keeps them.
@@ -294,40 +390,7 @@ impl SourceConn {
                     "DECLARE reckon_rows NO SCROLL CURSOR FOR \
                      SELECT {PG_COLUMNS} FROM {table} {filter} ORDER BY updated_at, key"
                 );
-                futures::stream::try_unfold((c, Some(declare)), move |(c, declare)| async move {
-                    let first = declare.is_some();
-                    if let Some(sql) = declare {
-                        c.execute(crate::limits::PG_SORT_TIMEOUT_LOCAL)
-                            .await
-                            .map_err(query_err)?;
-                        let q = sqlx::query(AssertSqlSafe(sql));
-                        let q = match since {
-                            Some(s) if states => {
-                                q.bind(KNOWN_STATES.map(String::from).to_vec()).bind(s)
-                            }
-                            Some(s) => q.bind(s),
-                            None => q,
-                        };
-                        q.execute(&mut *c).await.map_err(query_err)?;
-                    }
-                    let rows = sqlx::query(PG_FETCH_SQL)
-                        .fetch_all(&mut *c)
-                        .await
-                        .map_err(query_err)?;
-                    if first {
-                        c.execute(crate::limits::PG_FETCH_TIMEOUT_LOCAL)
-                            .await
-                            .map_err(query_err)?;
-                    }
-                    if rows.is_empty() {
-                        c.execute("CLOSE reckon_rows").await.map_err(query_err)?;
-                        return Ok(None);
-                    }
-                    let rows: Vec<Result<RawRow, ScanError>> = rows.iter().map(pg_row).collect();
-                    Ok(Some((futures::stream::iter(rows), (c, None))))
-                })
-                .try_flatten()
-                .boxed()
+                pg_cursor(c, declare, PgBind::Justonce { since, states })
             }
             Inner::Mysql(c) => {
                 let filter = match (since, every_state) {
@@ -356,6 +419,35 @@ impl SourceConn {
     /// Every key of the table, as bytes, in no particular order.
     pub fn keys(&mut self) -> BoxStream<'_, Result<Vec<u8>, ScanError>> {
         let table = &self.table;
+        if let Some(m) = self.mapping.as_deref() {
+            let sql = render::keys(self.dialect(), m);
+            return match &mut self.inner {
+                Inner::Sqlite(c) => bind_lits!(
+                    sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(sql.text)),
+                    &sql.params
+                )
+                .fetch(c)
+                .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
+                .boxed(),
+                Inner::Postgres(c) => bind_lits!(
+                    sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(sql.text)),
+                    &sql.params
+                )
+                .fetch(c)
+                .map(|r| {
+                    r.map(|k| k.unwrap_or_default().into_bytes())
+                        .map_err(query_err)
+                })
+                .boxed(),
+                Inner::Mysql(c) => bind_lits!(
+                    sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(sql.text)),
+                    &sql.params
+                )
+                .fetch(c)
+                .map(|r| r.map(Option::unwrap_or_default).map_err(query_err))
+                .boxed(),
+            };
+        }
         match &mut self.inner {
             Inner::Sqlite(c) => sqlx::query_scalar::<_, Option<Vec<u8>>>(AssertSqlSafe(format!(
                 "SELECT substr(CAST(key AS BLOB), 1, 4097) FROM {table}"
@@ -383,6 +475,9 @@ impl SourceConn {
 
     /// The rows with exactly these keys (those still present).
     pub async fn rows_by_key(&mut self, keys: &[Vec<u8>]) -> Result<Vec<RawRow>, ScanError> {
+        if self.mapping.is_some() {
+            return self.mapped_rows_by_key(keys).await;
+        }
         let table = self.table.clone();
         let mut out = Vec::new();
         for key in keys {
@@ -425,6 +520,53 @@ impl SourceConn {
         Ok(out)
     }
 
+    async fn mapped_rows_by_key(&mut self, keys: &[Vec<u8>]) -> Result<Vec<RawRow>, ScanError> {
+        let dialect = self.dialect();
+        let m = self.mapping.as_deref().expect("a mapped connection");
+        let fp = fingerprints(m);
+        let mut out = Vec::new();
+        for key in keys {
+            // As the justonce reader looks keys up: bytes where the database compares bytes,
+            // text in PostgreSQL, where a key that is not UTF-8 cannot be.
+            let key = match dialect {
+                Dialect::Postgres => match std::str::from_utf8(key) {
+                    Ok(k) => Lit::Text(k.to_owned()),
+                    Err(_) => continue,
+                },
+                _ => Lit::Bytes(key.clone()),
+            };
+            let sql = render::by_key(dialect, m, key);
+            // One statement, bound for whichever database this is.
+            macro_rules! q {
+                () => {
+                    bind_lits!(sqlx::query(AssertSqlSafe(sql.text.clone())), &sql.params)
+                };
+            }
+            let row = match &mut self.inner {
+                Inner::Sqlite(c) => q!()
+                    .fetch_optional(&mut *c)
+                    .await
+                    .map_err(query_err)?
+                    .map(|r| sqlite_row(&r))
+                    .transpose()?,
+                Inner::Postgres(c) => q!()
+                    .fetch_optional(&mut *c)
+                    .await
+                    .map_err(query_err)?
+                    .map(|r| pg_row(&r))
+                    .transpose()?,
+                Inner::Mysql(c) => q!()
+                    .fetch_optional(&mut *c)
+                    .await
+                    .map_err(query_err)?
+                    .map(|r| mysql_row(&r))
+                    .transpose()?,
+            };
+            out.extend(row.map(|r| fingerprint(r, fp)));
+        }
+        Ok(out)
+    }
+
     /// End the read-only transaction and the connection.
     pub async fn close(mut self) {
         self.cancel.disarm();
@@ -443,6 +585,67 @@ impl SourceConn {
             }
         }
     }
+}
+
+/// The PostgreSQL read: a server-side cursor over `declare`, fetched [`PG_FETCH_SQL`] rows
+/// at a time (see `SourceConn::rows` for why a cursor).
+fn pg_cursor(
+    c: &mut sqlx::PgConnection,
+    declare: String,
+    bind: PgBind,
+) -> BoxStream<'_, Result<RawRow, ScanError>> {
+    futures::stream::try_unfold((c, Some((declare, bind))), |(c, declare)| async move {
+        let first = declare.is_some();
+        if let Some((sql, bind)) = declare {
+            c.execute(crate::limits::PG_SORT_TIMEOUT_LOCAL)
+                .await
+                .map_err(query_err)?;
+            let q = sqlx::query(AssertSqlSafe(sql));
+            let q = match bind {
+                PgBind::Justonce {
+                    since: Some(s),
+                    states: true,
+                } => q.bind(KNOWN_STATES.map(String::from).to_vec()).bind(s),
+                PgBind::Justonce { since: Some(s), .. } => q.bind(s),
+                PgBind::Justonce { since: None, .. } => q,
+                PgBind::Lits(params) => bind_lits!(q, &params),
+            };
+            q.execute(&mut *c).await.map_err(query_err)?;
+        }
+        let rows = sqlx::query(PG_FETCH_SQL)
+            .fetch_all(&mut *c)
+            .await
+            .map_err(query_err)?;
+        if first {
+            c.execute(crate::limits::PG_FETCH_TIMEOUT_LOCAL)
+                .await
+                .map_err(query_err)?;
+        }
+        if rows.is_empty() {
+            c.execute("CLOSE reckon_rows").await.map_err(query_err)?;
+            return Ok(None);
+        }
+        let rows: Vec<Result<RawRow, ScanError>> = rows.iter().map(pg_row).collect();
+        Ok(Some((futures::stream::iter(rows), (c, None))))
+    })
+    .try_flatten()
+    .boxed()
+}
+
+/// Whether a mapping's request column holds the request itself, to be fingerprinted.
+fn fingerprints(m: &Mapping) -> bool {
+    matches!(m.request, Some(RequestSpec::Fingerprint(_)))
+}
+
+/// A request read whole becomes its fingerprint, `sha256:` and the hex digest of its bytes
+/// (a request over the read limit is cut there, and so still differs from a shorter one
+/// only if they differ before it). It is compared, never shown.
+fn fingerprint(mut row: RawRow, fingerprints: bool) -> RawRow {
+    use sha2::{Digest, Sha256};
+    if fingerprints && let Some(r) = &row.request_hash {
+        row.request_hash = Some(format!("sha256:{}", hex::encode(Sha256::digest(r))).into_bytes());
+    }
+    row
 }
 
 /// SQLite is dynamically typed: a REAL column can hold text. Each numeric column is read as

@@ -106,6 +106,14 @@ impl SourceWriter {
         let Some(policy) = source.writeback() else {
             return Err(WriteError::NotOptedIn(source.name.clone()));
         };
+        if source.mapping.is_some() {
+            // Its one statement is written for justonce's table and states.
+            return Err(WriteError::Invalid(format!(
+                "source {:?} is read through a column mapping: reckon writes back only to \
+                 justonce tables",
+                source.name
+            )));
+        }
         let dialect = source.kind.dialect().ok_or_else(|| {
             WriteError::Invalid(format!(
                 "source {:?} is a push source: reckon has no database to write to",

@@ -147,6 +147,7 @@ pub async fn plant(ledger: Arc<dyn Ledger>, t: &Tenant) -> Cases {
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

@@ -460,6 +460,7 @@ async fn demo(
                 abandoned_after: None,
                 overlap: None,
                 full_scan_every: None,
+                mapping: None,
             })
             .map_err(anyhow::Error::msg)?,
         )

@@ -243,7 +243,8 @@ enum SourceCmd {
         /// The source's name within the tenant.
         #[arg(long)]
         name: String,
-        /// sqlite | postgres | mysql | push
+        /// sqlite | postgres | mysql | push | mapped (a table read through --mapping, in
+        /// the DSN's dialect)
         #[arg(long)]
         kind: String,
         /// Where the store is: an absolute file path (sqlite) or a URL (postgres://...,
@@ -253,6 +254,10 @@ enum SourceCmd {
         /// The table to read (default justonce_keys).
         #[arg(long)]
         table: Option<String>,
+        /// A table that is not justonce's: a preset (justonce, brandur) or the mapping's
+        /// JSON settings (docs/mapped-sources.md). Checked against the live table.
+        #[arg(long)]
+        mapping: Option<String>,
         /// How often `reckon serve` scans it, e.g. 60s.
         #[arg(long)]
         scan_interval: Option<String>,
@@ -619,6 +624,7 @@ async fn source_cmd(
             kind,
             dsn,
             table,
+            mapping,
             scan_interval,
             abandoned_after,
             overlap,
@@ -635,9 +641,13 @@ async fn source_cmd(
                 abandoned_after,
                 overlap,
                 full_scan_every,
+                mapping,
             };
-            let s = commands::add_source(&ctx, input).await?;
+            let (s, checked) = commands::add_source_checked(&ctx, input).await?;
             eprintln!("source {} added ({})", s.name, s.kind.as_str());
+            if let Some(c) = checked {
+                eprintln!("mapping checked against {c}");
+            }
             // Checked at once, so what is still missing (a setting, a scan, a route) is said
             // with its fix now; the source stays added whatever the checks say.
             let now = reckon_domain::time::now();

@@ -159,6 +159,7 @@ async fn tenant_with_source(ledger: &dyn Ledger, slug: &str) -> (TenantId, i64) 
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

@@ -182,6 +182,7 @@ async fn the_stripe_list_path_against_localstripe_finds_exactly_the_planted_prob
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

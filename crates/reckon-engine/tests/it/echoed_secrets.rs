@@ -79,6 +79,7 @@ async fn one_tenant(ledger: &dyn Ledger, n: usize, server: &MockServer) -> recko
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

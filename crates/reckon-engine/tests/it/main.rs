@@ -6,6 +6,7 @@ mod audit_day;
 mod audit_localstripe;
 mod common;
 mod echoed_secrets;
+mod mapped_sources;
 mod own_database;
 mod reconcile_demo;
 mod reconcile_limit;

@@ -47,6 +47,7 @@ async fn add(ledger: &dyn Ledger, tenant: &Tenant, name: &str, kind: &str, dsn: 
         abandoned_after: None,
         overlap: None,
         full_scan_every: None,
+        mapping: None,
     })
     .unwrap();
     ledger.add_source(tenant.id, new).await.unwrap()

@@ -42,6 +42,7 @@ async fn effects_resolve_applied_duplicate_not_applied_and_errors_or_youth_never
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await
@@ -169,6 +170,7 @@ async fn a_provider_that_is_down_leaves_effects_indeterminate_with_backoff() {
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await
@@ -310,6 +312,7 @@ async fn one_unknown_charge(
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

@@ -87,6 +87,7 @@ async fn fill(ledger: &Arc<dyn Ledger>, n: usize, demo: &DemoState, base: &str) 
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

@@ -249,7 +249,7 @@ async fn each_change_is_one_event(kind: Kind) {
 }
 
 /// The relaxed table with good and hostile rows, and the expected reason → count.
-fn hostile_setup(kind: Kind) -> (Vec<String>, BTreeMap<String, i64>) {
+pub(crate) fn hostile_setup(kind: Kind) -> (Vec<String>, BTreeMap<String, i64>) {
     let (ddl, k) = match kind {
         Kind::Sqlite => (
             "CREATE TABLE justonce_keys (key TEXT, state TEXT, request_hash TEXT, response TEXT, \
@@ -457,6 +457,7 @@ async fn first_pass_cut_short(kind: Kind) {
         abandoned_after: Some("0s".into()),
         overlap: Some("1s".into()),
         full_scan_every: None,
+        mapping: None,
     })
     .unwrap();
     l.ledger.add_source(l.tenant.id, new).await.unwrap();

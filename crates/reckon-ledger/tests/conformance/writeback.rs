@@ -203,3 +203,52 @@ pub(crate) async fn story_writeback(ledger: Arc<dyn Ledger>) {
         1
     );
 }
+
+/// A source read through a column mapping keeps its settings as given; reckon never
+/// writes back to it (write-back's statement is justonce's).
+pub(crate) async fn story_mapped_source(ledger: Arc<dyn Ledger>) {
+    use reckon_ledger::WritebackPolicy;
+    let t = ledger.create_tenant("acme").await.unwrap();
+    let settings = r#"{"preset": "brandur", "table": "billing.idempotency_keys"}"#;
+    let s = ledger
+        .add_source(
+            t.id,
+            NewSource {
+                kind: SourceKind::Postgres,
+                dsn: Some(SecretString::from(
+                    "postgres://app@db.internal/rides".to_owned(),
+                )),
+                dsn_display: Some("postgres://app@db.internal:5432/rides".into()),
+                table_name: "billing.idempotency_keys".into(),
+                mapping: Some(settings.into()),
+                ..push_source("rides")
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.mapping.as_deref(), Some(settings));
+    let read = ledger.source_by_name(t.id, "rides").await.unwrap();
+    assert_eq!(read.mapping.as_deref(), Some(settings));
+    let e = ledger
+        .set_source_writeback(t.id, "rides", Some(WritebackPolicy::Release))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, LedgerError::Invalid(m) if m.contains("column mapping")),
+        "{e}"
+    );
+    assert_eq!(
+        ledger
+            .source_by_name(t.id, "rides")
+            .await
+            .unwrap()
+            .writeback(),
+        None
+    );
+    // A justonce source has none.
+    let plain = ledger
+        .add_source(t.id, push_source("pushed"))
+        .await
+        .unwrap();
+    assert_eq!(plain.mapping, None);
+}

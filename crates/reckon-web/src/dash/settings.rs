@@ -900,6 +900,7 @@ pub async fn add_source(
         abandoned_after: opt(&f.abandoned_after),
         overlap: None,
         full_scan_every: None,
+        mapping: None,
     };
     let error = |m: String| SettingsFlash {
         error: Some(m),

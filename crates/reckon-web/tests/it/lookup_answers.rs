@@ -426,6 +426,7 @@ async fn ingest_one(w: &World, tenant: &reckon_ledger::Tenant, source: &str, r: 
                         abandoned_after_secs: 300.0,
                         overlap_secs: 5.0,
                         full_scan_every_secs: 3600,
+                        mapping: None,
                     },
                 )
                 .await

@@ -82,6 +82,7 @@ async fn reckon_audit_runs_prints_every_format_and_verify_catches_an_edit() {
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

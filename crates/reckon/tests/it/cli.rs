@@ -460,6 +460,7 @@ async fn a_cli_scan_waits_for_a_scan_another_process_is_running() {
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

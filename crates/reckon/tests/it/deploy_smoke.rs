@@ -569,6 +569,7 @@ async fn two_replicas_with_the_deploy_environment_start_on_a_password_protected_
                 abandoned_after_secs: 300.0,
                 overlap_secs: 5.0,
                 full_scan_every_secs: 3600,
+                mapping: None,
             },
         )
         .await

@@ -239,6 +239,7 @@ impl TestLedger {
             abandoned_after: Some("0s".into()),
             overlap: None,
             full_scan_every: None,
+            mapping: None,
         })
         .expect("valid source input");
         self.ledger

@@ -176,6 +176,7 @@ pub fn push_source(name: &str) -> NewSource {
         abandoned_after_secs: 300.0,
         overlap_secs: 5.0,
         full_scan_every_secs: 3600,
+        mapping: None,
     }
 }
 
