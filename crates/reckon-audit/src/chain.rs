@@ -228,6 +228,71 @@ pub fn run_of_the_day<R>(
     runs.iter().max_by_key(|r| (rank(r), seq(r)))
 }
 
+/// A stored run as [`failing_audits`] reads it: what it was asked to read, how it ended,
+/// and how each provider's part ended (`None` for a complete run: every part complete).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRunHead {
+    /// A provider name, or [`ALL_PROVIDERS`].
+    pub provider: String,
+    pub status: String,
+    /// (provider, `complete` | `failed`) per provider the run reached; empty when it reached
+    /// none (it failed before listing any).
+    pub parts: Option<Vec<(String, String)>>,
+}
+
+/// Whether the tenant's audit is failing now, per provider of `providers` and for
+/// [`ALL_PROVIDERS`] (a run of every provider that reached none): the newest run that read
+/// a provider decides for it (its part failed, or it completed), so the state is the
+/// stored runs' and holds until a later run reads that provider whole, whoever ran it and
+/// whenever the process started. A provider no run in `heads` read is not failing.
+/// `heads` newest first.
+pub fn failing_audits(heads: &[AuditRunHead], providers: &[String]) -> BTreeMap<String, bool> {
+    // The first (newest) say about a name stands; names not reported are ignored.
+    fn decide(out: &mut BTreeMap<String, Option<bool>>, name: &str, failed: bool) {
+        if let Some(v) = out.get_mut(name)
+            && v.is_none()
+        {
+            *v = Some(failed);
+        }
+    }
+    let mut out: BTreeMap<String, Option<bool>> = providers
+        .iter()
+        .map(|p| (p.clone(), None))
+        .chain([(ALL_PROVIDERS.to_owned(), None)])
+        .collect();
+    for h in heads {
+        let every = h.provider == ALL_PROVIDERS;
+        match (&h.parts, h.status.as_str()) {
+            // Complete: every provider it read was read whole.
+            (None, _) | (_, "complete") => {
+                if every {
+                    for p in providers {
+                        decide(&mut out, p, false);
+                    }
+                    decide(&mut out, ALL_PROVIDERS, false);
+                } else {
+                    decide(&mut out, &h.provider, false);
+                }
+            }
+            (Some(parts), _) if parts.is_empty() => decide(&mut out, &h.provider, true),
+            (Some(parts), _) => {
+                for (name, status) in parts {
+                    decide(&mut out, name, status != "complete");
+                }
+                if every {
+                    decide(&mut out, ALL_PROVIDERS, false);
+                }
+            }
+        }
+        if out.values().all(Option::is_some) {
+            break;
+        }
+    }
+    out.into_iter()
+        .map(|(k, v)| (k, v.unwrap_or(false)))
+        .collect()
+}
+
 /// Per-tenant audit figures for metrics: the newest day's run (see [`run_of_the_day`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AuditMetric {

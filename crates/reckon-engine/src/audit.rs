@@ -604,7 +604,13 @@ async fn run_window(
     Ok(stored)
 }
 
-/// Set the tenant's audit gauges from its newest complete run (any replica's).
+/// How many of a tenant's newest runs say whether each provider's audit is failing: the
+/// schedule's retries (every 15 minutes) of a day that keeps failing are a day's worth.
+const FAILING_HEADS: i64 = 200;
+
+/// Set the tenant's audit gauges from its stored runs (any replica's): the findings of its
+/// newest complete run, and whether each provider's newest run failed. Read from the ledger
+/// at each publish (a start, each schedule tick, each run), so a restart changes nothing.
 pub async fn publish_metric(
     m: &reckon_metrics::Metrics,
     ledger: &dyn Ledger,
@@ -618,6 +624,20 @@ pub async fn publish_metric(
             .map(|(k, v)| (k.as_str(), (*v).max(0) as u64))
             .collect();
         m.record_audit(slug, &findings, metric.finished_at);
+    }
+    // Left as they were when the ledger does not answer: the next publish tries again.
+    if let (Ok(providers), Ok(heads)) = (
+        ledger.list_providers(tenant).await,
+        ledger.audit_run_heads(tenant, FAILING_HEADS).await,
+    ) {
+        let names: Vec<String> = providers.into_iter().map(|p| p.name).collect();
+        // A tenant with no provider has nothing to audit, so nothing failing.
+        let failing = if names.is_empty() {
+            std::collections::BTreeMap::new()
+        } else {
+            reckon_ledger::failing_audits(&heads, &names)
+        };
+        m.record_audit_failing(slug, &failing);
     }
 }
 

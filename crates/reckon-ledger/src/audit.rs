@@ -14,9 +14,10 @@ use crate::rows;
 use crate::scope::Scope;
 use macro_rules_attribute::apply;
 pub use reckon_audit::chain::{
-    ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, ChainBreak, ChainLink,
-    NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, charge_terms, finding_counts_of,
-    run_digest, run_of_the_day, verify_chain, verify_content, verify_links,
+    ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditRunHead, AuditSettings, ChainBreak,
+    ChainLink, NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, charge_terms,
+    failing_audits, finding_counts_of, run_digest, run_of_the_day, verify_chain, verify_content,
+    verify_links,
 };
 use sqlx::Database;
 
@@ -37,6 +38,22 @@ const CHARGE_COLUMNS_TO_MATCH: &str = "provider_id, charge_id, payment_intent, a
 /// run of that day.
 const SCHEDULED_DONE_SQL: &str = "SELECT id FROM audit_run WHERE tenant_id = $1 AND day = $2 \
     AND provider = $3 AND triggered_by = $4 AND status = 'complete'";
+
+/// A run's `evidence.providers` (`[{"name", "status", ...}]`) as (name, status) pairs.
+fn parts_of(text: &str) -> Result<Vec<(String, String)>> {
+    let v: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| LedgerError::Invalid(format!("stored evidence.providers is not JSON: {e}")))?;
+    Ok(v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some((
+                p.get("name")?.as_str()?.to_owned(),
+                p.get("status")?.as_str()?.to_owned(),
+            ))
+        })
+        .collect())
+}
 
 /// The charge columns, qualified by the alias `c` (for joins).
 pub(crate) fn charge_columns_of_c() -> String {
@@ -593,6 +610,35 @@ impl<B: Driver> Audits for SqlLedger<B> {
             finished_at: g.finished_at,
             findings: g.findings,
         }))
+    }
+
+    /// The tenant's newest `limit` runs, newest first, as [`failing_audits`] reads them.
+    /// Each provider's part is cut out of the evidence by the database, and only for runs
+    /// that did not complete: a run's evidence holds every page it read.
+    async fn audit_run_heads(&self, tenant: TenantId, limit: i64) -> Result<Vec<AuditRunHead>> {
+        use sqlx::Row;
+        let stmt = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT provider, status, CASE WHEN status = 'complete' THEN NULL \
+             ELSE COALESCE({}, '[]') END AS parts FROM audit_run WHERE tenant_id = $1 \
+             ORDER BY seq DESC LIMIT $2",
+            B::EVIDENCE_PROVIDERS
+        )))
+        .bind(tenant.0)
+        .bind(limit.clamp(1, 1000));
+        let rows = self.read_all(Scope::Tenant(tenant), stmt).await?;
+        rows.iter()
+            .map(|r| {
+                let parts = match r.try_get::<Option<String>, _>("parts")? {
+                    None => None,
+                    Some(text) => Some(parts_of(&text)?),
+                };
+                Ok(AuditRunHead {
+                    provider: r.try_get("provider")?,
+                    status: r.try_get("status")?,
+                    parts,
+                })
+            })
+            .collect()
     }
 
     /// Every run's place in the chain (seq and digests only), in seq order: what

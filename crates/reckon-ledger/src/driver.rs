@@ -48,6 +48,11 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// had locked the effect and waited for its state made the two a deadlock.
     const LOCK_EFFECT: &'static str;
 
+    /// An audit run's `evidence.providers` (each provider's part) as JSON text, NULL when
+    /// the run has none, cut out by the database so the rest of the evidence (every page
+    /// read) is not sent.
+    const EVIDENCE_PROVIDERS: &'static str;
+
     /// How a lease fence holds the lease row until its transaction ends (SQLite: its one
     /// writer at a time already does).
     const LOCK_FENCE: &'static str;

@@ -30,9 +30,9 @@ pub use accounts::{
 };
 pub use actions::{Action, ActionLog, NewAction};
 pub use audit::{
-    ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditSettings, Audits, ChainBreak,
-    ChainLink, NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json, run_digest,
-    verify_chain, verify_content, verify_links,
+    ALL_PROVIDERS, AuditGlance, AuditMetric, AuditRun, AuditRunHead, AuditSettings, Audits,
+    ChainBreak, ChainLink, NewAuditRun, SCHEDULE_AUTHOR, StoredCharge, canonical_json,
+    failing_audits, run_digest, verify_chain, verify_content, verify_links,
 };
 pub use dashboard::{
     Dashboard, KindSummary, OperationBacklog, ProviderHealth, QueueQuery, QueueRow, ReplayClosing,

@@ -27,6 +27,7 @@ impl Driver for Pg {
     const NOW: &'static str = "EXTRACT(EPOCH FROM clock_timestamp())::float8";
     const LOCK_EFFECT: &'static str = " FOR NO KEY UPDATE";
     const LOCK_FENCE: &'static str = " FOR SHARE";
+    const EVIDENCE_PROVIDERS: &'static str = "(evidence::json -> 'providers')::text";
     // FOR KEY SHARE is the lock effect's foreign keys used to take once per inserted row
     // (migration 0002 dropped them): taken once per batch instead.
     const LOCK_SOURCE: &'static str = " FOR KEY SHARE";

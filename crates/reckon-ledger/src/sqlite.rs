@@ -31,6 +31,7 @@ impl Driver for Lite {
     const NOW: &'static str = "((julianday('now') - 2440587.5) * 86400.0)";
     const LOCK_EFFECT: &'static str = "";
     const LOCK_FENCE: &'static str = "";
+    const EVIDENCE_PROVIDERS: &'static str = "json_extract(evidence, '$.providers')";
     const LOCK_SOURCE: &'static str = "";
     const PLAN_EACH_TIME: bool = false;
     const INSERT_FIRST: bool = false;

@@ -14,6 +14,8 @@ use prometheus::{
     Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, core::Collector,
 };
 pub use reckon_domain::Outcome;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How one provider HTTP request ended, reduced to a bounded set for the `status` label.
@@ -90,6 +92,10 @@ pub struct Metrics {
     audit_findings: GaugeVec,
     audit_last_run: GaugeVec,
     audit_runs: IntCounterVec,
+    audit_failing: GaugeVec,
+    /// tenant -> the providers its `audit_failing` series name now (a provider removed
+    /// from the tenant loses its series at the next publish).
+    audit_failing_names: Arc<Mutex<HashMap<String, BTreeSet<String>>>>,
     audit_scheduled: GaugeVec,
     audit_scheduled_complete: GaugeVec,
     provider_calibrated: GaugeVec,
@@ -180,6 +186,14 @@ impl Metrics {
             &["tenant", "provider", "status"],
         )
         .expect("valid metric");
+        let audit_failing = GaugeVec::new(
+            Opts::new(
+                "reckon_audit_failing",
+                "1 if the newest stored audit run that read this provider of the tenant failed to list its charges, 0 once a newer run read it whole; `*`: the newest run of every provider reached none. From the runs in the ledger, so every replica, and one just restarted, reports the same. Absent for a tenant with no provider.",
+            ),
+            &["tenant", "provider"],
+        )
+        .expect("valid metric");
         let audit_scheduled = GaugeVec::new(
             Opts::new(
                 "reckon_audit_scheduled_timestamp_seconds",
@@ -232,6 +246,8 @@ impl Metrics {
             audit_findings,
             audit_last_run,
             audit_runs,
+            audit_failing,
+            audit_failing_names: Arc::default(),
             audit_scheduled,
             audit_scheduled_complete,
             provider_calibrated,
@@ -258,6 +274,7 @@ impl Metrics {
             Box::new(self.audit_findings.clone()),
             Box::new(self.audit_last_run.clone()),
             Box::new(self.audit_runs.clone()),
+            Box::new(self.audit_failing.clone()),
             Box::new(self.audit_scheduled.clone()),
             Box::new(self.audit_scheduled_complete.clone()),
             Box::new(self.provider_calibrated.clone()),
@@ -354,6 +371,27 @@ impl Metrics {
         self.audit_runs
             .with_label_values(&[tenant, provider, status])
             .inc();
+    }
+
+    /// For the audit: whether each provider's audit of the tenant is failing now, as the
+    /// stored runs say (`reckon_audit::chain::failing_audits`), replacing the tenant's
+    /// previous series: a provider no longer in `failing` loses its series.
+    pub fn record_audit_failing(&self, tenant: &str, failing: &BTreeMap<String, bool>) {
+        let mut names = self.audit_failing_names.lock().expect("audit names lock");
+        let now: BTreeSet<String> = failing.keys().cloned().collect();
+        if let Some(before) = names.get(tenant) {
+            for gone in before.difference(&now) {
+                let _ = self
+                    .audit_failing
+                    .remove_label_values(&[tenant, gone.as_str()]);
+            }
+        }
+        for (provider, failed) in failing {
+            self.audit_failing
+                .with_label_values(&[tenant, provider.as_str()])
+                .set(if *failed { 1.0 } else { 0.0 });
+        }
+        names.insert(tenant.to_owned(), now);
     }
 
     /// Make the nightly run's counters (`provider` `*`) exist at zero, so a first failure is
@@ -461,7 +499,7 @@ mod tests {
         assert!(names.contains(&"reckon_reconcile_outcomes_total".to_owned()));
         assert!(names.contains(&"reckon_provider_request_duration_seconds".to_owned()));
         let process = if cfg!(target_os = "linux") { 7 } else { 0 };
-        assert_eq!(names.len(), 14 + process, "{names:?}");
+        assert_eq!(names.len(), 15 + process, "{names:?}");
     }
 
     #[cfg(target_os = "linux")]
@@ -499,6 +537,31 @@ mod tests {
         assert!(!ProviderStatus::Ok.is_error());
         assert!(ProviderStatus::NotFound.is_error());
         assert!(ProviderStatus::ServerError.is_error());
+    }
+
+    #[test]
+    fn a_providers_failing_audit_series_goes_with_the_provider() {
+        let m = Metrics::new();
+        let state = |pairs: &[(&str, bool)]| -> BTreeMap<String, bool> {
+            pairs.iter().map(|(p, f)| ((*p).to_owned(), *f)).collect()
+        };
+        m.record_audit_failing(
+            "acme",
+            &state(&[("*", false), ("pay", true), ("old", true)]),
+        );
+        m.record_audit_failing("beta", &state(&[("*", true)]));
+        m.record_audit_failing("acme", &state(&[("*", false), ("pay", true)]));
+        let text = render(&m);
+        for line in [
+            "reckon_audit_failing{provider=\"pay\",tenant=\"acme\"} 1",
+            "reckon_audit_failing{provider=\"*\",tenant=\"acme\"} 0",
+            "reckon_audit_failing{provider=\"*\",tenant=\"beta\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        assert!(!text.contains("provider=\"old\""), "{text}");
+        m.record_audit_failing("acme", &BTreeMap::new());
+        assert!(!render(&m).contains("tenant=\"acme\""));
     }
 
     #[test]

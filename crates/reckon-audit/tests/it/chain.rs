@@ -174,3 +174,81 @@ fn the_run_of_a_day_is_its_newest_complete_else_newest_partial_else_newest() {
     );
     assert_eq!(pick(&[("partial", 4), ("partial", 2)]), Some(4));
 }
+
+#[test]
+fn the_newest_run_that_read_a_provider_says_whether_its_audit_is_failing() {
+    use reckon_audit::chain::{AuditRunHead, failing_audits};
+    let head = |provider: &str, status: &str, parts: Option<&[(&str, &str)]>| AuditRunHead {
+        provider: provider.into(),
+        status: status.into(),
+        parts: parts.map(|ps| {
+            ps.iter()
+                .map(|(n, s)| ((*n).to_owned(), (*s).to_owned()))
+                .collect()
+        }),
+    };
+    let providers = ["pay".to_owned(), "ledger".to_owned()];
+    let failing = |heads: &[AuditRunHead]| -> Vec<(String, bool)> {
+        failing_audits(heads, &providers).into_iter().collect()
+    };
+    let state = |pairs: &[(&str, bool)]| -> Vec<(String, bool)> {
+        let mut v: Vec<(String, bool)> = pairs.iter().map(|(n, f)| ((*n).to_owned(), *f)).collect();
+        v.sort();
+        v
+    };
+    // No run: nothing is failing.
+    assert_eq!(
+        failing(&[]),
+        state(&[("*", false), ("ledger", false), ("pay", false)])
+    );
+    // The nightly run's part of pay failed; a later run of ledger alone completed.
+    let heads = [
+        head("ledger", "complete", None),
+        head(
+            "*",
+            "partial",
+            Some(&[("pay", "failed"), ("ledger", "complete")]),
+        ),
+    ];
+    assert_eq!(
+        failing(&heads),
+        state(&[("*", false), ("ledger", false), ("pay", true)])
+    );
+    // A re-run of pay alone that read it whole ends pay's failure; an older failure
+    // behind a newer completion is history.
+    let mut newer = vec![head("pay", "complete", None)];
+    newer.extend(heads.iter().cloned());
+    assert_eq!(
+        failing(&newer),
+        state(&[("*", false), ("ledger", false), ("pay", false)])
+    );
+    // A nightly run that reached no provider fails under `*` until a nightly run reaches
+    // them; it says nothing of each provider.
+    let heads = [head("*", "failed", Some(&[])), head("*", "complete", None)];
+    assert_eq!(
+        failing(&heads),
+        state(&[("*", true), ("ledger", false), ("pay", false)])
+    );
+    let heads = [
+        head(
+            "*",
+            "failed",
+            Some(&[("pay", "failed"), ("ledger", "failed")]),
+        ),
+        head("*", "failed", Some(&[])),
+    ];
+    assert_eq!(
+        failing(&heads),
+        state(&[("*", false), ("ledger", true), ("pay", true)])
+    );
+    // A provider no longer configured is not reported.
+    let heads = [head(
+        "*",
+        "partial",
+        Some(&[("gone", "failed"), ("pay", "complete")]),
+    )];
+    assert_eq!(
+        failing(&heads),
+        state(&[("*", false), ("ledger", false), ("pay", false)])
+    );
+}

@@ -724,28 +724,32 @@ fn page(ids: &[&str], next: Option<&str>) -> Value {
 
 /// Pages 1 and 2 answer; page 3 answers with `third`.
 async fn three_pages(third: wiremock::ResponseTemplate) -> wiremock::MockServer {
+    let server = wiremock::MockServer::start().await;
+    mount_three_pages(&server, third).await;
+    server
+}
+
+async fn mount_three_pages(server: &wiremock::MockServer, third: wiremock::ResponseTemplate) {
     use wiremock::matchers::{method, path, query_param, query_param_is_missing};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
-    let server = MockServer::start().await;
+    use wiremock::{Mock, ResponseTemplate};
     Mock::given(method("GET"))
         .and(path("/charges"))
         .and(query_param_is_missing("cursor"))
         .respond_with(ResponseTemplate::new(200).set_body_json(page(&["c1"], Some("p2"))))
-        .mount(&server)
+        .mount(server)
         .await;
     Mock::given(method("GET"))
         .and(path("/charges"))
         .and(query_param("cursor", "p2"))
         .respond_with(ResponseTemplate::new(200).set_body_json(page(&["c2"], Some("p3"))))
-        .mount(&server)
+        .mount(server)
         .await;
     Mock::given(method("GET"))
         .and(path("/charges"))
         .and(query_param("cursor", "p3"))
         .respond_with(third)
-        .mount(&server)
+        .mount(server)
         .await;
-    server
 }
 
 /// The run failed with a reason naming `words`, recorded no findings, and stored no charge.
@@ -1394,6 +1398,57 @@ async fn the_nightly_runs_health_is_in_the_metrics_a_failure_and_a_day_not_compl
     let again = run_due(&c, due_at + 3660.0).await.unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].run.run.status, "failed");
+    w.finish().await;
+}
+
+/// The failed-audit state is the stored runs': a process that starts after a run failed
+/// (its counters never saw it; another process ran it) says the provider's audit is failing
+/// from its first publish, until a run reads the provider whole.
+#[tokio::test]
+async fn a_failed_audit_is_failing_for_a_process_started_after_it_until_a_run_reads_it_whole() {
+    let server = three_pages(wiremock::ResponseTemplate::new(503)).await;
+    let (w, t) = failing_world(&server.uri()).await;
+    tenant_with_source(w.ledger.as_ref(), "beta").await;
+    let run = run_audit(&ctx(w.ledger.clone()), t, &request(DAY), None)
+        .await
+        .unwrap();
+    assert_eq!(run.run.status, "failed");
+    let fresh = || async {
+        let m = reckon_metrics::Metrics::new();
+        reckon_engine::audit::publish_all(&m, w.ledger.as_ref(), time::now())
+            .await
+            .unwrap();
+        m.text()
+    };
+    let text = fresh().await;
+    for line in [
+        "reckon_audit_failing{provider=\"pay\",tenant=\"acme\"} 1",
+        // The run reached its provider: the nightly run as a whole did not fail to start.
+        "reckon_audit_failing{provider=\"*\",tenant=\"acme\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    // A tenant with no provider has no audit to fail.
+    assert!(
+        !text.contains("reckon_audit_failing{provider=\"*\",tenant=\"beta\"}"),
+        "{text}"
+    );
+    // The provider answers again; a run of the day reads it whole.
+    server.reset().await;
+    mount_three_pages(
+        &server,
+        wiremock::ResponseTemplate::new(200).set_body_json(page(&["c3"], None)),
+    )
+    .await;
+    let run = run_audit(&ctx(w.ledger.clone()), t, &request(DAY), None)
+        .await
+        .unwrap();
+    assert_eq!(run.run.status, "complete");
+    let text = fresh().await;
+    assert!(
+        text.contains("reckon_audit_failing{provider=\"pay\",tenant=\"acme\"} 0"),
+        "{text}"
+    );
     w.finish().await;
 }
 

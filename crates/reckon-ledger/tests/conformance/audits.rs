@@ -264,6 +264,57 @@ pub(crate) async fn story_audit_runs(ledger: Arc<dyn Ledger>) {
     assert!(m.findings.contains(&("duplicate".to_owned(), 1)));
 }
 
+/// What the failing-audit gauge reads: the newest runs first, each provider's part of a run
+/// that did not complete (none of a complete run's, whose evidence is not read), in the
+/// tenant's own chain only.
+pub(crate) async fn story_audit_run_heads(ledger: Arc<dyn Ledger>) {
+    let (a, _) = tenant_and_source(&*ledger, "acme", "shop").await;
+    let (b, _) = tenant_and_source(&*ledger, "globex", "shop").await;
+    let parts =
+        |ps: serde_json::Value| serde_json::json!({"pages": [{"page": 1}], "providers": ps});
+    let mut failed = new_run("2026-11-27", "schedule", "failed");
+    failed.evidence = serde_json::json!({"pages": []});
+    let mut partial = new_run("2026-11-28", "schedule", "partial");
+    partial.evidence = parts(serde_json::json!([
+        {"name": "pay", "kind": "stripe", "status": "failed", "reason": "page 3: 503"},
+        {"name": "ledger", "kind": "http", "status": "complete", "reason": null},
+    ]));
+    let mut complete = new_run("2026-11-29", "operator", "complete");
+    complete.provider = "ledger".into();
+    complete.evidence = parts(serde_json::json!([{"name": "ledger", "status": "complete"}]));
+    for r in [failed, partial, complete] {
+        ledger.record_audit_run(a.id, r, None).await.unwrap();
+    }
+    ledger
+        .record_audit_run(b.id, new_run("2026-11-29", "schedule", "failed"), None)
+        .await
+        .unwrap();
+    let heads = ledger.audit_run_heads(a.id, 10).await.unwrap();
+    let pair = |n: &str, s: &str| (n.to_owned(), s.to_owned());
+    assert_eq!(
+        heads,
+        vec![
+            reckon_ledger::AuditRunHead {
+                provider: "ledger".into(),
+                status: "complete".into(),
+                parts: None,
+            },
+            reckon_ledger::AuditRunHead {
+                provider: "*".into(),
+                status: "partial".into(),
+                parts: Some(vec![pair("pay", "failed"), pair("ledger", "complete")]),
+            },
+            reckon_ledger::AuditRunHead {
+                provider: "*".into(),
+                status: "failed".into(),
+                parts: Some(vec![]),
+            },
+        ]
+    );
+    assert_eq!(ledger.audit_run_heads(a.id, 1).await.unwrap().len(), 1);
+    assert_eq!(ledger.audit_run_heads(b.id, 10).await.unwrap().len(), 1);
+}
+
 /// The support lookup's charges: by the charge's id or by the key it
 /// was made with, from any provider of the tenant, never another tenant's.
 pub(crate) async fn story_dash_charge_lookup(ledger: Arc<dyn Ledger>) {

@@ -122,6 +122,7 @@ conformance! {
     a_providers_calibration_is_kept_for_its_settings_and_tenant => story_rc_calibration;
     provider_charges_are_upserted_read_by_day_and_stay_in_their_tenant => story_audit_charges;
     audit_runs_chain_per_tenant_and_a_scheduled_day_completes_once => story_audit_runs;
+    audit_run_heads_carry_each_providers_part_of_the_runs_that_did_not_complete => story_audit_run_heads;
     writeback_is_off_by_default_one_per_resolution_first_outcome_stands_and_tenant_bound => story_writeback;
     a_sources_mapping_is_kept_as_given_and_write_back_is_refused_for_it => story_mapped_source;
     the_queue_lists_unresolved_unresolved_effects_oldest_first_with_filters_and_keyset_pages => story_dash_queue;
