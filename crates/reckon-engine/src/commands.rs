@@ -13,7 +13,7 @@ use reckon_ledger::{
     Route, Source, Tenant, TenantId, TokenCreator, User,
 };
 use reckon_sources::{EgressPolicy, MappingCheck};
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
 /// The surface a person acted through; the audit log names it (`detail.via`).

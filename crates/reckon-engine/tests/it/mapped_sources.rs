@@ -446,7 +446,7 @@ async fn the_503_after_a_timeout_is_reconciled_against_stripe_with_the_derived_k
             l.tenant.id,
             reckon_ledger::NewProvider {
                 name: "stripe".into(),
-                kind: "stripe".into(),
+                kind: reckon_ledger::ProviderKind::Stripe,
                 secret: Some(secrecy::SecretString::from("rk_test_sim".to_owned())),
                 settings: serde_json::json!({
                     "base_url": sim.base_url, "mode": "test", "rate_per_sec": 0,
