@@ -145,12 +145,13 @@ pub async fn add_source_checked(
             }
             other => other.into(),
         })?;
-    c.log(
-        "source.add",
-        &source.name,
-        json!({ "kind": source.kind.as_str(), "mapped": source.mapping.is_some() }),
-    )
-    .await;
+    // The log says "mapped" only of a source read through a mapping: the entries of every
+    // other source read as they always have.
+    let mut detail = json!({ "kind": source.kind.as_str() });
+    if source.mapping.is_some() {
+        detail["mapped"] = json!(true);
+    }
+    c.log("source.add", &source.name, detail).await;
     Ok((source, checked))
 }
 
