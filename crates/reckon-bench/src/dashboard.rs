@@ -13,8 +13,11 @@
 //! Run: `cargo run --release -p reckon-bench --bin dashboard -- --effects 1000000`
 //! (`--busy-core`: with one core kept busy for the whole run).
 
+mod machine;
+
 use anyhow::{Context, bail};
 use clap::Parser;
+use machine::{busy_core, load_average};
 use reckon_engine::{SourceInput, new_source};
 use reckon_ledger::{Keyring, Ledger, NewSession, Role};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
@@ -65,12 +68,7 @@ async fn main() -> anyhow::Result<()> {
     }
     println!("load average at start: {}", load_average());
     if args.busy_core {
-        std::thread::spawn(|| {
-            let mut n = 0u64;
-            loop {
-                n = std::hint::black_box(n.wrapping_add(1));
-            }
-        });
+        busy_core();
         println!("one core kept busy for the whole run");
     }
     let db = match &args.reuse {
@@ -510,16 +508,6 @@ fn percentile(wrk: &str, which: &str) -> Option<f64> {
         "m" => n * 60_000.0,
         _ => return None,
     })
-}
-
-/// The 1, 5 and 15 minute load averages, as the kernel reports them.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn sha256_hex(s: &str) -> String {

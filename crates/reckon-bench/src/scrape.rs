@@ -20,8 +20,11 @@
 //! backlog's series were there. Goal: p99 <= 250 ms with every series present.
 //! `--busy-core` keeps one core spinning for the whole run (a thread of this process).
 
+mod machine;
+
 use anyhow::Context;
 use clap::Parser;
+use machine::{busy_core, load_average};
 use reckon_engine::{SourceInput, new_source};
 use reckon_ledger::{Keyring, Ledger, NewAttempt, Outcome, TenantId};
 use reckon_web::metrics::{Metrics, MetricsSettings, MetricsState};
@@ -550,24 +553,4 @@ async fn scrapes(port: u16, during: Duration) -> Scrapes {
     }
     out.times.sort();
     out
-}
-
-/// The 1, 5 and 15 minute load averages, as the kernel reports them.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// One core kept busy for the rest of the process: a thread that never sleeps.
-fn busy_core() {
-    std::thread::spawn(|| {
-        let mut n = 0u64;
-        loop {
-            n = std::hint::black_box(n.wrapping_add(1));
-        }
-    });
 }
